@@ -1,0 +1,25 @@
+"""numpytfmr: the transformer and its training math in plain NumPy.
+
+Every op is a ``name_forward``/``name_backward`` pair, read beside the lecture notes;
+the public contract is SPEC.md. All public names are importable from here.
+"""
+__version__ = "0.1.0"
+
+from .gradcheck import *  # noqa: F401,F403
+from .activations import *  # noqa: F401,F403
+from .linear import *  # noqa: F401,F403
+from .losses import *  # noqa: F401,F403
+from .norms import *  # noqa: F401,F403
+from .embedding import *  # noqa: F401,F403
+from .dropout import *  # noqa: F401,F403
+from .ffn import *  # noqa: F401,F403
+from .attention import *  # noqa: F401,F403
+from .scoring import *  # noqa: F401,F403
+from .mha import *  # noqa: F401,F403
+from .positional import *  # noqa: F401,F403
+from .lora import *  # noqa: F401,F403
+from .preference import *  # noqa: F401,F403
+from .optim import *  # noqa: F401,F403
+from .data import *  # noqa: F401,F403
+from .classical import *  # noqa: F401,F403
+from .cost import *  # noqa: F401,F403

@@ -1,0 +1,79 @@
+"""Files written atomically: to a temporary name in the same folder, then renamed.
+
+An interrupted run therefore leaves either the old file or the new one, never half of one.
+"""
+import json
+import math
+import os
+import tempfile
+
+import numpy as np
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "write_json", "write_summary", "save_arrays",
+           "load_arrays"]
+
+
+def atomic_write_bytes(path, data):
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path, text):
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _plain(obj):
+    """Make NumPy scalars and arrays JSON-friendly; non-finite floats become null."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist())
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        v = float(obj)
+        return v if math.isfinite(v) else None
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def write_json(path, obj):
+    """Write ``obj`` as indented JSON, atomically."""
+    atomic_write_text(path, json.dumps(_plain(obj), indent=2, sort_keys=False) + "\n")
+
+
+def write_summary(path, metrics):
+    """Write a command's final metrics as one JSON object (the ``--summary FILE`` option)."""
+    if not isinstance(metrics, dict):
+        raise TypeError(f"write_summary: metrics is a {type(metrics).__name__}; expected a dict")
+    write_json(path, metrics)
+
+
+def save_arrays(path, arrays):
+    """Save a flat ``dict[str, ndarray]`` to an ``.npz``, atomically (no pickles)."""
+    import io
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_arrays(path):
+    """Load an ``.npz`` written by :func:`save_arrays` into a dict (``allow_pickle=False``)."""
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}

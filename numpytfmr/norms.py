@@ -1,0 +1,123 @@
+"""Normalization layers: LayerNorm (004 eq. 27-28, "Layer Norm") and RMSNorm.
+
+Both normalize each token (each row, over its d features) on its own: the statistics of
+token i never involve token j (004, "What constitutes a layer?").
+"""
+import numpy as np
+
+from ._validate import float_array, number, optional_float_array, result_dtype, vector_arg
+
+__all__ = ["layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward"]
+
+
+def _row_input(x, where):
+    x = float_array(x, "x", where)
+    if x.ndim == 0:
+        raise ValueError(f"{where}: x has shape (); expected shape (..., d) with the features last")
+    return x
+
+
+def _sum_leading(a):
+    """Sum over every axis but the last: the gradient of a (d,) parameter shared by all rows."""
+    return a.reshape(-1, a.shape[-1]).sum(axis=0)
+
+
+def layernorm_forward(x, gamma, beta, *, eps=1e-5):
+    """Layer normalization of every row over its last axis (004 eq. 27-28).
+
+        mu_i    = (1/d) sum_j x_ij
+        sigma_i = sqrt((1/d) sum_j (x_ij - mu_i)^2 + eps)       (population variance)
+        out_i   = gamma * (x_i - mu_i) / sigma_i + beta
+
+    With gamma = beta = None this is the plain LN(x_i) = (x_i - mu_i) / sigma_i of eq. 28
+    (eps > 0 keeps a constant row finite: it maps to 0). gamma and beta are the optional
+    learned gain and bias of the notes' step (3).
+
+    x: (..., d)   gamma: (d,) or None   beta: (d,) or None   ->  out: (..., d)
+    cache: {"xhat": the normalized x, "rstd": 1/sigma (..., 1), "gamma", "dtypes": of x, gamma, beta}
+    """
+    where = "layernorm_forward"
+    x = _row_input(x, where)
+    gamma = optional_float_array(gamma, "gamma", where)
+    beta = optional_float_array(beta, "beta", where)
+    d = x.shape[-1]
+    for name, v in (("gamma", gamma), ("beta", beta)):
+        if v is not None:
+            vector_arg(v, d, name, where, "x", x.shape, "d = the last axis of x")
+    eps = number(eps, "eps", where, low=0.0, low_open=True)
+    mu = np.mean(x, axis=-1, keepdims=True)
+    xc = x - mu
+    var = np.mean(xc * xc, axis=-1, keepdims=True)  # two-pass: no cancellation for large means
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = xc * rstd
+    out = xhat
+    if gamma is not None:
+        out = out * gamma
+    if beta is not None:
+        out = out + beta
+    out = out.astype(result_dtype(x, gamma, beta), copy=False)
+    cache = {"xhat": xhat, "rstd": rstd, "gamma": gamma,
+             "dtypes": (x.dtype, None if gamma is None else gamma.dtype,
+                        None if beta is None else beta.dtype)}
+    return out, cache
+
+
+def layernorm_backward(dout, cache):
+    """Gradient of :func:`layernorm_forward`.
+
+        dgamma = sum over rows of dout * xhat,   dbeta = sum over rows of dout
+        dxhat  = dout * gamma
+        dx     = (1/sigma) (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))   (means over the row)
+
+    Returns (dx, dgamma, dbeta), with None for a gamma/beta that was None.
+    """
+    xhat, rstd, gamma = cache["xhat"], cache["rstd"], cache["gamma"]
+    x_dtype, g_dtype, b_dtype = cache["dtypes"]
+    dgamma = None if g_dtype is None else _sum_leading(dout * xhat).astype(g_dtype, copy=False)
+    dbeta = None if b_dtype is None else _sum_leading(dout).astype(b_dtype, copy=False)
+    dxhat = dout if gamma is None else dout * gamma  # d out / d xhat = gamma
+    # d xhat / d x: project out the mean direction and the xhat direction, then scale by 1/sigma
+    dx = rstd * (dxhat - np.mean(dxhat, axis=-1, keepdims=True)
+                 - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))
+    return dx.astype(x_dtype, copy=False), dgamma, dbeta
+
+
+def rmsnorm_forward(x, gamma, *, eps=1e-6):
+    """RMSNorm (Zhang & Sennrich 2019; LLaMA): LayerNorm without the mean subtraction and bias.
+
+        rms_i = sqrt((1/d) sum_j x_ij^2 + eps),   out_i = gamma * x_i / rms_i
+
+    x: (..., d)   gamma: (d,) or None   ->  out: (..., d)
+    cache: {"xhat": x / rms, "rrms": 1/rms (..., 1), "gamma", "dtypes": of x, gamma}
+    """
+    where = "rmsnorm_forward"
+    x = _row_input(x, where)
+    gamma = optional_float_array(gamma, "gamma", where)
+    if gamma is not None:
+        vector_arg(gamma, x.shape[-1], "gamma", where, "x", x.shape, "d = the last axis of x")
+    eps = number(eps, "eps", where, low=0.0, low_open=True)
+    rrms = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    xhat = x * rrms
+    out = xhat if gamma is None else xhat * gamma
+    out = out.astype(result_dtype(x, gamma), copy=False)
+    cache = {"xhat": xhat, "rrms": rrms, "gamma": gamma,
+             "dtypes": (x.dtype, None if gamma is None else gamma.dtype)}
+    return out, cache
+
+
+def rmsnorm_backward(dout, cache):
+    """Gradient of :func:`rmsnorm_forward`.
+
+        dgamma = sum over rows of dout * xhat
+        dxhat  = dout * gamma
+        dx     = (1/rms) (dxhat - xhat * mean(dxhat * xhat))   (mean over the row)
+
+    Returns (dx, dgamma), dgamma None when gamma was None.
+    """
+    xhat, rrms, gamma = cache["xhat"], cache["rrms"], cache["gamma"]
+    x_dtype, g_dtype = cache["dtypes"]
+    dgamma = None if g_dtype is None else _sum_leading(dout * xhat).astype(g_dtype, copy=False)
+    dxhat = dout if gamma is None else dout * gamma  # d out / d xhat = gamma
+    # d(x/rms)/dx = (1/rms)(I - xhat xhat^T / d)
+    dx = rrms * (dxhat - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))
+    return dx.astype(x_dtype, copy=False), dgamma

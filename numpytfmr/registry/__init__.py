@@ -1,0 +1,97 @@
+"""The one registry of differentiable ops.
+
+``REGISTRY`` maps an op's name to an :class:`OpSpec`: its forward, its backward, and a
+maker of example cases. It drives ``numpytfmr check``, the parametrised tests and the
+autograder, so adding an op means adding one ``OpSpec`` to the ``OPS`` list of one of
+the topic files below (``registry/core.py``, ``registry/attention.py``, ...).
+
+A :class:`Case` holds plain data only (arrays, numbers, strings), so it can be written
+to an ``.npz`` and replayed in another process. An integer under the key ``"rng"`` in
+``kwargs`` is a seed: :func:`bind` turns it into a fresh ``np.random.Generator`` on
+every call, which makes a random forward (dropout) repeatable.
+"""
+from dataclasses import dataclass, field
+import importlib
+from typing import Callable
+
+import numpy as np
+
+# Topic files, in the order of the notes; each defines a list ``OPS``.
+_TOPICS = ("core", "attention", "positional", "blocks", "posttraining", "efficient")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One example input of an op.
+
+    args:   the positional inputs of ``forward`` (arrays, or None for an absent optional one)
+    kwargs: the keyword options (an int ``rng`` is a seed, see :func:`bind`)
+    label:  a short description shown in reports, e.g. ``"x (2, 3, 7)"`` or ``"fully masked row"``
+    check:  False for cases meant for forward comparisons only (e.g. logits of +-1e4,
+            where finite differences are meaningless)
+    """
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""
+    check: bool = True
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """A registered op.
+
+    name:       the op's name; the public functions are ``{name}_forward``/``{name}_backward``
+    forward:    ``out, cache = forward(*args, **kwargs)``
+    backward:   ``grads = backward(dout, cache)``
+    make_cases: ``make_cases(rng, dtype) -> list[Case]``, at least three shapes, with
+                leading batch axes and odd sizes, plus the op's edge cases
+    section:    where the notes derive it, e.g. ``"004 eq. 27-28"``
+    mode:       the gradient-check mode that suits its cases ("full" or "directional")
+    """
+    name: str
+    forward: Callable
+    backward: Callable
+    make_cases: Callable
+    section: str = ""
+    mode: str = "full"
+
+
+def bind(fn, kwargs):
+    """Return ``f(*args)`` calling ``fn(*args, **kwargs)``, with an int ``rng`` made a fresh Generator."""
+    def call(*args):
+        kw = dict(kwargs)
+        if isinstance(kw.get("rng"), (int, np.integer)):
+            kw["rng"] = np.random.default_rng(int(kw["rng"]))
+        return fn(*args, **kw)
+    return call
+
+
+_REGISTRY = None
+
+
+def registry():
+    """Return the registry: an ordered ``dict`` name -> :class:`OpSpec`."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        ops = {}
+        for topic in _TOPICS:
+            try:
+                module = importlib.import_module(f"{__name__}.{topic}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{topic}":
+                    raise
+                continue
+            for spec in module.OPS:
+                if spec.name in ops:
+                    raise RuntimeError(f"op {spec.name!r} is registered twice")
+                ops[spec.name] = spec
+        _REGISTRY = ops
+    return _REGISTRY
+
+
+def get(name):
+    """Return the :class:`OpSpec` called ``name``, or raise a ValueError listing the known ones."""
+    ops = registry()
+    if name not in ops:
+        raise ValueError(f"unknown op {name!r}; registered ops: {', '.join(ops)}")
+    return ops[name]

@@ -1,0 +1,37 @@
+"""Registered ops of the positional-encoding chapter (003 ch. 7): RoPE."""
+import numpy as np
+
+from ..positional import rope_backward, rope_forward, rope_frequencies
+from . import Case, OpSpec
+
+
+def _rope_cases(rng, dtype):
+    def x(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_positions": 16}
+    return [
+        Case((x(5, 8),), {"positions": np.arange(5)}, "x (5, 8), interleaved"),
+        Case((x(5, 8),), {"positions": np.arange(5), "layout": "half"}, "x (5, 8), half"),
+        Case((x(2, 3, 7, 6),), {"positions": np.arange(7), "layout": "half"},
+             "x (2, 3, 7, 6), odd n, half"),
+        Case((x(3, 5, 8),), {"positions": np.arange(11, 16)},
+             "x (3, 5, 8), positions 11..15 (after a cache of 11)"),
+        Case((x(2, 2, 1, 6),), {"positions": np.array([9]), "layout": "half"},
+             "x (2, 2, 1, 6), one cached step at position 9"),
+        Case((x(2, 3, 5, 6),), {"positions": np.array([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]])},
+             "x (2, 3, 5, 6), per-sequence positions (2, 1, 5)"),
+        Case((x(2, 5, 8),), {"positions": np.arange(5), "freqs": rope_frequencies(8, scaling=yarn)},
+             "x (2, 5, 8), YaRN freqs s=4 L=16"),
+        Case((x(4, 6),), {"positions": np.arange(4),
+                          "freqs": rope_frequencies(6, scaling={"type": "ntk", "factor": 2.0}),
+                          "layout": "half"},
+             "x (4, 6), NTK freqs s=2, half"),
+        Case((x(3, 4, 6),), {"positions": np.arange(4) / 2.5, "base": 100.0},
+             "x (3, 4, 6), fractional positions i/2.5, base 100"),
+    ]
+
+
+OPS = [
+    OpSpec("rope", rope_forward, rope_backward, _rope_cases, section="003 §7.3", mode="full"),
+]
