@@ -20,7 +20,7 @@ and the loss is taken on the target tokens and the final ``<eos>`` only:
     ``"rotate"``       ``"3142"`` -> ``"1423"``          (rotate left by one)
     ``"dyck"``         ``"([()"`` -> ``"])"``           (close the open brackets, innermost first)
 
-Related pairs for adaptation (LoRA, 000 on LoRA): a model trained on ``"sort"`` adapts to
+Related pairs for adaptation (LoRA, 000 §2.7): a model trained on ``"sort"`` adapts to
 ``"sort_desc"`` (same output multiset, opposite order), one trained on ``"reverse"`` to
 ``"rotate"`` (both fixed permutations of positions).
 
@@ -435,11 +435,14 @@ def make_preference_pairs(n, *, rng, split="train", chosen="sort", rejected="sor
     tok = CharTokenizer() if tokenizer is None else tokenizer
 
     def draw():
-        while True:
+        for _ in range(10_000):
             p = _draw_digits(rng, min_len, max_len)
             c, r = task_target(chosen, p), task_target(rejected, p)
             if c != r:
                 return p, c, r
+        raise ValueError(f"{where}: {chosen!r} and {rejected!r} give the same answer to every "
+                         f"prompt drawn with min_len={min_len}, max_len={max_len}; expected "
+                         "longer prompts")
 
     items = _draw_split(draw, n, split, test_fraction, unique, where)
     prompts = [p for p, _, _ in items]
