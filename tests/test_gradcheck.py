@@ -542,3 +542,25 @@ def test_report_text_and_reproduce_line():
     res = check_gradients(linear_forward, linear_backward, _linear_inputs(), mode="directional",
                           n_directions=3)
     assert "n_directions=3" in res.reproduce and "seed 0" in str(res)
+
+
+def test_gradient_zero_in_exact_arithmetic_passes_with_no_spurious_error():
+    """A shift added to every score of a softmax row cancels: d(shift) = 0 up to rounding.
+
+    Rounding leaves about 1e-13 in the analytic gradient; that is neither a linearity failure
+    nor a relative error of 1e-5 against rel_error's 1e-8 floor.
+    """
+    from numpytfmr import softmax_forward, softmax_backward
+
+    def forward(s, c):
+        return softmax_forward(s + c[:, None])   # c shifts every score of its row
+
+    def backward(dout, cache):
+        ds = softmax_backward(dout, cache)
+        return ds, ds.sum(axis=-1)          # dc = sum_j dS_j = 0 in exact arithmetic
+
+    rng = np.random.default_rng(0)
+    s, c = rng.standard_normal((5, 7)) * 3.0, rng.standard_normal(5)
+    res = check_gradients(forward, backward, (s, c), names=("s", "c"))
+    assert res.passed, str(res)
+    assert max(res.errors.values()) <= 1e-7, str(res)
