@@ -17,6 +17,10 @@ from .attention import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .mha import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
+from .blocks import *  # noqa: F401,F403
+from .gpt import *  # noqa: F401,F403
+from .encdec import *  # noqa: F401,F403
+from .rnn import *  # noqa: F401,F403
 from .lora import *  # noqa: F401,F403
 from .preference import *  # noqa: F401,F403
 from .optim import *  # noqa: F401,F403

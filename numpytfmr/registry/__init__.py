@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 # Topic files, in the order of the notes; each defines a list ``OPS``.
-_TOPICS = ("core", "attention", "positional", "blocks", "posttraining", "efficient")
+_TOPICS = ("core", "attention", "positional", "recurrent", "posttraining", "efficient")
 
 
 @dataclass(frozen=True)
