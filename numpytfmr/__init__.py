@@ -17,6 +17,7 @@ from .attention import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .mha import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
+from .efficient import *  # noqa: F401,F403
 from .blocks import *  # noqa: F401,F403
 from .gpt import *  # noqa: F401,F403
 from .encdec import *  # noqa: F401,F403

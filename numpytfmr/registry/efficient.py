@@ -1,0 +1,87 @@
+"""Registry entries for memory-efficient attention (efficient.py).
+
+Flash-attention cases use block sizes smaller than the sequence (and not dividing it), so
+the running maximum, the rescaling and the skipped tiles are all exercised. Linear-attention
+inputs are kept at least 0.05 away from 0, the point where phi = elu + 1 changes formula
+(its second derivative jumps there, which would spoil finite differences).
+"""
+import numpy as np
+
+from ..attention import causal_mask, padding_mask
+from ..efficient import (
+    flash_attention_backward, flash_attention_forward,
+    linear_attention_backward, linear_attention_forward, sliding_window_mask,
+)
+from . import Case, OpSpec
+
+
+def _normal(rng, dtype, *shape):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _away_from_zero(rng, dtype, *shape):
+    x = rng.standard_normal(shape)
+    return (np.sign(x) * (0.05 + np.abs(x))).astype(dtype)
+
+
+def _flash_cases(rng, dtype):
+    r = lambda *s: _normal(rng, dtype, *s)  # noqa: E731
+    blocked = causal_mask(5).copy()
+    blocked[2] = False                                   # query 2 may attend to nothing
+    neg_inf_bias = np.where(causal_mask(4), 0.0, -np.inf)
+    neg_inf_bias[1] = -np.inf                            # the notes' M, one row all -inf
+    distance = -0.5 * np.abs(np.arange(5)[:, None] - np.arange(6)[None, :])
+    return [
+        Case((r(2, 7, 5), r(2, 7, 5), r(2, 7, 5)), {"block_size": 3},
+             "plain (2, 7, 5), block 3 (n=7 not divisible)"),
+        Case((r(3, 5), r(5, 5), r(5, 5)), {}, "one tile (default block 128)"),
+        Case((r(2, 6, 5), r(2, 6, 5), r(2, 6, 5)), {"mask": causal_mask(6), "block_size": 4},
+             "causal, block 4"),
+        Case((r(3, 4, 3), r(3, 5, 3), r(3, 5, 2)),
+             {"mask": padding_mask(np.array([5, 0, 2]), 5), "block_size": 2},
+             "padding mask, lengths (5, 0, 2): sequence 1 fully masked"),
+        Case((r(2, 5, 3), r(2, 5, 3), r(2, 5, 3)), {"mask": blocked, "block_size": 2},
+             "causal with a fully masked row"),
+        Case((r(2, 4, 3), r(2, 4, 3), r(2, 4, 2)), {"bias": neg_inf_bias.astype(dtype),
+                                                   "block_size": 3},
+             "-inf bias (notes' M), one row all -inf"),
+        Case((r(5, 4), r(6, 4), r(6, 4)), {"bias": distance.astype(dtype), "block_size": 4},
+             "finite distance bias, n_q=5 != n_k=6"),
+        Case((r(2, 6, 6), r(2, 4, 6), r(2, 4, 3)), {"block_size": 3}, "d_k=6 != d_v=3"),
+        Case((r(2, 2, 4), r(2, 5, 4), r(2, 5, 4)), {"mask": causal_mask(2, 5), "block_size": 2},
+             "n_q=2 != n_k=5, cached-step causal mask"),
+        Case((r(2, 2, 3, 4), r(2, 2, 3, 4), r(2, 2, 3, 4)), {"mask": causal_mask(3),
+                                                             "block_size": 2},
+             "leading axes (2, 2)"),
+        Case((r(2, 2, 3, 4), r(2, 1, 4, 4), r(2, 1, 4, 3)), {"block_size": 3},
+             "K, V broadcast over a head axis"),
+        Case((r(7, 3), r(7, 3), r(7, 3)), {"mask": sliding_window_mask(7, window=2),
+                                           "block_size": 2},
+             "sliding window 2, block 2 (tiles skipped)"),
+        Case((r(3, 7), r(4, 7), r(4, 7)), {"scale": 0.5, "block_size": 3},
+             "scale=0.5 (temperature 2)"),
+    ]
+
+
+def _linear_cases(rng, dtype):
+    r = lambda *s: _away_from_zero(rng, dtype, *s)  # noqa: E731
+    return [
+        Case((r(2, 5, 7), r(2, 5, 7), r(2, 5, 7)), {}, "non-causal (2, 5, 7)"),
+        Case((r(2, 6, 5), r(2, 6, 5), r(2, 6, 3)), {"causal": True}, "causal (2, 6, 5), d_v=3"),
+        Case((r(3, 4), r(5, 4), r(5, 3)), {}, "non-causal n_q=3 != n_k=5"),
+        Case((r(2, 2, 4), r(2, 5, 4), r(2, 5, 4)), {"causal": True},
+             "causal n_q=2 < n_k=5 (queries at the last positions)"),
+        Case((r(2, 2, 3, 4), r(2, 2, 3, 4), r(2, 2, 3, 4)), {"causal": True},
+             "causal, leading axes (2, 2)"),
+        Case((r(2, 2, 3, 4), r(2, 1, 5, 4), r(2, 1, 5, 3)), {},
+             "non-causal, K, V broadcast over a head axis"),
+        Case((r(7, 3), r(7, 3), r(7, 3)), {"causal": True, "eps": 0.1}, "causal n=7, eps=0.1"),
+    ]
+
+
+OPS = [
+    OpSpec("flash_attention", flash_attention_forward, flash_attention_backward, _flash_cases,
+           "001 §2.1 'Memory-Efficient Implementations'"),
+    OpSpec("linear_attention", linear_attention_forward, linear_attention_backward, _linear_cases,
+           "001 §2.1 'Linear Attention'"),
+]
