@@ -95,6 +95,30 @@ def _check_dout(dout, cache, where):
     return dout.astype(cache["dtype"], copy=False)
 
 
+def _qkv(Q, K, V, where):
+    """Validate Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v) (shared by attention_forward and efficient.py).
+
+    Returns Q, K, V in the result dtype, the broadcast batch shape and that dtype.
+    """
+    Q = v.float_array(Q, "Q", where)
+    K = v.float_array(K, "K", where)
+    V = v.float_array(V, "V", where)
+    v.min_ndim(Q, 2, "Q", where, "(..., n_q, d_k)")
+    v.min_ndim(K, 2, "K", where, "(..., n_k, d_k)")
+    v.min_ndim(V, 2, "V", where, "(..., n_k, d_v)")
+    v.same_last_dim(Q, K, "Q", "K", where, "d_k")
+    if V.shape[-2] != K.shape[-2]:
+        raise ValueError(f"{where}: V has shape {V.shape} but K has shape {K.shape}; the "
+                         "second-to-last axes (n_k, one value per key) must match")
+    try:
+        batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    except ValueError:
+        raise ValueError(f"{where}: the leading (batch) axes of Q {Q.shape}, K {K.shape} and "
+                         f"V {V.shape} do not broadcast against each other") from None
+    dt = v.result_dtype(Q, K, V)
+    return (*(a.astype(dt, copy=False) for a in (Q, K, V)), batch, dt)
+
+
 # ---------------------------------------------------------------------------------------
 # Masks
 # ---------------------------------------------------------------------------------------
@@ -164,24 +188,10 @@ def attention_forward(Q, K, V, *, mask=None, bias=None, scale=None):
     (..., n_q, n_k)), "scale", "dtype", "out_shape".
     """
     where = "attention_forward"
-    Q = v.float_array(Q, "Q", where)
-    K = v.float_array(K, "K", where)
-    V = v.float_array(V, "V", where)
-    v.min_ndim(Q, 2, "Q", where, "(..., n_q, d_k)")
-    v.min_ndim(K, 2, "K", where, "(..., n_k, d_k)")
-    v.min_ndim(V, 2, "V", where, "(..., n_k, d_v)")
-    v.same_last_dim(Q, K, "Q", "K", where, "d_k")
-    if V.shape[-2] != K.shape[-2]:
-        raise ValueError(f"{where}: V has shape {V.shape} but K has shape {K.shape}; the "
-                         "second-to-last axes (n_k, one value per key) must match")
-    try:
-        batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
-    except ValueError:
-        raise ValueError(f"{where}: the leading (batch) axes of Q {Q.shape}, K {K.shape} and "
-                         f"V {V.shape} do not broadcast against each other") from None
+    Q, K, V, batch, dt = _qkv(Q, K, V, where)
     scores_shape = batch + (Q.shape[-2], K.shape[-2])
     bias = v.optional_float_array(bias, "bias", where)
-    dt = v.result_dtype(Q, K, V)                  # bias is an option: it takes Q's dtype
+    # bias is an option: it takes the dtype of Q, K, V
     if bias is not None:
         _check_broadcast(bias.shape, "bias", where, scores_shape)
         if np.isnan(bias).any() or np.isposinf(bias).any():
@@ -190,7 +200,6 @@ def attention_forward(Q, K, V, *, mask=None, bias=None, scale=None):
     d_k = Q.shape[-1]
     scale = 1.0 / np.sqrt(d_k) if scale is None else v.number(scale, "scale", where)
     scale = float(scale)  # a Python float never upcasts float32
-    Q, K, V = (a.astype(dt, copy=False) for a in (Q, K, V))
     allowed = _allowed(mask, bias, where, scores_shape)
 
     S = (Q @ np.swapaxes(K, -1, -2)) * scale       # (..., n_q, n_k) scaled scores

@@ -20,7 +20,7 @@ import numbers
 import numpy as np
 
 from . import _validate as v
-from .attention import _check_broadcast, _check_dout, _unbroadcast
+from .attention import _check_broadcast, _check_dout, _qkv, _unbroadcast
 
 __all__ = [
     "flash_attention_forward", "flash_attention_backward",
@@ -32,30 +32,6 @@ __all__ = [
 def _T(x):
     """Swap the last two axes (matrix transpose of every batch item)."""
     return np.swapaxes(x, -1, -2)
-
-
-def _qkv(Q, K, V, where):
-    """Validate Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v) as attention_forward does.
-
-    Returns Q, K, V in the result dtype, the broadcast batch shape and that dtype.
-    """
-    Q = v.float_array(Q, "Q", where)
-    K = v.float_array(K, "K", where)
-    V = v.float_array(V, "V", where)
-    v.min_ndim(Q, 2, "Q", where, "(..., n_q, d_k)")
-    v.min_ndim(K, 2, "K", where, "(..., n_k, d_k)")
-    v.min_ndim(V, 2, "V", where, "(..., n_k, d_v)")
-    v.same_last_dim(Q, K, "Q", "K", where, "d_k")
-    if V.shape[-2] != K.shape[-2]:
-        raise ValueError(f"{where}: V has shape {V.shape} but K has shape {K.shape}; the "
-                         "second-to-last axes (n_k, one value per key) must match")
-    try:
-        batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
-    except ValueError:
-        raise ValueError(f"{where}: the leading (batch) axes of Q {Q.shape}, K {K.shape} and "
-                         f"V {V.shape} do not broadcast against each other") from None
-    dt = v.result_dtype(Q, K, V)
-    return (*(a.astype(dt, copy=False) for a in (Q, K, V)), batch, dt)
 
 
 # ---------------------------------------------------------------------------------------
