@@ -1,0 +1,830 @@
+"""Grading a submission against the reference: the grading process's side.
+
+For every graded op and case, the submission's forward output is compared with the
+reference's, each gradient its backward returns is compared with the reference's (under the
+same random upstream gradient), and -- when the backward is wrong -- the submission's backward
+is checked against finite differences of its own forward with ``check_gradients``, so the
+feedback says whether the forward or the backward is at fault. The submission runs in a
+separate process (see :mod:`.channel`); everything is judged here.
+
+Finite differences of the submission's forward would take thousands of round trips, one per
+perturbed input. :class:`_StudentOp` instead recognises the checker's coordinate sweep (the
+input differs from the base input in one entry, by -2h, -h, h or 2h) and asks the process
+for a whole run of coordinates at once (``sweep``); the outputs are cached by the exact bytes
+of the perturbed input, so the checker sees exactly the values it would have got call by call.
+"""
+from dataclasses import dataclass, field
+import hashlib
+import time
+import zlib
+
+import numpy as np
+
+from ..gradcheck import check_gradients
+from ..registry import bind
+from .cases import (DEFAULTS, contract_names, input_names, items_from_config, load_config,
+                    make_graded_cases, resolve)
+from .channel import ChildFailure, Submission, decode_value, encode_call
+from .compare import (check_value, diagnose_values, matching_variants, nonfinite_sentence,
+                      option_variants, scaling_variants)
+from .mistakes import known_mistakes
+from .notebook import SubmissionError, find_submission, read_submission
+
+__all__ = ["grade", "Report", "TestResult"]
+
+H = 1e-3                       # finite-difference step: check_gradients' default (five-point stencil)
+_REFINED = H * 0.0625          # the checker's refinement step h/16
+_FORWARD_SHARE = 0.4           # of an op's weight; the backward tests share the rest
+_MAX_CRASHES = 3               # process deaths per item before its remaining cases are skipped
+
+
+# --- results -----------------------------------------------------------------------------
+
+@dataclass
+class TestResult:
+    """One Gradescope test: one function on one case."""
+    name: str
+    number: str
+    item: str
+    function: str
+    label: str
+    hidden: bool
+    max_score: float
+    passed: bool = False
+    short: str = "not run"
+    lines: list = field(default_factory=list)
+
+    @property
+    def score(self):
+        return self.max_score if self.passed else 0.0
+
+    def set(self, passed, short, lines=()):
+        self.passed, self.short, self.lines = bool(passed), short, list(lines)
+
+    def output(self):
+        head = "PASS" if self.passed else f"FAIL: {self.short}"
+        return "\n".join([f"{self.function} on case '{self.label}': {head}"] + list(self.lines))
+
+
+@dataclass
+class Report:
+    """The outcome of grading one submission."""
+    submission: str
+    tests: list
+    seed: int
+    hidden_seed: object
+    elapsed: float = 0.0
+    warnings: list = field(default_factory=list)
+    load_error: object = None
+
+    @property
+    def score(self):
+        return round(sum(t.score for t in self.tests), 4)
+
+    @property
+    def max_score(self):
+        return round(sum(t.max_score for t in self.tests), 4)
+
+    @property
+    def passed(self):
+        return bool(self.tests) and all(t.passed for t in self.tests)
+
+    def summary(self):
+        n_ok = sum(t.passed for t in self.tests)
+        return (f"score {self.score:g} / {self.max_score:g} ({n_ok} of {len(self.tests)} tests "
+                f"passed) in {self.elapsed:.1f} s")
+
+    def gradescope(self):
+        """The Gradescope ``results.json`` content (a dict)."""
+        out = [self.summary()]
+        if self.load_error:
+            out.append(self.load_error)
+        out += [f"warning: {w}" for w in self.warnings]
+        return {
+            "score": self.score,
+            "max_score": self.max_score,
+            "execution_time": round(self.elapsed, 2),
+            "output": "\n".join(out),
+            "visibility": "visible",
+            "stdout_visibility": "hidden",
+            "tests": [{"name": t.name, "number": t.number, "score": round(t.score, 6),
+                       "max_score": round(t.max_score, 6),
+                       "status": "passed" if t.passed else "failed",
+                       "output": t.output(),
+                       "visibility": "after_due_date" if t.hidden else "visible"} for t in self.tests],
+            "extra_data": {"submission": self.submission, "seed": self.seed,
+                           "hidden_cases": self.hidden_seed is not None},
+        }
+
+    def table(self, details=True):
+        """A readable report for the terminal."""
+        lines = [f"grading {self.submission} (seed {self.seed}"
+                 + (", with hidden cases" if self.hidden_seed is not None else "") + ")"]
+        if self.load_error:
+            lines.append(self.load_error)
+        lines += [f"warning: {w}" for w in self.warnings]
+        w_fn = max([len("function")] + [len(t.function) for t in self.tests])
+        w_case = min(48, max([len("case")] + [len(t.label) for t in self.tests]))
+        lines.append(f"{'#':>6}  {'function':<{w_fn}}  {'case':<{w_case}}  {'points':>11}  result")
+        for t in self.tests:
+            label = t.label if len(t.label) <= w_case else t.label[:w_case - 3] + "..."
+            pts = f"{t.score:.2f}/{t.max_score:.2f}"
+            res = "PASS" if t.passed else f"FAIL  {t.short}"
+            lines.append(f"{t.number:>6}  {t.function:<{w_fn}}  {label:<{w_case}}  {pts:>11}  {res}")
+        if details:
+            seen = set()
+            # "not implemented" and "not defined" say all there is in the table already
+            failed = [t for t in self.tests if not t.passed and t.lines
+                      and not (len(t.lines) == 1 and t.short in ("not implemented", "not defined"))]
+            if failed:
+                lines += ["", "details of the failures:"]
+            for t in failed:
+                body = "\n".join(t.lines)
+                lines.append("")
+                lines.append(f"[{t.number}] {t.function} on case '{t.label}': {t.short}")
+                if body in seen:
+                    lines.append("  (same as above)")
+                    continue
+                seen.add(body)
+                lines += ["  " + line for line in t.lines]
+        lines += ["", self.summary()]
+        return "\n".join(lines)
+
+
+# --- feedback on failed calls ---------------------------------------------------------------
+
+def describe_error(fn, err, *, memory_mb=None, notebook=False):
+    """(short, lines) for an error report of the submission process."""
+    err = err if isinstance(err, dict) else {}
+    kind = err.get("kind")
+    if kind == "not_defined":
+        return "not defined", [f"{fn} is not defined in the submission"]
+    if kind == "not_implemented":
+        return "not implemented", [f"not implemented: {fn} raises NotImplementedError"]
+    if kind == "protocol":
+        return "grader error", [f"grader error: {err.get('message', '')}"]
+    if kind == "too_large":
+        return "answer too large", [f"{fn}: {err.get('message', '')}"]
+    etype, message = str(err.get("type", "?")), str(err.get("message", ""))
+    if kind == "memory":
+        limit = f" (the memory limit is {memory_mb} MiB)" if memory_mb else ""
+        lines = [f"{fn} ran out of memory{limit}: MemoryError: {message}"]
+        short = "out of memory"
+    else:
+        lines = [f"{fn} raised {etype}: {message}" if message else f"{fn} raised {etype}"]
+        short = f"raised {etype}"
+        if err.get("base"):
+            lines.append(f"  ({etype} is not an Exception: sys.exit(), KeyboardInterrupt or a "
+                         "BaseException subclass -- none of them ends the grading)")
+    frames = err.get("frames")
+    frames = frames if isinstance(frames, list) else []
+    if frames:
+        lines.append("  your code (most recent call last):")
+        for frame in frames:
+            try:
+                filename, lineno, name, text = frame
+            except (TypeError, ValueError):
+                continue
+            lines.append(f"    {filename}, line {lineno}, in {name}")
+            if text:
+                lines.append(f"      {text}")
+    return short, lines
+
+
+def describe_failure(fn, failure, timeout):
+    """(short, lines) for a :class:`ChildFailure` while ``fn`` ran."""
+    if failure.kind == "timeout":
+        return "timed out", [f"timed out: {fn} did not finish within {timeout:g} s (an infinite "
+                             "loop, or far too slow?); its process was killed"]
+    if failure.kind == "died":
+        return "process ended", [f"{fn}: {failure.message}"]
+    return "malformed answer", [f"{fn}: {failure.message}"]
+
+
+class StudentError(Exception):
+    """A call into the submission failed or returned something unusable (for the FD check)."""
+
+    def __init__(self, short, lines):
+        super().__init__("\n".join(lines))
+        self.short, self.lines = short, list(lines)
+
+
+# --- the submission's op, for check_gradients ----------------------------------------------
+
+def _digest(a):
+    if a is None:
+        return b"N"
+    if isinstance(a, np.ndarray):
+        h = hashlib.blake2b(digest_size=16)
+        h.update(a.dtype.str.encode())
+        h.update(repr(a.shape).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+        return h.digest()
+    return repr(a).encode()
+
+
+class _Handle:
+    """Stands for a cache kept in the submission process (or one still to be made)."""
+
+    def __init__(self, cache_id=None, args=None):
+        self.cache_id, self.args = cache_id, args
+
+
+class _StudentOp:
+    """The submission's forward and backward as callables for ``check_gradients``."""
+
+    def __init__(self, grader, fwd, bwd, kwargs, deadline):
+        self.grader, self.fwd, self.bwd, self.kwargs = grader, fwd, bwd, kwargs
+        self.deadline = deadline
+        self.base = None
+        self.base_key = None
+        self.memo = {}
+        self.call_time = 1e-3
+
+    def _call(self, args, keep):
+        ans, arrays = self.grader.request(
+            "call", self.fwd, args, self.kwargs, self.deadline, pair=True, keep=keep)
+        if not ans.get("ok"):
+            short, lines = self.grader.error_text(self.fwd, ans.get("error"))
+            raise StudentError(short, lines)
+        value = decode_value(ans.get("value"), arrays)
+        if ans.get("not_pair"):
+            raise StudentError("not (out, cache)", [f"{self.fwd} returned {value.describe()}; "
+                                                    "expected a pair (out, cache)"])
+        if not value.is_number:
+            raise StudentError("unusable output", [f"{self.fwd} returned {value.describe()} as out"
+                                                   + (f": {value.why}" if value.why else "")])
+        self.call_time = max(float(ans.get("elapsed", 1e-3) or 1e-3), 1e-5)
+        return value.array, ans.get("cache_id")
+
+    def forward(self, *args):
+        key = tuple(_digest(a) for a in args)
+        if self.base is None:
+            self.base = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+            self.base_key = key
+        if key != self.base_key:
+            out = self.memo.get(key)
+            if out is None and self._sweep(args, key):
+                out = self.memo.get(key)
+            if out is not None:
+                return out.copy(), _Handle(args=args)
+        out, cache_id = self._call(args, keep=key == self.base_key)
+        return out, _Handle(cache_id, args)
+
+    def backward(self, dout, cache):
+        if not isinstance(cache, _Handle):
+            raise StudentError("grader error", ["grader error: unknown cache"])
+        if cache.cache_id is None:
+            _, cache.cache_id = self._call(cache.args, keep=True)
+        ans, arrays = self.grader.request("backward", self.bwd, None, None, self.deadline,
+                                          cache_id=cache.cache_id, dout=dout)
+        if not ans.get("ok"):
+            short, lines = self.grader.error_text(self.bwd, ans.get("error"))
+            raise StudentError(short, lines)
+        value = decode_value(ans.get("value"), arrays)
+        return _plain_gradients(value, self.bwd)
+
+    def _sweep(self, args, key):
+        """Fetch a run of single-entry perturbations like ``args`` in one request."""
+        base = self.base
+        if len(args) != len(base):
+            return False
+        changed = [p for p, (a, b) in enumerate(zip(args, base)) if _digest(a) != _digest(b)]
+        if len(changed) != 1:
+            return False
+        p = changed[0]
+        a, b = args[p], base[p]
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
+                and a.dtype == b.dtype == np.float64):
+            return False
+        where = np.flatnonzero(a.reshape(-1) != b.reshape(-1))
+        if where.size != 1:
+            return False
+        j = int(where[0])
+        x_flat = b.reshape(-1)
+        value = a.reshape(-1)[j]
+        step = next((s for s in (H, _REFINED) for k in (-2, -1, 1, 2) if x_flat[j] + k * s == value), None)
+        if step is None:
+            return False
+        left = self.deadline - time.monotonic()
+        budget = max(0.05, min(1.0, 0.5 * left))
+        count = int(np.clip(budget / (4.0 * self.call_time), 1, 512))
+        coords = list(range(j, min(x_flat.size, j + count)))
+        steps = [k * step for k in (-2, -1, 1, 2)]
+        values = np.array([[x_flat[c] + t for t in steps] for c in coords], dtype=np.float64)
+        ans, arrays = self.grader.request("sweep", self.fwd, base, self.kwargs, self.deadline,
+                                          input=p, coords=coords, values=values, budget=budget)
+        n_done = int(ans.get("n_done", 0) or 0) if ans.get("ok") else 0
+        outs = arrays.get("outs")
+        if n_done <= 0 or not isinstance(outs, np.ndarray) or outs.dtype != np.float64 \
+                or outs.shape[0] != n_done or n_done > values.size:
+            return False
+        digests = [_digest(x) for x in base]
+        for n in range(n_done):
+            i, k = divmod(n, len(steps))
+            xp = b.copy()
+            xp.reshape(-1)[coords[i]] = values[i, k]
+            digests[p] = _digest(xp)
+            self.memo[tuple(digests)] = outs[n]
+        return key in self.memo
+
+
+def _grad_name(name):
+    """``dx``, ``dW``; ``d_policy_chosen`` for long names."""
+    return f"d_{name}" if "_" in name or len(name) > 5 else f"d{name}"
+
+
+def _plain_gradients(value, fn):
+    """A backward's answer as check_gradients expects it (arrays, None, tuples)."""
+    def one(v):
+        if v.kind == "none":
+            return None
+        if v.is_number:
+            return v.array
+        raise StudentError("unusable gradient", [f"{fn} returned {v.describe()} as a gradient"
+                                                 + (f": {v.why}" if v.why else "")])
+    if value.kind in ("tuple", "list"):
+        return tuple(one(v) for v in value.items)
+    return one(value)
+
+
+# --- grading one item -----------------------------------------------------------------------------
+
+class _ItemGrader:
+    """Grades one item (an op or a helper) over its cases, in its own submission process."""
+
+    def __init__(self, ctx, item, number, cases):
+        self.ctx, self.item, self.number, self.cases = ctx, item, number, cases
+        self.session = None
+        self.crashes = 0
+        self.skip = None
+        self.tests = []
+        self.seen_options = {}
+        if item.kind == "op":
+            for gc in cases:
+                for k, v in gc.case.kwargs.items():
+                    if isinstance(v, str):
+                        self.seen_options.setdefault(k, set()).add(v)
+
+    # -- the process ---------------------------------------------------------------------
+
+    def _ensure_session(self):
+        if self.session is not None and self.session.alive:
+            return self.session
+        self.session = None
+        spare = self.ctx.pop("spare", None)      # the process that loaded the submission first
+        if spare is not None and spare.alive:
+            self.session = spare
+            return spare
+        session = Submission(self.ctx["chunks"], timeout=self.ctx["timeout"], limits=self.ctx["limits"])
+        if session.load_error:
+            session.close()
+            short, lines = self.error_text("the submission, while loading,", session.load_error)
+            raise StudentError(short, lines)
+        self.session = session
+        return session
+
+    def request(self, op, fn, args, kwargs, deadline, *, dout=None, values=None, **extra):
+        """One request to the submission process; ChildFailure when it does not answer."""
+        session = self._ensure_session()
+        arrays = {}
+        meta = {"op": op, "fn": fn}
+        if args is not None:
+            enc_args, enc_kwargs, arrays = encode_call(args, kwargs)
+            meta["args"], meta["kwargs"] = enc_args, enc_kwargs
+        if dout is not None:
+            arrays["dout"] = np.asarray(dout)
+        if values is not None:
+            arrays["values"] = values
+        meta.update(extra)
+        return session.request(meta, arrays, deadline, f"running {fn}")
+
+    def error_text(self, fn, err):
+        return describe_error(fn, err or {}, memory_mb=self.ctx["memory_mb"])
+
+    def _lost(self, failure, fn, label):
+        """Book-keeping after the process failed to answer while ``fn`` ran."""
+        self.session = None
+        if failure.kind == "timeout":
+            self.skip = (f"not run: {fn} timed out on case '{label}' (limit {self.ctx['timeout']:g} s), "
+                         "so the remaining cases were skipped")
+        else:
+            self.crashes += 1
+            if self.crashes >= _MAX_CRASHES:
+                self.skip = (f"not run: the submission process ended {self.crashes} times while "
+                             f"{self.item.name} was graded, so the remaining cases were skipped")
+
+    # -- tests -------------------------------------------------------------------------------
+
+    def _new_test(self, fn, gc, max_score):
+        k = len(self.tests) + 1
+        t = TestResult(name=f"{fn} [{gc.label}]", number=f"{self.number}.{k}", item=self.item.name,
+                       function=fn, label=gc.label, hidden=gc.hidden, max_score=max_score)
+        self.tests.append(t)
+        return t
+
+    def run(self):
+        item, n = self.item, max(1, len(self.cases))
+        defined = self.ctx["defined"]
+        for gc in self.cases:
+            if item.kind == "op":
+                fwd_t = self._new_test(item.functions[0], gc, item.weight * _FORWARD_SHARE / n)
+                bwd_t = self._new_test(item.functions[1], gc, item.weight * (1 - _FORWARD_SHARE) / n)
+                tests = (fwd_t, bwd_t)
+            else:
+                tests = (self._new_test(item.functions[0], gc, item.weight / n),)
+            if self.ctx["load_error"]:
+                for t in tests:
+                    t.set(False, "submission not loaded", self.ctx["load_error"].splitlines())
+                continue
+            missing = [t for t in tests if t.function not in defined]
+            for t in missing:
+                t.set(False, "not defined", [f"{t.function} is not defined in the submission"])
+            if len(missing) == len(tests):
+                continue
+            if self.skip:
+                for t in tests:
+                    if t not in missing:
+                        t.set(False, "not run", [self.skip])
+                continue
+            try:
+                if item.kind == "op":
+                    self._op_case(gc, *tests)
+                else:
+                    self._helper_case(gc, tests[0])
+            except StudentError as exc:           # the submission could not be loaded again
+                for t in tests:
+                    if t not in missing:
+                        t.set(False, exc.short, exc.lines)
+                self.skip = "not run: " + exc.lines[0]
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        return self.tests
+
+    def _dout(self, out, gc):
+        rng = np.random.default_rng([0x67726164, gc.seed, zlib.crc32(self.item.name.encode()),
+                                     gc.index + 1, int(gc.hidden), 32 if gc.dtype == "float32" else 64])
+        out = np.asarray(out)
+        d = np.asarray(rng.standard_normal(out.shape)).astype(out.dtype)
+        if out.dtype.kind == "f":
+            d = np.where(np.isfinite(out), d, 0).astype(out.dtype)
+        return d
+
+    def _op_case(self, gc, fwd_t, bwd_t):
+        spec, item = self.item.spec, self.item
+        args, kwargs = gc.case.args, gc.case.kwargs
+        fwd, bwd = item.functions
+        names = input_names(spec)[:len(args)]
+        names += [f"input {i}" for i in range(len(names), len(args))]
+        try:
+            ref_out, ref_cache = bind(spec.forward, kwargs)(*args)
+            ref_out = np.asarray(ref_out)
+            dout = self._dout(ref_out, gc)
+            raw = spec.backward(dout.copy(), ref_cache)
+            ref_grads = list(raw) if len(args) > 1 else [raw]
+        except Exception as exc:  # noqa: BLE001 -- a registry problem, not the student's
+            for t in (fwd_t, bwd_t):
+                t.set(False, "grader error", [f"grader error: the reference failed on this case: "
+                                              f"{type(exc).__name__}: {exc}"])
+            return
+        defined = self.ctx["defined"]
+        timeout = self.ctx["timeout"]
+        deadline = time.monotonic() + timeout
+        tol = gc.dtype
+        cache_id, out_ok, fwd_passed = None, False, False
+
+        # --- forward ---------------------------------------------------------------------
+        if fwd in defined:
+            try:
+                ans, arrays = self.request("call", fwd, args, kwargs, deadline, pair=True, keep=True)
+            except ChildFailure as f:
+                fwd_t.set(False, *describe_failure(fwd, f, timeout))
+                self._lost(f, fwd, gc.label)
+                if bwd in defined:
+                    bwd_t.set(False, "not run", [f"not run: {fwd} did not finish on this case (its cache "
+                                                 f"is what {bwd} needs)"])
+                return
+            if not ans.get("ok"):
+                fwd_t.set(False, *self.error_text(fwd, ans.get("error")))
+            else:
+                value = decode_value(ans.get("value"), arrays)
+                if ans.get("not_pair"):
+                    fwd_t.set(False, "not (out, cache)", [
+                        f"{fwd} returned {value.describe()}; expected a pair (out, cache): the output "
+                        f"and whatever {bwd} needs"])
+                else:
+                    cache_id = ans.get("cache_id")
+                    v = check_value(value, ref_out, "out", tol=tol)
+                    out_ok = value.kind == "array" or (value.is_number and ref_out.ndim == 0)
+                    lines = list(v.lines)
+                    if not v.ok and v.short.endswith("wrong values") and tol == "float64":
+                        lines += [f"  diagnosis: {s}" for s in self._forward_diagnoses(gc, v, names)]
+                    flags = [f for f in ans.get("flags", []) if isinstance(f, str)]
+                    lines += flags
+                    fwd_passed = v.ok and not flags
+                    fwd_t.set(fwd_passed, v.short or ("modified its input" if flags else ""), lines)
+
+        # --- backward --------------------------------------------------------------------
+        if bwd not in defined:
+            return
+        if cache_id is None:
+            if self._backward_not_implemented(bwd, dout, deadline, gc):
+                bwd_t.set(False, "not implemented", [f"not implemented: {bwd} raises NotImplementedError"])
+            elif fwd in defined:
+                bwd_t.set(False, "not run", [f"not run: {fwd} did not return (out, cache) on this case, "
+                                             f"and {bwd} needs that cache"])
+            else:
+                bwd_t.set(False, "not run", [f"not run: {fwd} is not defined, and {bwd} needs the cache "
+                                             "it returns"])
+            return
+        try:
+            ans, arrays = self.request("backward", bwd, None, None, deadline, cache_id=cache_id, dout=dout)
+        except ChildFailure as f:
+            bwd_t.set(False, *describe_failure(bwd, f, timeout))
+            self._lost(f, bwd, gc.label)
+            return
+        if not ans.get("ok"):
+            bwd_t.set(False, *self.error_text(bwd, ans.get("error")))
+            return
+        value = decode_value(ans.get("value"), arrays)
+        verdicts, lines, shorts, comparable = self._check_gradients(value, ref_grads, args, names, dout, tol)
+        flags = [f for f in ans.get("flags", []) if isinstance(f, str)]
+        passed = all(verdicts) and not flags and bool(verdicts)
+        lines += flags
+        if not passed and comparable and out_ok and gc.case.check and tol == "float64":
+            lines += self._self_check(gc, names, fwd_passed, deadline)
+        short = "; ".join(dict.fromkeys(shorts)) or ("modified its inputs" if flags else "")
+        bwd_t.set(passed, short, lines)
+
+    def _backward_not_implemented(self, bwd, dout, deadline, gc):
+        """Whether ``bwd`` raises NotImplementedError straight away (called with an empty cache)."""
+        try:
+            ans, _ = self.request("backward", bwd, None, None, deadline, cache_id=0, empty_cache=True,
+                                  dout=dout)
+        except ChildFailure as f:
+            self._lost(f, bwd, gc.label)
+            return False
+        err = ans.get("error")
+        return isinstance(err, dict) and err.get("kind") == "not_implemented"
+
+    def _check_gradients(self, value, ref_grads, args, names, dout, tol):
+        """Compare the gradients a backward returned with the reference's."""
+        n = len(args)
+        bwd = self.item.functions[1]
+        if n == 1:
+            if value.kind in ("tuple", "list"):
+                return [False], [f"{bwd} returned a {value.kind} of {len(value.items)} for an op with one "
+                                 "input; the gradient of a single input is returned bare, not in a "
+                                 "tuple"], ["not a bare gradient"], False
+            items = [value]
+        else:
+            if value.kind not in ("tuple", "list"):
+                return [False], [f"{bwd} returned {value.describe()}; expected a tuple of {n} "
+                                 f"gradients ({', '.join(_grad_name(x) for x in names)}), None for inputs "
+                                 "that take no gradient"], ["not a tuple of gradients"], False
+            if len(value.items) != n:
+                return [False], [f"{bwd} returned {len(value.items)} gradients; expected {n}, one per "
+                                 f"input ({', '.join(_grad_name(x) for x in names)}), None for inputs that "
+                                 "take no gradient"], ["wrong number of gradients"], False
+            items = value.items
+        verdicts, lines, shorts = [], [], []
+        comparable = True
+        for p, (got, exp) in enumerate(zip(items, ref_grads)):
+            a = args[p]
+            if exp is None:
+                if a is None:
+                    reason = f"{names[p]} was passed as None"
+                elif isinstance(a, np.ndarray) and a.dtype.kind != "f":
+                    reason = f"{names[p]} holds integers, which take no gradient"
+                else:
+                    reason = f"{names[p]} takes no gradient (frozen)"
+            else:
+                reason = ""
+            v = check_value(got, None if exp is None else np.asarray(exp), _grad_name(names[p]), tol=tol,
+                            none_reason=reason)
+            verdicts.append(v.ok)
+            if v.ok:
+                continue
+            shorts.append(v.short)
+            lines += v.lines
+            if got.kind == "refused" or got.kind in ("tuple", "list"):
+                comparable = False
+            if v.short.endswith("wrong values") and tol == "float64":
+                sentences = []
+                bad = nonfinite_sentence(v.got, v.expected, args)
+                if bad:
+                    sentences.append(bad)
+                sentences += diagnose_values(v.got, v.expected, dout)
+                lines += [f"  diagnosis: {s}" for s in sentences]
+        return verdicts, lines, shorts, comparable
+
+    def _forward_diagnoses(self, gc, v, names):
+        spec = self.item.spec
+        args, kwargs = gc.case.args, gc.case.kwargs
+        sentences = []
+        bad = nonfinite_sentence(v.got, v.expected, args)
+        if bad:
+            sentences.append(bad)
+        else:
+            sentences += diagnose_values(v.got, v.expected)
+            forward = spec.forward if self.item.kind == "op" else None
+
+            def ref(*a, **kw):
+                return bind(forward, kw)(*a)
+            ndim = next((a.ndim for a in args if isinstance(a, np.ndarray)), None)
+            variants = (known_mistakes(self.item.name, ref, args, kwargs)
+                        + scaling_variants(ref, args, kwargs, names)
+                        + option_variants(ref, args, kwargs, self.seen_options, ndim))
+            sentences += matching_variants(v.got, variants)
+        if not sentences:
+            sentences.append("no simple pattern found (factor, sign, transpose, option, known slip): "
+                             "compare your output with the expected one at the first mismatch")
+        return sentences
+
+    def _self_check(self, gc, names, fwd_passed, deadline):
+        """Check the submission's backward against finite differences of its own forward."""
+        fwd, bwd = self.item.functions
+        head = f"check of {bwd} against finite differences of your own {fwd}"
+        proxy = _StudentOp(self, fwd, bwd, gc.case.kwargs, deadline)
+        try:
+            with np.errstate(all="ignore"):
+                res = check_gradients(proxy.forward, proxy.backward, gc.case.args, h=H, seed=gc.index,
+                                      mode=self.item.spec.mode, names=names)
+        except StudentError as exc:
+            return [f"{head}: could not run --"] + ["  " + line for line in exc.lines]
+        except ChildFailure as f:
+            self.session = None
+            return [f"{head}: could not finish -- {f.message}"]
+        except Exception as exc:  # noqa: BLE001 -- e.g. the output changed shape when perturbed
+            return [f"{head}: could not run -- {type(exc).__name__}: {exc}"]
+        if res.passed:
+            if fwd_passed:
+                return [f"{head}: PASSED -- your backward matches your forward here, though not the "
+                        "reference gradient (see above)"]
+            return [f"{head}: PASSED -- your backward is consistent with your forward, so the mismatch "
+                    f"comes from {fwd}: fix the forward first (its test says how it differs)"]
+        report = [line for line in str(res).splitlines() if not line.startswith("reproduce:")]
+        return ([f"{head}: FAILED -- your backward does not match your forward:"]
+                + ["  " + line for line in report])
+
+    # -- plain functions -------------------------------------------------------------------------
+
+    def _helper_case(self, gc, t):
+        spec = self.item.spec
+        fn = self.item.functions[0]
+        args, kwargs = gc.case.args, gc.case.kwargs
+        try:
+            expected = np.asarray(spec.reference(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001
+            t.set(False, "grader error", [f"grader error: the reference failed on this case: "
+                                          f"{type(exc).__name__}: {exc}"])
+            return
+        deadline = time.monotonic() + self.ctx["timeout"]
+        try:
+            ans, arrays = self.request("call", fn, args, kwargs, deadline, pair=False, keep=False)
+        except ChildFailure as f:
+            t.set(False, *describe_failure(fn, f, self.ctx["timeout"]))
+            self._lost(f, fn, gc.label)
+            return
+        if not ans.get("ok"):
+            t.set(False, *self.error_text(fn, ans.get("error")))
+            return
+        value = decode_value(ans.get("value"), arrays)
+        v = check_value(value, expected, "result", tol="float64")
+        lines = list(v.lines)
+        if not v.ok and v.short.endswith("wrong values") and expected.dtype.kind == "f":
+            bad = nonfinite_sentence(v.got, v.expected, args)
+            sentences = [bad] if bad else diagnose_values(v.got, v.expected)
+            if not bad:
+                names = input_names(spec)[:len(args)]
+                names += [f"input {i}" for i in range(len(names), len(args))]
+
+                def ref(*a, **kw):
+                    return (spec.reference(*a, **kw),)
+                sentences += matching_variants(
+                    v.got, scaling_variants(ref, args, kwargs, names) + option_variants(ref, args, kwargs))
+            lines += [f"  diagnosis: {s}" for s in sentences]
+        flags = [f for f in ans.get("flags", []) if isinstance(f, str)]
+        t.set(v.ok and not flags, v.short or ("modified its input" if flags else ""), lines + flags)
+
+
+# --- the whole submission -----------------------------------------------------------------------
+
+def _settings(config, seed, hidden_seed, timeout, memory_mb):
+    s = dict(DEFAULTS)
+    for key in DEFAULTS:
+        if key in config:
+            s[key] = config[key]
+    for key, value in (("seed", seed), ("hidden_seed", hidden_seed), ("timeout", timeout),
+                       ("memory_mb", memory_mb)):
+        if value is not None:
+            s[key] = value
+    if not isinstance(s["seed"], int) or isinstance(s["seed"], bool) or s["seed"] < 0:
+        raise ValueError(f"seed is {s['seed']!r}; expected a non-negative integer")
+    if s["hidden_seed"] is not None and (not isinstance(s["hidden_seed"], int) or s["hidden_seed"] < 0):
+        raise ValueError(f"hidden_seed is {s['hidden_seed']!r}; expected a non-negative integer or null")
+    if not (isinstance(s["timeout"], (int, float)) and s["timeout"] > 0):
+        raise ValueError(f"timeout is {s['timeout']!r}; expected a positive number of seconds")
+    if not (isinstance(s["memory_mb"], int) and s["memory_mb"] >= 256):
+        raise ValueError(f"memory_mb is {s['memory_mb']!r}; expected an integer >= 256")
+    return s
+
+
+def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, timeout=None,
+          memory_mb=None, log=None):
+    """Grade a submission (.py, .ipynb or a folder holding one); return a :class:`Report`.
+
+    only:   names to grade (ops like "softmax", functions like "softmax_forward" or
+            "causal_mask"); default: the config's functions, else every function of the
+            contract the submission defines
+    config: a grading configuration (path or dict, see :mod:`.cases`)
+    seed / hidden_seed / timeout (seconds per case) / memory_mb override the config.
+    log:    a callable taking progress lines, or None
+    """
+    start = time.monotonic()
+    cfg = load_config(config)
+    s = _settings(cfg, seed, hidden_seed, timeout, memory_mb)
+    configured = {item.name: item for item in items_from_config(cfg)}
+    if only:
+        items, seen = [], set()
+        for name in only:
+            item = resolve(name)
+            if item.name not in seen:
+                seen.add(item.name)
+                items.append(configured.get(item.name, item))   # the config's weight and cases
+    elif configured:
+        items = list(configured.values())
+    else:
+        items = None
+
+    label = str(submission)
+    chunks, load_error, defined, warnings = None, None, set(), []
+    try:
+        path = find_submission(submission, cfg.get("assignment"))
+        label = path
+        chunks = read_submission(path)
+    except SubmissionError as exc:
+        load_error = f"the submission could not be read: {exc}"
+    # CPU seconds of one process (it serves one item); the wall-clock limit per case is the
+    # real bound, this one catches what escapes it (e.g. threads).
+    limits = {"cpu_seconds": int(float(s["timeout"]) * 40) + 5,
+              "memory_bytes": int(s["memory_mb"]) << 20, "file_bytes": 16 << 20}
+    probe = None
+    if chunks is not None:
+        try:
+            probe = Submission(chunks, timeout=float(s["timeout"]), limits=limits)
+            defined = set(probe.defined)
+            warnings = [_cell_warning(w) for w in probe.warnings]
+            if probe.load_error:
+                short, lines = describe_error("the submission, while loading,", probe.load_error,
+                                              memory_mb=s["memory_mb"])
+                load_error = "\n".join(["the submission could not be loaded:"] + lines)
+                probe.close()
+                probe = None
+        except ChildFailure as f:
+            if f.kind == "timeout":
+                load_error = (f"the submission could not be loaded: it did not finish loading within "
+                              f"{s['timeout']:g} s (an infinite loop or long computation at import?); "
+                              "its process was killed")
+            else:
+                load_error = f"the submission could not be loaded: {f.message}"
+    if items is None:
+        known = contract_names()
+        order = {name: i for i, name in enumerate(known)}
+        names = sorted({known[n] for n in defined if n in known},
+                       key=lambda n: order.get(f"{n}_forward", order.get(n, 0)))
+        items = [resolve(n) for n in names]
+
+    tests = []
+    if not items:
+        t = TestResult(name="submission", number="1", item="", function="submission", label="-",
+                       hidden=False, max_score=0.0)
+        t.set(False, "nothing to grade", [load_error or
+                                          "no function of the contract was found in the submission "
+                                          "(name them as in the assignment, e.g. softmax_forward)"])
+        tests.append(t)
+    ctx = {"chunks": chunks, "defined": defined, "timeout": float(s["timeout"]), "limits": limits,
+           "memory_mb": s["memory_mb"], "load_error": load_error, "spare": probe}
+    try:
+        for k, item in enumerate(items, start=1):
+            cases = make_graded_cases(item, seed=s["seed"], hidden_seed=s["hidden_seed"],
+                                      float32_case=bool(s["float32_case"]))
+            grader = _ItemGrader(ctx, item, k, cases)
+            item_tests = grader.run()
+            tests += item_tests
+            if log is not None:
+                ok = sum(t.passed for t in item_tests)
+                log(f"{item.name}: {ok} of {len(item_tests)} tests passed")
+    finally:
+        if ctx.get("spare") is not None:
+            ctx["spare"].close()
+    return Report(submission=label, tests=tests, seed=s["seed"], hidden_seed=s["hidden_seed"],
+                  elapsed=time.monotonic() - start, warnings=warnings, load_error=load_error)
+
+
+def _cell_warning(w):
+    if not isinstance(w, dict):
+        return str(w)
+    short, lines = describe_error(str(w.get("where", "a cell")), w)
+    return " ".join(line.strip() for line in lines[:1]) + " (the next cells still ran)"

@@ -1,0 +1,475 @@
+"""The autograder: ``numpytfmr grade`` and ``numpytfmr make-assignment``.
+
+Submissions used here (tests/grading_fixtures/):
+- correct.py: an independent, correct implementation of twelve forward/backward pairs and
+  causal_mask; it must score full marks.
+- bugs/*.py: one planted bug each, appended to correct.py (a later def replaces the earlier).
+- hostile/*.py: submissions that try to hang, exit, exhaust memory, monkeypatch, forge
+  results, return look-alike objects or import the reference.
+"""
+import ast
+import inspect
+import json
+import stat
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from numpytfmr.cli import main
+from numpytfmr.grading import grade, make_assignment
+from numpytfmr.grading.channel import Returned, decode_value
+from numpytfmr.grading.compare import check_value, diagnose_bool
+from numpytfmr.grading.notebook import SubmissionError, notebook_to_chunks, read_submission
+from numpytfmr.grading.skeleton import function_skeleton
+
+FIXTURES = Path(__file__).parent / "grading_fixtures"
+CORRECT = FIXTURES / "correct.py"
+PAIRS = ("linear", "relu", "gelu", "softmax", "log_softmax", "cross_entropy", "layernorm",
+         "rmsnorm", "embedding", "attention", "lora_linear", "dpo_loss")
+
+
+def _submission(tmp_path, *parts, name="homework.py", replace=None):
+    """Write the concatenation of fixture files (correct.py first, then overrides)."""
+    text = "\n\n".join((FIXTURES / p).read_text() for p in parts)
+    for old, new in (replace or {}).items():
+        text = text.replace(old, new)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _tests(report, function):
+    return [t for t in report.tests if t.function == function]
+
+
+def _by_label(report, function, label):
+    matches = [t for t in _tests(report, function) if t.label == label]
+    assert matches, f"no test {function} [{label}] in {[t.name for t in report.tests]}"
+    return matches[0]
+
+
+# --- a correct submission, and the skeleton -------------------------------------------------
+
+def test_correct_independent_submission_scores_full_marks_quickly(tmp_path):
+    start = time.perf_counter()
+    report = grade(CORRECT, hidden_seed=123)
+    seconds = time.perf_counter() - start
+    graded = {t.item for t in report.tests}
+    assert set(PAIRS) | {"causal_mask"} <= graded
+    failed = [t.output() for t in report.tests if not t.passed]
+    assert not failed, "\n\n".join(failed[:5])
+    assert report.passed and report.score == report.max_score > 0
+    assert seconds < 60, f"grading twelve pairs took {seconds:.1f} s"
+    # hidden cases exist and are marked for after the due date
+    results = report.gradescope()
+    hidden = [t for t in results["tests"] if t["visibility"] == "after_due_date"]
+    assert hidden and all("hidden:" in t["name"] for t in hidden)
+
+
+def test_skeleton_scores_zero_with_not_implemented_everywhere(tmp_path):
+    names = ["softmax", "layernorm", "attention", "lora_linear", "dpo_loss", "causal_mask"]
+    paths = make_assignment(names, tmp_path / "hw", hidden_seed=11)
+    for key, only in (("skeleton", None), ("notebook", ["softmax", "causal_mask"])):
+        report = grade(paths[key], config=paths["config"], only=only)
+        assert report.score == 0 and report.max_score == pytest.approx(10.0 * len(only or names))
+        assert {t.item for t in report.tests} == set(only or names)
+        shorts = {t.short for t in report.tests}
+        assert shorts == {"not implemented"}, shorts
+        assert all(t.lines == [f"not implemented: {t.function} raises NotImplementedError"]
+                   for t in report.tests)
+
+
+def test_make_assignment_writes_skeleton_notebook_config_and_gradescope_pair(tmp_path):
+    import numpytfmr
+
+    out = tmp_path / "a1"
+    assert main(["make-assignment", "attention", "softmax", "causal_mask", "-o", str(out),
+                 "--hidden-seed", "99", "--weight", "attention=20", "--name", "hw1"]) == 0
+    source = (out / "hw1.py").read_text()
+    tree = ast.parse(source)
+    funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    assert list(funcs) == ["attention_forward", "attention_backward", "softmax_forward",
+                           "softmax_backward", "causal_mask"]
+    for name, node in funcs.items():
+        ref = getattr(numpytfmr, name)
+        # signature and docstring kept, body replaced
+        assert ast.get_docstring(node) == inspect.getdoc(ref)
+        assert ast.unparse(node.args) == ast.unparse(ast.parse(inspect.getsource(ref)).body[0].args)
+        assert isinstance(node.body[-1], ast.Raise) and "NotImplementedError" in ast.unparse(node.body[-1])
+        assert len(node.body) == 2
+    assert "1/sqrt(d_k)" in source and "(..., n_q, d_k)" in source   # equations and shapes kept
+    assert "np.swapaxes" not in source                               # no solution left
+
+    nb = json.loads((out / "hw1.ipynb").read_text())
+    assert nb["nbformat"] == 4
+    try:
+        import nbformat
+    except ImportError:
+        pass
+    else:
+        nbformat.validate(nbformat.from_dict(nb))
+    solution_cells = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("solution")]
+    assert [c["metadata"]["nbgrader"]["grade_id"] for c in solution_cells] == ["attention", "softmax",
+                                                                               "causal_mask"]
+    config = json.loads((out / "autograder" / "grading.json").read_text())
+    assert config["hidden_seed"] == 99 and config["assignment"] == "hw1"
+    assert {f["name"]: f["weight"] for f in config["functions"]} == {"attention": 20.0, "softmax": 10.0,
+                                                                     "causal_mask": 10.0}
+    for script in ("setup.sh", "run_autograder"):
+        path = out / "autograder" / script
+        assert path.stat().st_mode & stat.S_IXUSR
+        assert path.read_text().startswith("#!/usr/bin/env bash")
+    run = (out / "autograder" / "run_autograder").read_text()
+    assert "numpytfmr grade /autograder/submission" in run and "results.json" in run
+    assert (out / "autograder" / "numpytfmr" / "grading" / "child.py").is_file()
+    # grading a folder with the config finds hw1.py by the assignment's name
+    report = grade(out, config=out / "autograder" / "grading.json", only=["causal_mask"])
+    assert report.submission.endswith("hw1.py") and report.score == 0
+
+
+def test_solution_markers_keep_the_scaffolding(tmp_path):
+    module = tmp_path / "ref_with_markers.py"
+    module.write_text('''
+def scaled_sum(x, *, c=2.0):
+    """Return c * sum(x)."""
+    x = list(x)            # scaffolding kept
+    ### BEGIN SOLUTION
+    total = c * sum(x)
+    ### END SOLUTION
+    return total
+''')
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ref_with_markers", module)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = function_skeleton(mod.scaled_sum)
+    assert "x = list(x)" in text and "return total" in text
+    assert "c * sum(x)" not in text.split('"""')[2]
+    assert "raise NotImplementedError" in text
+    compile(text, "skeleton", "exec")
+
+
+# --- planted bugs ---------------------------------------------------------------------------
+
+def _grade_bug(tmp_path, bug, name, cases=None, float32=False):
+    path = _submission(tmp_path, "correct.py", f"bugs/{bug}.py")
+    config = {"float32_case": float32,
+              "functions": [{"name": name, "cases": cases if cases is not None else "all"}]}
+    return grade(path, config=config)
+
+
+def test_softmax_without_max_subtraction_fails_only_on_large_logits(tmp_path):
+    report = _grade_bug(tmp_path, "softmax_no_max", "softmax")
+    failed = {t.name for t in report.tests if not t.passed}
+    assert failed == {"softmax_forward [logits of +-1e4]", "softmax_backward [logits of +-1e4]"}
+    out = _by_label(report, "softmax_forward", "logits of +-1e4").output()
+    assert "NaN or inf where the expected value is finite" in out
+    assert "subtract the maximum" in out and "first mismatch at index (0, 0): got nan" in out
+
+
+def test_layernorm_with_unbiased_variance_is_named(tmp_path):
+    report = _grade_bug(tmp_path, "layernorm_unbiased", "layernorm", cases=[0, 1])
+    for t in _tests(report, "layernorm_forward"):
+        assert not t.passed
+        assert "divided by n - 1 (the unbiased estimate" in t.output()
+        assert "max abs error" in t.output() and "first mismatch at index" in t.output()
+
+
+def test_attention_without_scale_is_a_constant_factor_and_blamed_on_the_forward(tmp_path):
+    report = _grade_bug(tmp_path, "attention_no_scale", "attention", cases=[0, 10])
+    plain = _by_label(report, "attention_forward", "plain (2, 3, 7)")
+    assert not plain.passed
+    assert "a constant factor" in plain.output() and "1/sqrt(d_k)" in plain.output()
+    assert "Q multiplied by sqrt(7)" in plain.output()
+    back = _by_label(report, "attention_backward", "plain (2, 3, 7)")
+    assert not back.passed
+    assert "PASSED -- your backward is consistent with your forward" in back.output()
+    # an explicit scale is honoured by the buggy code, so that case passes
+    assert all(t.passed for t in report.tests if t.label.startswith("scale=0.5"))
+
+
+def test_attention_backward_with_transposed_dK(tmp_path):
+    report = _grade_bug(tmp_path, "attention_dk_transposed", "attention", cases=[0, 5])
+    assert all(t.passed for t in _tests(report, "attention_forward"))
+    plain = _by_label(report, "attention_backward", "plain (2, 3, 7)")
+    assert not plain.passed and "dK: shape (2, 7, 3); expected (2, 3, 7)" in plain.output()
+    assert "transposed" in plain.output()
+    assert "your backward does not match your forward" in plain.output()
+    # K (5, 5) is square: the shape is right, and the values are diagnosed as transposed
+    square = _by_label(report, "attention_backward", "finite distance bias")
+    assert not square.passed and "dK" in square.short
+    assert "transposed" in square.output()
+
+
+def test_causal_mask_off_by_one(tmp_path):
+    report = _grade_bug(tmp_path, "causal_off_by_one", "causal_mask")
+    assert report.tests and not any(t.passed for t in report.tests)
+    for t in report.tests:
+        assert "off by one" in t.output() and "along the last axis" in t.output()
+    assert "got False, expected True" in report.tests[0].output()
+
+
+def test_lora_scaled_by_alpha_instead_of_alpha_over_r(tmp_path):
+    report = _grade_bug(tmp_path, "lora_alpha", "lora_linear", cases=[0, 3])
+    r3 = _by_label(report, "lora_linear_forward", "x (2, 3, 7), r 3, bias")
+    assert not r3.passed and "scaled by alpha instead of alpha/r" in r3.output()
+    back = _by_label(report, "lora_linear_backward", "x (2, 3, 7), r 3, bias")
+    assert not back.passed and "your backward is consistent with your forward" in back.output()
+    # with r = 1 the bug is invisible
+    assert all(t.passed for t in report.tests if t.label.startswith("x (7,), r 1"))
+
+
+def test_dpo_loss_with_flipped_sign(tmp_path):
+    report = _grade_bug(tmp_path, "dpo_sign", "dpo_loss", cases=[0, 2])
+    for t in report.tests:
+        assert not t.passed
+    fwd = _by_label(report, "dpo_loss_forward", "sigmoid, 6 pairs, beta 0.1").output()
+    assert "the sign of the loss is flipped" in fwd
+    bwd = _by_label(report, "dpo_loss_backward", "sigmoid, 6 pairs, beta 0.1").output()
+    assert "wrong sign" in bwd and "d_policy_chosen" in bwd
+
+
+def test_wrong_dtype_and_in_place_changes_are_reported(tmp_path):
+    report = _grade_bug(tmp_path, "softmax_float64", "softmax", cases=[0], float32=True)
+    f32 = _by_label(report, "softmax_forward", "float32: x (2, 3, 7), last axis")
+    assert not f32.passed and "dtype float64; expected float32" in f32.output()
+    assert _by_label(report, "softmax_forward", "x (2, 3, 7), last axis").passed
+    report = _grade_bug(tmp_path, "relu_in_place", "relu", cases=[0])
+    t = _by_label(report, "relu_forward", "x (2, 3, 7)")
+    assert not t.passed and "changed its input x in place" in t.output()
+
+
+def test_backward_wrong_by_a_factor_is_checked_against_the_submissions_forward(tmp_path):
+    path = tmp_path / "factor.py"
+    path.write_text(CORRECT.read_text() + '''
+
+_ok_attention_backward = attention_backward
+
+
+def attention_backward(dout, cache):
+    dQ, dK, dV = _ok_attention_backward(dout, cache)
+    return 2 * dQ, dK, dV
+''')
+    report = grade(path, config={"float32_case": False,
+                                 "functions": [{"name": "attention", "cases": [1]}]})
+    out = _by_label(report, "attention_backward", "causal mask").output()
+    assert "yours = 2 x expected" in out
+    assert "FAILED -- your backward does not match your forward" in out
+    # finite differences of the submission's forward: dQ off by 2, dK and dV right
+    assert "Q: analytic = 2 x numeric" in out
+    lines = {line.split()[0]: line for line in out.splitlines()
+             if line.strip().startswith(("K ", "V ")) and "(2, 4, 5)" in line}
+    assert lines and all(line.rstrip().endswith("PASS") for line in lines.values())
+
+
+# --- hostile submissions ---------------------------------------------------------------------
+
+def _hostile(tmp_path, name, only, timeout=3.0, standalone=False, **kw):
+    parts = (f"hostile/{name}.py",) if standalone else ("correct.py", f"hostile/{name}.py")
+    path = _submission(tmp_path, *parts, **kw)
+    return grade(path, only=only, timeout=timeout,
+                 config={"float32_case": False})
+
+
+@pytest.mark.parametrize("name, message", [
+    ("loop_at_import", "did not finish loading within 1 s"),
+    ("exit_at_import", "exited with status 0"),
+    ("sys_exit_at_import", "raised SystemExit: 0"),
+    ("import_reference", "import of 'numpytfmr' is not allowed in a graded submission"),
+])
+def test_hostile_at_load_time_fails_every_test_with_a_clear_message(tmp_path, name, message):
+    start = time.perf_counter()
+    report = _hostile(tmp_path, name, ["softmax"], timeout=1.0, standalone=True)
+    assert time.perf_counter() - start < 15
+    assert report.tests and not any(t.passed for t in report.tests)
+    assert message in report.load_error
+    assert all(message in t.output() for t in report.tests)
+
+
+def test_infinite_loop_in_a_function_times_out_and_the_rest_is_graded(tmp_path):
+    start = time.perf_counter()
+    report = _hostile(tmp_path, "loop_in_function", ["relu", "softmax"], timeout=1.0)
+    assert time.perf_counter() - start < 20
+    relu = _tests(report, "relu_forward")
+    assert "timed out: relu_forward did not finish within 1 s" in relu[0].output()
+    assert all("not run" in t.output() for t in relu[1:])
+    assert all(t.passed for t in report.tests if t.item == "softmax")
+
+
+def test_sys_exit_and_os_exit_inside_functions(tmp_path):
+    report = _hostile(tmp_path, "exits_in_functions", ["softmax", "relu", "log_softmax"])
+    fwd = _tests(report, "softmax_forward")
+    assert fwd and all("raised SystemExit: 0" in t.output() for t in fwd)
+    relu = _tests(report, "relu_forward")
+    assert "exited with status 0" in relu[0].output()
+    assert not any(t.passed for t in relu)
+    assert all(t.passed for t in report.tests if t.item == "log_softmax")
+
+
+def test_huge_allocations_fail_with_a_memory_message(tmp_path):
+    report = _hostile(tmp_path, "huge_allocation", ["softmax", "relu", "linear"])
+    for fn in ("softmax_forward", "relu_forward"):
+        t = _tests(report, fn)[0]
+        assert not t.passed and "ran out of memory" in t.output() and "MemoryError" in t.output()
+    assert all(t.passed for t in report.tests if t.item == "linear")
+
+
+def test_base_exceptions_are_caught(tmp_path):
+    report = _hostile(tmp_path, "base_exception", ["softmax", "relu", "gelu"])
+    assert "raised Escape: caught by nobody" in _tests(report, "softmax_forward")[0].output()
+    assert "raised KeyboardInterrupt" in _tests(report, "relu_forward")[0].output()
+    assert all(t.passed for t in report.tests if t.item == "gelu")
+
+
+def test_monkeypatching_numpy_and_builtins_does_not_help(tmp_path):
+    report = _hostile(tmp_path, "monkeypatch", ["softmax", "relu", "layernorm"])
+    fwd = _by_label(report, "softmax_forward", "x (2, 3, 7), last axis")
+    assert not fwd.passed and "42 of 42 entries differ" in fwd.output()
+    assert all(t.passed for t in report.tests if t.item in ("relu", "layernorm"))
+
+
+def test_forged_results_json_is_replaced(tmp_path):
+    target = tmp_path / "results" / "results.json"
+    target.parent.mkdir()
+    path = _submission(tmp_path, "correct.py", "hostile/forge_results.py",
+                       replace={"FORGED_PATH": str(target)})
+    assert main(["grade", str(path), "--only", "relu", "--json", str(target), "--brief"]) == 1
+    results = json.loads(target.read_text())
+    assert results["score"] == 0 and results["max_score"] == pytest.approx(10.0)
+    assert all(t["status"] == "failed" and "FORGED" not in t["output"] for t in results["tests"])
+    assert {t["name"].split(" ")[0] for t in results["tests"]} == {"relu_forward", "relu_backward"}
+
+
+def test_lookalike_results_are_refused(tmp_path):
+    report = _hostile(tmp_path, "bad_returns", ["softmax", "relu", "log_softmax", "linear", "gelu"])
+    expect = {
+        "softmax_forward": "returned an object of type AlwaysEqual; expected np.ndarray",
+        "relu_forward": "SneakyArray (a subclass of np.ndarray); expected a plain np.ndarray",
+        "log_softmax_forward": "returned a list; expected an np.ndarray of shape",
+        "linear_forward": "returned np.matrix; expected np.ndarray",
+        "gelu_forward": "returned an array of dtype object",
+    }
+    for fn, message in expect.items():
+        tests = _tests(report, fn)
+        assert tests and all(not t.passed and message in t.output() for t in tests), fn
+
+
+def test_imports_of_the_reference_or_torch_inside_functions(tmp_path):
+    report = _hostile(tmp_path, "import_inside", ["softmax", "relu", "rmsnorm"])
+    assert "import of 'numpytfmr' is not allowed" in _tests(report, "softmax_forward")[0].output()
+    assert "import of 'torch' is not allowed" in _tests(report, "relu_forward")[0].output()
+    assert all(not t.passed for t in report.tests if t.item in ("softmax", "relu"))
+    assert all(t.passed for t in report.tests if t.item == "rmsnorm")
+
+
+def test_garbage_on_the_answer_channel_is_a_failure(tmp_path):
+    report = _hostile(tmp_path, "channel_garbage", ["relu", "softmax"])
+    relu = _tests(report, "relu_forward")
+    assert not any(t.passed for t in relu)
+    assert "malformed" in relu[0].output()
+    assert all(t.passed for t in report.tests if t.item == "softmax")
+
+
+# --- pieces ------------------------------------------------------------------------------------
+
+def test_parent_revalidates_what_the_child_claims():
+    arrays = {"r": np.zeros((2, 3)), "s": np.zeros((2,))}
+    assert decode_value({"kind": "array", "key": "missing"}, arrays).kind == "refused"
+    assert decode_value({"kind": "scalar", "key": "s"}, arrays).kind == "refused"   # not 0-d
+    assert decode_value({"kind": "pickle", "key": "r"}, arrays).kind == "refused"
+    assert decode_value(["not", "a", "dict"], arrays).kind == "refused"
+    ok = decode_value({"kind": "tuple", "items": [{"kind": "array", "key": "r"}, {"kind": "none"}]}, arrays)
+    assert ok.kind == "tuple" and ok.items[0].array.shape == (2, 3) and ok.items[1].kind == "none"
+    # a verdict is computed here: a wrong value fails however it is described
+    v = check_value(Returned("array", array=np.ones((2, 3))), np.zeros((2, 3)), "out")
+    assert not v.ok and "6 of 6 entries differ" in v.lines[0]
+
+
+def test_bool_diagnoses():
+    expected = np.tril(np.ones((4, 4), bool))
+    assert "logical NOT" in diagnose_bool(~expected, expected)[0]
+    assert any("off by one" in s for s in diagnose_bool(np.tril(np.ones((4, 4), bool), -1), expected))
+
+
+def test_notebook_cells_magics_and_failing_cells(tmp_path):
+    nb = {"nbformat": 4, "cells": [
+        {"cell_type": "markdown", "source": ["# homework"]},
+        {"cell_type": "code",
+         "source": ["!pip install numpy\n", "%matplotlib inline\n", "import numpy as np\n"]},
+        {"cell_type": "code", "source": "%%bash\necho hi\n"},
+        {"cell_type": "code", "source": "files = !ls\nfor i in range(2):\n    !echo $i\n"},
+        {"cell_type": "code", "source": "print(undefined_name)\n"},
+        {"cell_type": "code", "source": CORRECT.read_text()},
+    ]}
+    chunks = notebook_to_chunks(json.dumps(nb), "hw.ipynb")
+    assert [c["filename"] for c in chunks] == ["hw.ipynb [cell 2]", "hw.ipynb [cell 4]",
+                                               "hw.ipynb [cell 5]", "hw.ipynb [cell 6]"]
+    assert "!pip" not in chunks[0]["source"] and "import numpy as np" in chunks[0]["source"]
+    compile(chunks[1]["source"], "cell", "exec")     # the shell line in the loop became `pass`
+    path = tmp_path / "hw.ipynb"
+    path.write_text(json.dumps(nb))
+    report = grade(path, only=["softmax"])
+    assert report.passed
+    assert any("hw.ipynb [cell 5] raised NameError" in w for w in report.warnings)
+    with pytest.raises(SubmissionError, match="not a valid notebook"):
+        notebook_to_chunks("{", "x.ipynb")
+    with pytest.raises(SubmissionError, match="expected a .py file"):
+        (tmp_path / "hw.txt").write_text("x = 1")
+        read_submission(tmp_path / "hw.txt")
+
+
+def test_cli_exit_status_and_unknown_names(tmp_path, capsys):
+    assert main(["grade", str(CORRECT), "--only", "relu", "--brief"]) == 0
+    out = capsys.readouterr().out
+    assert "relu_forward" in out and "score 10 / 10" in out
+    path = _submission(tmp_path, "correct.py", "bugs/causal_off_by_one.py")
+    assert main(["grade", str(path), "--only", "causal_mask"]) == 1
+    assert main(["grade", str(CORRECT), "--only", "no_such_op"]) == 2
+    assert "unknown function 'no_such_op'" in capsys.readouterr().err
+    missing = tmp_path / "results.json"
+    assert main(["grade", str(tmp_path / "nothing.py"), "--only", "relu", "--json", str(missing)]) == 1
+    results = json.loads(missing.read_text())
+    assert results["score"] == 0 and "could not be read" in results["tests"][0]["output"]
+
+
+def test_missing_functions_fail_only_their_own_tests(tmp_path):
+    path = tmp_path / "partial.py"
+    path.write_text("import numpy as np\n\n\ndef relu_forward(x):\n"
+                    "    return np.maximum(x, 0), {'pos': x > 0}\n")
+    report = grade(path, only=["relu", "softmax"], config={"float32_case": False})
+    assert all(t.passed for t in _tests(report, "relu_forward"))
+    for fn in ("relu_backward", "softmax_forward", "softmax_backward"):
+        tests = _tests(report, fn)
+        assert tests and all(t.short == "not defined" and not t.passed for t in tests)
+        assert f"{fn} is not defined in the submission" in tests[0].output()
+    # without --only, only what the submission defines is graded
+    assert {t.item for t in grade(path).tests} == {"relu"}
+
+
+def test_gradescope_run_autograder_end_to_end(tmp_path):
+    import shutil
+    import subprocess
+
+    paths = make_assignment(["relu", "causal_mask"], tmp_path / "hw", hidden_seed=5)
+    root = tmp_path / "gs"
+    shutil.copytree(tmp_path / "hw" / "autograder", root / "source")
+    (root / "submission").mkdir()
+    shutil.copy(_submission(tmp_path, "correct.py", "bugs/causal_off_by_one.py"),
+                root / "submission" / "homework.py")
+    run = root / "source" / "run_autograder"
+    run.write_text(run.read_text().replace("/autograder", str(root)))
+    (root / "results").mkdir()
+    (root / "results" / "results.json").write_text('{"score": 1000}')   # left over: removed first
+    proc = subprocess.run(["bash", str(run)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["max_score"] == pytest.approx(20.0) and results["score"] == pytest.approx(10.0)
+    status = {t["name"]: t["status"] for t in results["tests"]}
+    assert all(s == "passed" for n, s in status.items() if n.startswith("relu"))
+    assert all(s == "failed" for n, s in status.items() if n.startswith("causal_mask"))
+    assert {t["visibility"] for t in results["tests"]} == {"visible", "after_due_date"}
+    assert set(results["tests"][0]) == {"name", "number", "score", "max_score", "status", "output",
+                                        "visibility"}
+    assert paths["config"].endswith("grading.json")
