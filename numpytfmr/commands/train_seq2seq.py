@@ -1,0 +1,131 @@
+"""``numpytfmr train-seq2seq``: train an encoder-decoder on the toy English -> French task,
+evaluate it on held-out sentences, and print the attention alignment of one translation
+(a table like the notes' Je/suis/en example, 003 §5.1).
+
+    numpytfmr train-seq2seq                      # the transformer, about a minute
+    numpytfmr train-seq2seq --model rnn          # GRU encoder-decoder with Bahdanau attention
+    numpytfmr train-seq2seq --sentence "the black cat sees a red car"
+"""
+import argparse
+
+from .train import (TRAIN_DEFAULTS, add_training_options, check_counts, finish, logger, out_dir,
+                    resume_hint, settings_from_args)
+
+SEQ2SEQ_TRAIN_DEFAULTS = dict(TRAIN_DEFAULTS, steps=500, eval_every=100)
+MODELS = {"transformer": "encdec", "rnn": "rnn"}
+# command-line option -> config field, per model (the others do not apply to that model)
+TRANSFORMER_OPTIONS = {"d_model": "d_model", "n_layers": ("n_enc_layers", "n_dec_layers"),
+                       "n_heads": "n_heads", "positional": "positional", "norm": "norm"}
+RNN_OPTIONS = {"d_hidden": "d_hidden", "d_emb": "d_emb", "bidirectional": "bidirectional"}
+
+
+def _model_changes(args, kind):
+    """Config fields given on the command line, checked against the chosen model."""
+    mine, other = ((TRANSFORMER_OPTIONS, RNN_OPTIONS) if kind == "encdec"
+                   else (RNN_OPTIONS, TRANSFORMER_OPTIONS))
+    for opt in other:
+        if getattr(args, opt) is not None:
+            model = "transformer" if kind == "rnn" else "rnn"
+            raise ValueError(f"--{opt.replace('_', '-')} applies to --model "
+                             f"{model} only")
+    fields = {}
+    for opt, field in mine.items():
+        value = getattr(args, opt)
+        if value is None:
+            continue
+        for f in (field if isinstance(field, tuple) else (field,)):
+            fields[f] = value
+    return fields
+
+
+def cmd_train_seq2seq(args):
+    from numpytfmr.training import blas_threads
+    check_counts(args, ("steps", "batch_size", "eval_every", "threads", "n_test", "d_model",
+                        "n_layers", "n_heads", "d_hidden", "d_emb"))
+    with blas_threads(args.threads), resume_hint(args, "train-seq2seq"):
+        return _train_seq2seq(args)
+
+
+def _train_seq2seq(args):
+    from numpytfmr.data import translation_tokenizers
+    from numpytfmr.training import (alignment_table, replace_config, seq2seq_model, train_seq2seq,
+                                    translate)
+    src_tok, tgt_tok = translation_tokenizers()
+    src_tok.encode(args.sentence)         # an unknown word is an error now, not after training
+    settings, changes = settings_from_args(args, SEQ2SEQ_TRAIN_DEFAULTS)
+    out = out_dir(args)
+    if args.resume:
+        if out is None:
+            raise ValueError("--resume needs the run's directory --out DIR")
+        from numpytfmr.training import load_checkpoint
+        kind = load_checkpoint(out, kind=("encdec", "rnn"))["kind"]
+        if args.model is not None and MODELS[args.model] != kind:
+            trained = "transformer" if kind == "encdec" else "rnn"
+            raise ValueError(f"--model {args.model} but the run in {out} trained the "
+                             f"{trained} model")
+        changes.update(_model_changes(args, kind))
+        if args.n_test is not None:
+            changes["n_test"] = args.n_test
+        params, config, summary = train_seq2seq(out=out, resume=True, changes=changes,
+                                                progress=not args.quiet, log=logger(args))
+    else:
+        kind = MODELS[args.model or "transformer"]
+        model = seq2seq_model(kind)
+        config = model["default_config"](src_tok.vocab_size, tgt_tok.vocab_size)
+        config = replace_config(config, **_model_changes(args, kind))
+        n_words = src_tok.encode(args.sentence).size
+        if getattr(config, "positional", None) == "learned" and n_words > config.max_len:
+            raise ValueError(f"--sentence has {n_words} words but the model reads at most "
+                             f"{config.max_len}")
+        params, config, summary = train_seq2seq(kind=kind, config=config, settings=settings,
+                                                n_test=args.n_test, out=out,
+                                                progress=not args.quiet, log=logger(args))
+    name = "transformer" if kind == "encdec" else "rnn (GRU + Bahdanau attention)"
+    lines = [f"{name}: exact match {100 * summary['exact_match']:.1f}% on "
+             f"{summary['n_test']} held-out sentences "
+             f"after {summary['steps']} steps (train loss {summary['loss']:.4f}, "
+             f"{summary['seconds']:.0f} s, {summary['tokens_per_second']:,.0f} tokens/s)"]
+    if out is not None:
+        lines.append(f"checkpoint: {summary['checkpoint']}")
+    words, source, weights = translate(params, kind, config, src_tok, tgt_tok, args.sentence)
+    where = ("cross-attention of the last decoder layer, mean over heads" if kind == "encdec"
+             else "Bahdanau attention weights")
+    lines += ["", f"{args.sentence} -> {' '.join(w for w in words if w != '<eos>')}",
+              f"alignment (row: the word chosen; {where}):",
+              alignment_table(words, source, weights)]
+    summary["alignment"] = {"source": source, "target": words, "weights": weights}
+    finish(args, summary, lines)
+    return 0
+
+
+def add_command(sub):
+    p = sub.add_parser(
+        "train-seq2seq", help="train an encoder-decoder on toy English -> French translation",
+        description="Train the encoder-decoder transformer (or the recurrent model with "
+        "Bahdanau attention) on a small English -> French grammar, evaluate it by greedy "
+        "decoding on held-out sentences, and print the attention alignment of one "
+        "translation, rows = target words, columns = source words.")
+    p.add_argument("--model", choices=tuple(MODELS), default=None,
+                   help="transformer (default) or rnn (GRU encoder-decoder with Bahdanau "
+                   "attention)")
+    p.add_argument("--sentence", default="i am a student", metavar="TEXT",
+                   help="sentence whose alignment table is printed (default 'i am a student')")
+    p.add_argument("--n-test", type=int, metavar="N",
+                   help="held-out sentences for the exact match (default 400)")
+    g = p.add_argument_group("transformer")
+    g.add_argument("--d-model", type=int, metavar="N", help="width (default 64)")
+    g.add_argument("--n-layers", type=int, metavar="N",
+                   help="encoder and decoder blocks, each (default 2)")
+    g.add_argument("--n-heads", type=int, metavar="N", help="attention heads (default 4)")
+    g.add_argument("--positional", choices=("learned", "sinusoidal", "rope"),
+                   help="position representation (default learned)")
+    g.add_argument("--norm", choices=("pre", "post"), help="pre- or post-norm (default pre)")
+    g = p.add_argument_group("rnn")
+    g.add_argument("--d-hidden", type=int, metavar="N", help="GRU state size (default 64)")
+    g.add_argument("--d-emb", type=int, metavar="N", help="word embedding size (default 32)")
+    g.add_argument("--bidirectional", action=argparse.BooleanOptionalAction, default=None,
+                   help="bidirectional encoder, as Bahdanau et al. (default); "
+                   "--no-bidirectional for one GRU")
+    add_training_options(p, SEQ2SEQ_TRAIN_DEFAULTS, out="runs/seq2seq")
+    p.set_defaults(func=cmd_train_seq2seq)
+

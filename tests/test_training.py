@@ -1,0 +1,378 @@
+"""The training loop, checkpoints and resuming (numpytfmr/training.py), on tiny models."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from numpytfmr import fileio
+from numpytfmr.data import CharTokenizer, make_task, translation_tokenizers
+from numpytfmr.gpt import GPTConfig, generate, gpt_forward, init_gpt
+from numpytfmr.training import (TrainSettings, alignment_table, blas_threads, complete,
+                                evaluate_gpt,
+                                gpt_task_data, limit_blas_threads, load_checkpoint, load_model,
+                                replace_config,
+                                save_checkpoint, step_rng, train_gpt, train_loop, train_seq2seq,
+                                translate)
+
+TASK = dict(task="sort", min_len=1, max_len=4, n_test=20)
+
+
+def tiny_config(**kw):
+    cfg = dict(vocab_size=CharTokenizer().vocab_size, n_layers=1, d_model=16, n_heads=2,
+               max_len=2 * TASK["max_len"] + 3, activation="relu")
+    cfg.update(kw)
+    return GPTConfig(**cfg)
+
+
+def tiny_settings(**kw):
+    s = dict(steps=12, batch_size=16, lr=1e-2, warmup_steps=2, eval_every=4, seed=3)
+    s.update(kw)
+    return TrainSettings(**s)
+
+
+def files_in(path):
+    return sorted(os.listdir(path))
+
+
+# ---------------------------------------------------------------------------------------
+# settings and data
+# ---------------------------------------------------------------------------------------
+
+def test_settings_refuse_bad_values():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        TrainSettings(steps=10, warmup_steps=10)
+    with pytest.raises(ValueError, match="lr"):
+        TrainSettings(lr=0.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        TrainSettings(batch_size=0)
+    s = tiny_settings()
+    assert TrainSettings.from_dict(s.to_dict()) == s
+
+
+def test_blas_threads_restores_the_previous_number():
+    before = limit_blas_threads(2)
+    if before is None:
+        pytest.skip("NumPy does not use OpenBLAS here")
+    with blas_threads(1) as previous:
+        assert previous == 2
+        assert limit_blas_threads(1) == 1            # inside: one thread
+    assert limit_blas_threads(before) == 2           # restored on the way out
+    with pytest.raises(ValueError):
+        limit_blas_threads(0)
+
+
+def test_batches_are_a_function_of_seed_and_step():
+    a = gpt_task_data("sort", 5, seed=1, batch_size=8, min_len=1, max_len=4)
+    b = gpt_task_data("sort", 5, seed=1, batch_size=8, min_len=1, max_len=4)
+    c = gpt_task_data("sort", 6, seed=1, batch_size=8, min_len=1, max_len=4)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a[0], c[0])
+    inputs, labels = a
+    # the loss is taken on the answer and <eos> only: every labelled row holds its <eos>
+    assert ((labels == 2).sum(axis=1) == 1).all()
+    assert (labels[:, 0] == -1).all()                   # never on the first prompt token
+
+
+# ---------------------------------------------------------------------------------------
+# the loop
+# ---------------------------------------------------------------------------------------
+
+def test_train_loop_fits_a_least_squares_problem():
+    """The generic loop on a problem with a known minimum: AdamW drives w to w*."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((64, 3))
+    w_star = np.array([1.0, -2.0, 0.5])
+    y = X @ w_star
+
+    def loss_and_grads(p, step):
+        r = X @ p["w"] - y
+        return float(np.mean(r ** 2)), {"w": 2 * X.T @ r / len(y)}, len(y)
+
+    params = {"w": np.zeros(3)}
+    s = TrainSettings(steps=300, lr=0.1, warmup_steps=10, weight_decay=0.0, eval_every=100)
+    evals = []
+    new, state, hist = train_loop(params, loss_and_grads, s,
+                                  evaluate=lambda p: {"err": float(np.abs(p["w"] - w_star).max())},
+                                  log=evals.append)
+    assert np.abs(new["w"] - w_star).max() < 1e-2
+    assert params["w"].tolist() == [0.0, 0.0, 0.0]                # input not modified
+    assert hist["step"] == 300 and len(hist["loss"]) == 300 and int(state["step"]) == 300
+    assert [e["step"] for e in hist["evals"]] == [100, 200, 300] and len(evals) == 3
+
+
+def test_train_loop_stops_on_a_diverged_loss():
+    def loss_and_grads(p, step):
+        return float("nan"), {"w": np.ones(2)}, 1
+    with pytest.raises(ValueError, match="diverged"):
+        train_loop({"w": np.zeros(2)}, loss_and_grads, TrainSettings(steps=5, warmup_steps=0))
+
+
+def test_gpt_training_lowers_the_loss():
+    _, summary = train_gpt(config=tiny_config(), settings=tiny_settings(steps=40, eval_every=40),
+                           **TASK)
+    first = float(np.mean(summary["loss_history"][:5]))
+    last = float(np.mean(summary["loss_history"][-5:]))
+    assert last < 0.7 * first, (first, last)
+    assert summary["evals"][-1]["step"] == 40 and 0.0 <= summary["exact_match"] <= 1.0
+    for key in ("exact_match", "loss", "steps", "seconds", "tokens_per_second", "config"):
+        assert summary[key] is not None
+
+
+# ---------------------------------------------------------------------------------------
+# checkpoints
+# ---------------------------------------------------------------------------------------
+
+def saved_gpt(tmp_path, seed=0, step=7):
+    cfg = tiny_config()
+    params = init_gpt(cfg, rng=np.random.default_rng(seed))
+    meta = {"tokenizer": CharTokenizer().to_dict(), "state": {"step": step}}
+    save_checkpoint(tmp_path / "ck", kind="gpt", config=cfg.to_dict(), params=params, meta=meta)
+    return cfg, params
+
+
+def test_checkpoint_round_trip_is_bitwise(tmp_path):
+    cfg, params = saved_gpt(tmp_path)
+    ck = load_model(tmp_path / "ck")
+    assert ck["model_config"] == cfg and ck["kind"] == "gpt"
+    assert set(ck["params"]) == set(params)
+    for k in params:
+        assert ck["params"][k].dtype == params[k].dtype
+        assert np.array_equal(ck["params"][k], params[k]), k
+    ids = np.array([[1, 7, 5, 3], [1, 4, 4, 3]])
+    a, _ = gpt_forward(params, ids, config=cfg)
+    b, _ = gpt_forward(ck["params"], ids, config=ck["model_config"])
+    assert a.tobytes() == b.tobytes()                    # identical logits, bit for bit
+    # the JSON file itself is also accepted as the path
+    assert load_model(tmp_path / "ck" / "checkpoint.json")["model_config"] == cfg
+
+
+def test_a_new_save_replaces_the_old_files(tmp_path):
+    saved_gpt(tmp_path, seed=0, step=7)
+    cfg, params = saved_gpt(tmp_path, seed=1, step=9)
+    assert files_in(tmp_path / "ck") == ["checkpoint.json", "weights-000009.npz"]
+    assert np.array_equal(load_checkpoint(tmp_path / "ck")["params"]["wte"], params["wte"])
+    # the same step again may not overwrite the committed file: a fresh name is used
+    cfg, params = saved_gpt(tmp_path, seed=2, step=9)
+    assert files_in(tmp_path / "ck") == ["checkpoint.json", "weights-000009-2.npz"]
+    assert np.array_equal(load_checkpoint(tmp_path / "ck")["params"]["wte"], params["wte"])
+
+
+@pytest.mark.parametrize("fail_in", ["save_arrays", "write_json"])
+def test_a_failed_save_leaves_the_old_checkpoint_intact(tmp_path, monkeypatch, fail_in):
+    cfg, params = saved_gpt(tmp_path, seed=0, step=7)
+    before = {name: (tmp_path / "ck" / name).read_bytes() for name in files_in(tmp_path / "ck")}
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt("killed while saving")
+    monkeypatch.setattr(fileio, fail_in, boom)
+    with pytest.raises(KeyboardInterrupt):
+        saved_gpt(tmp_path, seed=1, step=8)
+    after = {name: (tmp_path / "ck" / name).read_bytes() for name in files_in(tmp_path / "ck")}
+    assert after == before                               # nothing new, nothing changed
+    assert np.array_equal(load_model(tmp_path / "ck")["params"]["wte"], params["wte"])
+
+
+def test_an_interrupted_array_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    saved_gpt(tmp_path, seed=0, step=7)
+    before = files_in(tmp_path / "ck")
+    real_fsync = os.fsync
+
+    def fsync_then_die(fd):
+        real_fsync(fd)
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "fsync", fsync_then_die)
+    with pytest.raises(OSError):
+        saved_gpt(tmp_path, seed=1, step=8)
+    assert files_in(tmp_path / "ck") == before
+
+
+def test_truncated_weights_are_refused(tmp_path):
+    saved_gpt(tmp_path)
+    weights = tmp_path / "ck" / "weights-000007.npz"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="SHA-256"):
+        load_checkpoint(tmp_path / "ck")
+    # even with a digest that matches, a truncated .npz is a clear error
+    meta = json.loads((tmp_path / "ck" / "checkpoint.json").read_text())
+    import hashlib
+    meta["files"]["weights"]["sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+    (tmp_path / "ck" / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="not a readable .npz"):
+        load_checkpoint(tmp_path / "ck")
+
+
+def test_bad_json_and_missing_checkpoint_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "nowhere")
+    saved_gpt(tmp_path)
+    path = tmp_path / "ck" / "checkpoint.json"
+    text = path.read_text()
+    path.write_text(text[:40])
+    with pytest.raises(ValueError, match="not a readable checkpoint record"):
+        load_checkpoint(tmp_path / "ck")
+    path.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ValueError, match="not a numpytfmr checkpoint"):
+        load_checkpoint(tmp_path / "ck")
+
+
+def edit_record(tmp_path, fn):
+    path = tmp_path / "ck" / "checkpoint.json"
+    meta = json.loads(path.read_text())
+    fn(meta)
+    path.write_text(json.dumps(meta))
+
+
+def test_config_that_does_not_match_the_weights_is_refused(tmp_path):
+    saved_gpt(tmp_path)
+    edit_record(tmp_path, lambda m: m["config"].update(d_model=32, n_heads=2))
+    with pytest.raises(ValueError, match="do not match its config: wte has shape"):
+        load_model(tmp_path / "ck")
+    saved_gpt(tmp_path)
+    edit_record(tmp_path, lambda m: m["config"].update(n_layers=2))
+    with pytest.raises(ValueError, match=r"do not match its config \(missing"):
+        load_model(tmp_path / "ck")
+    saved_gpt(tmp_path)
+    edit_record(tmp_path, lambda m: m["config"].update(d_modl=16))
+    with pytest.raises(ValueError, match="config of .* is invalid"):
+        load_model(tmp_path / "ck")
+    saved_gpt(tmp_path)
+    edit_record(tmp_path, lambda m: m["tokenizer"].update(symbols="0123456789"))
+    with pytest.raises(ValueError, match="tokenizer .* has 14 tokens"):
+        load_model(tmp_path / "ck")
+    saved_gpt(tmp_path)
+    with pytest.raises(ValueError, match="holds a 'gpt' model"):
+        load_checkpoint(tmp_path / "ck", kind="rnn")
+
+
+# ---------------------------------------------------------------------------------------
+# resuming
+# ---------------------------------------------------------------------------------------
+
+def test_resume_continues_exactly(tmp_path):
+    """Stopped (Ctrl-C) after 8 of 12 steps and resumed: the same weights, bit for bit,
+    the same losses and the same optimizer state as a run that never stopped."""
+    cfg, s = tiny_config(), tiny_settings()
+    whole, summary_whole = train_gpt(config=cfg, settings=s, out=tmp_path / "a", **TASK)
+
+    def stop_at_8(line):
+        if line.startswith("step 8:"):
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        train_gpt(config=cfg, settings=s, out=tmp_path / "b", log=stop_at_8, **TASK)
+    assert load_checkpoint(tmp_path / "b")["state"]["step"] == 8
+    resumed, summary_resumed = train_gpt(out=tmp_path / "b", resume=True)
+
+    for k in whole:
+        assert whole[k].tobytes() == resumed[k].tobytes(), k
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    assert a["state"]["loss"] == b["state"]["loss"] and len(a["state"]["loss"]) == 12
+    for k in a["opt_state"]:
+        assert np.array_equal(a["opt_state"][k], b["opt_state"][k]), k
+    assert summary_whole["exact_match"] == summary_resumed["exact_match"]
+    assert [e["step"] for e in b["state"]["evals"]] == [4, 8, 12]
+
+
+def test_resume_can_extend_but_not_change_the_run(tmp_path):
+    cfg = tiny_config()
+    train_gpt(config=cfg, settings=tiny_settings(steps=6), out=tmp_path / "r", **TASK)
+    first = load_checkpoint(tmp_path / "r")["state"]["loss"]
+    _, summary = train_gpt(out=tmp_path / "r", resume=True, changes={"steps": 9})
+    state = load_checkpoint(tmp_path / "r")["state"]
+    assert summary["steps"] == 9 and state["loss"][:6] == first and len(state["loss"]) == 9
+    with pytest.raises(ValueError, match="lr is 0.5 but the run"):
+        train_gpt(out=tmp_path / "r", resume=True, changes={"lr": 0.5})
+    with pytest.raises(ValueError, match="d_model is 32 but the run"):
+        train_gpt(out=tmp_path / "r", resume=True, changes={"d_model": 32})
+    with pytest.raises(ValueError, match="already at step 9"):
+        train_gpt(out=tmp_path / "r", resume=True, changes={"steps": 5})
+    with pytest.raises(ValueError, match="no checkpoint"):
+        train_gpt(out=tmp_path / "none", resume=True)
+
+
+# ---------------------------------------------------------------------------------------
+# generation and seq2seq
+# ---------------------------------------------------------------------------------------
+
+def test_complete_with_and_without_cache_and_bad_prompts():
+    cfg = tiny_config()
+    params = init_gpt(cfg, rng=np.random.default_rng(0))
+    tok = CharTokenizer()
+    a, ids_a = complete(params, cfg, tok, "3142")
+    b, ids_b = complete(params, cfg, tok, "3142", use_cache=False)
+    assert a == b and np.array_equal(ids_a, ids_b)
+    # the greedy answer is the argmax chain of full forward passes
+    prompt = np.array([[1, *tok.encode("3142"), 3]])
+    out = generate(params, prompt, config=cfg, max_new_tokens=ids_a.size, top_k=1, use_cache=False)
+    eos = np.flatnonzero(ids_a == 2)
+    k = int(eos[0]) + 1 if eos.size else ids_a.size          # up to and with the first <eos>
+    assert np.array_equal(out[0, prompt.shape[1]:][:k], ids_a[:k])
+    assert a == tok.decode(ids_a[:k][ids_a[:k] > 3])          # the text: symbols before <eos>
+    with pytest.raises(ValueError, match="unknown character 'X'"):
+        complete(params, cfg, tok, "31X2")
+    with pytest.raises(ValueError, match="reads at most max_len=11"):
+        complete(params, cfg, tok, "1234567890")
+
+
+def test_evaluate_gpt_test_loss_is_the_answer_cross_entropy():
+    """test_loss = mean over answer tokens of -log p(token), computed here by hand."""
+    cfg = tiny_config()
+    data = make_task("reverse", 10, rng=0, split="test", min_len=1, max_len=4, unique=True)
+    params = init_gpt(cfg, rng=np.random.default_rng(0), dtype=np.float64)
+    res = evaluate_gpt(params, cfg, data)
+    logits, _ = gpt_forward(params, data["ids"][:, :-1], config=cfg)
+    z = logits - logits.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    nll = []
+    for i in range(10):
+        for t in np.flatnonzero(data["loss_mask"][i, 1:]):
+            nll.append(-logp[i, t, data["ids"][i, t + 1]])
+    assert res["test_loss"] == pytest.approx(np.mean(nll), rel=1e-12)
+    assert res["exact_match"] in {k / 10 for k in range(11)}
+
+
+@pytest.mark.parametrize("kind", ["encdec", "rnn"])
+def test_seq2seq_training_lowers_the_loss_and_translates(kind, tmp_path):
+    from numpytfmr.training import seq2seq_model
+    src_tok, tgt_tok = translation_tokenizers()
+    model = seq2seq_model(kind)
+    small = ({"d_model": 16, "n_heads": 2, "d_ff": 32, "n_enc_layers": 1, "n_dec_layers": 1}
+             if kind == "encdec" else {"d_hidden": 16, "d_emb": 8})
+    cfg = replace_config(model["default_config"](src_tok.vocab_size, tgt_tok.vocab_size), **small)
+    params, cfg, summary = train_seq2seq(kind=kind, config=cfg, n_test=20, out=tmp_path / kind,
+                                         settings=tiny_settings(steps=30, eval_every=15, lr=2e-2))
+    losses = load_checkpoint(tmp_path / kind)["state"]["loss"]
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
+    words, source, weights = translate(params, kind, cfg, src_tok, tgt_tok, "i am a student")
+    assert source == ["i", "am", "a", "student"]
+    assert weights.shape == (len(words), 4)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)   # rows are distributions
+    table = alignment_table(words, source, weights)
+    assert table.splitlines()[0].split() == source and len(table.splitlines()) == len(words) + 1
+    ck = load_model(tmp_path / kind)
+    assert ck["kind"] == kind and ck["model_config"] == cfg
+
+
+def test_alignment_table_layout():
+    table = alignment_table(["je", "suis", "en"], ["I", "am", "learning"],
+                            np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]]))
+    rows = [line.split() for line in table.splitlines()]
+    assert rows[0] == ["I", "am", "learning"]
+    assert rows[1] == ["je", "0.70", "0.20", "0.10"]
+    assert rows[3] == ["en", "0.05", "0.15", "0.80"]
+
+
+def test_replace_config_lets_derived_sizes_follow():
+    cfg = tiny_config(d_ff=48)
+    assert replace_config(cfg, n_heads=4).n_kv_heads == 4          # not the old 2: no silent GQA
+    assert replace_config(cfg, n_heads=4, n_kv_heads=1).n_kv_heads == 1
+    assert replace_config(cfg, d_model=32).d_ff == 128
+    assert replace_config(cfg, n_layers=2).d_ff == 48
+
+
+def test_step_rng_streams_differ():
+    a = step_rng(0, 1).integers(0, 1 << 30, 4)
+    assert np.array_equal(a, step_rng(0, 1).integers(0, 1 << 30, 4))
+    assert not np.array_equal(a, step_rng(0, 2).integers(0, 1 << 30, 4))
+    assert not np.array_equal(a, step_rng(1, 1).integers(0, 1 << 30, 4))
