@@ -22,6 +22,7 @@ from .blocks import *  # noqa: F401,F403
 from .gpt import *  # noqa: F401,F403
 from .encdec import *  # noqa: F401,F403
 from .rnn import *  # noqa: F401,F403
+from .hf import *  # noqa: F401,F403
 from .lora import *  # noqa: F401,F403
 from .preference import *  # noqa: F401,F403
 from .optim import *  # noqa: F401,F403

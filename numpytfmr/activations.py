@@ -7,6 +7,7 @@ Each op is a ``_forward``/``_backward`` pair, the backward directly below its fo
   needs the error function, which NumPy lacks; :func:`erf` and :func:`erfc` below
   implement it (Cody's rational approximations) to full float64 precision.
 - softmax and log-softmax over any axis (003 §5.1, 004 eq. 18-19), max-subtracted.
+- SiLU (swish), ``x * sigmoid(x)``, the gate of LLaMA's SwiGLU feed-forward layer.
 
 Plain helpers ``softmax(x, axis=-1)`` and ``log_softmax(x, axis=-1)`` (no cache) are used by
 the other modules.
@@ -19,6 +20,7 @@ __all__ = [
     "softmax", "log_softmax",
     "relu_forward", "relu_backward",
     "gelu_forward", "gelu_backward",
+    "silu_forward", "silu_backward",
     "softmax_forward", "softmax_backward",
     "log_softmax_forward", "log_softmax_backward",
 ]
@@ -329,3 +331,44 @@ def log_softmax_backward(dout, cache):
         p = np.exp(out)  # out <= 0, so this never overflows
         dx = dout - p * np.sum(dout, axis=axis, keepdims=True)  # d log y_i / dx_j = delta_ij - y_j
     return dx.astype(out.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------------------
+# SiLU (swish)
+
+def _sigmoid_pair(x):
+    """sigmoid(x) and 1 - sigmoid(x), both without overflow or cancellation.
+
+    With e = exp(-|x|) in (0, 1]: sigmoid(x) = 1/(1+e) for x >= 0 and e/(1+e) for x < 0,
+    and 1 - sigmoid(x) is the other one of the two.
+    """
+    with np.errstate(under="ignore"):  # exp(-|x|) underflows to 0 for |x| > ~745: exact
+        e = np.exp(-np.abs(x))
+    pos = x >= 0
+    s = np.where(pos, 1.0, e) / (1.0 + e)
+    s_c = np.where(pos, e, 1.0) / (1.0 + e)
+    return s.astype(x.dtype, copy=False), s_c.astype(x.dtype, copy=False)
+
+
+def silu_forward(x):
+    """SiLU, also called swish (Elfwing et al. 2018; Ramachandran et al. 2017): the gate
+    activation of the SwiGLU feed-forward layer of LLaMA (Shazeer 2020).
+
+        silu(x) = x sigmoid(x) = x / (1 + exp(-x))
+
+    x: any shape  ->  out: same shape and dtype
+    cache: {"x", "s": sigmoid(x), "s_c": 1 - sigmoid(x)}
+    """
+    x = float_array(x, "x", "silu_forward")
+    s, s_c = _sigmoid_pair(x)
+    return x * s, {"x": x, "s": s, "s_c": s_c}
+
+
+def silu_backward(dout, cache):
+    """Gradient of :func:`silu_forward`.
+
+        dx = dout * (s + x s (1 - s)),   s = sigmoid(x)   (product rule; sigmoid' = s (1 - s))
+    """
+    x, s, s_c = cache["x"], cache["s"], cache["s_c"]
+    local = s + x * (s * s_c)  # d(x s)/dx = s + x s (1 - s)
+    return (dout * local).astype(x.dtype, copy=False)

@@ -28,6 +28,7 @@ Parameters come in one flat ``dict[str, ndarray]``; a block reads the keys under
     {prefix}cross.Wq, .Wk, .Wv, .Wo, .bq, .bk, .bv, .bo       cross-attention (queries from x)
     {prefix}mlp_norm.gamma, .beta                            norm of the FFN sublayer
     {prefix}mlp.W1, .b1, .W2, .b2                            FFN (ffn_forward)
+    {prefix}mlp.W_gate, .W_up, .W_down                       activation="swiglu" (swiglu_ffn_forward)
 
 Biases and ``beta`` are optional: a key that is absent is an input passed as None (no
 bias, RMSNorm has no beta). The backward returns the gradients as a dict with exactly the
@@ -38,7 +39,7 @@ import numpy as np
 from . import _validate as v
 from .attention import causal_mask
 from .dropout import dropout_backward, dropout_forward
-from .ffn import ffn_backward, ffn_forward
+from .ffn import ffn_backward, ffn_forward, swiglu_ffn_backward, swiglu_ffn_forward
 from .mha import mha_backward, mha_forward
 from .norms import layernorm_backward, layernorm_forward, rmsnorm_backward, rmsnorm_forward
 
@@ -48,6 +49,7 @@ __all__ = ["encoder_block_forward", "encoder_block_backward",
 NORMS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 ATTN_KEYS = ("Wq", "Wk", "Wv", "Wo", "bq", "bk", "bv", "bo")
+_SWIGLU_KEYS = ("W_gate", "W_up", "W_down")
 
 
 # ---------------------------------------------------------------------------------------
@@ -154,7 +156,12 @@ def _attention_backward(dout, cache):
 
 
 def _ffn_forward(h, params, key, o, where, *, activation):
-    """f = position-wise FFN, act(h W1 + b1) W2 + b2 (004 "Feed-forward", 002 "FFN")."""
+    """f = position-wise FFN, act(h W1 + b1) W2 + b2 (004 "Feed-forward", 002 "FFN"), or with
+    activation="swiglu" LLaMA's gated FFN (silu(h W_gate) * (h W_up)) W_down."""
+    if activation == "swiglu":
+        W = [_param(params, f"{key}.{n}", where) for n in _SWIGLU_KEYS]
+        out, c = swiglu_ffn_forward(h, *W)
+        return out, {"key": key, "swiglu": c}
     W1 = _param(params, key + ".W1", where)
     W2 = _param(params, key + ".W2", where)
     out, c = ffn_forward(h, W1, params.get(key + ".b1"), W2, params.get(key + ".b2"),
@@ -165,6 +172,9 @@ def _ffn_forward(h, params, key, o, where, *, activation):
 def _ffn_backward(dout, cache):
     """(dh, grads, None) of :func:`_ffn_forward`."""
     key = cache["key"]
+    if "swiglu" in cache:
+        dh, *dW = swiglu_ffn_backward(dout, cache["swiglu"])
+        return dh, {f"{key}.{n}": g for n, g in zip(_SWIGLU_KEYS, dW)}, None
     dh, dW1, db1, dW2, db2 = ffn_backward(dout, cache["ffn"])
     grads = {key + ".W1": dW1, key + ".W2": dW2}
     if db1 is not None:
@@ -238,7 +248,8 @@ def encoder_block_forward(x, params, *, prefix="", n_heads, n_kv_heads=None, nor
             ``{prefix}mlp_norm.*``, ``{prefix}mlp.*`` (module docstring)
     n_heads, n_kv_heads: heads of the self-attention (GQA/MQA when n_kv_heads < n_heads)
     norm:   "pre" | "post";  norm_type: "layernorm" | "rmsnorm";  eps: the norm's epsilon
-    activation: the FFN's activation (``ffn_forward``'s option)
+    activation: the FFN's activation (``ffn_forward``'s option), or "swiglu" for the gated
+            FFN of LLaMA (``swiglu_ffn_forward``, weights ``{prefix}mlp.W_gate/.W_up/.W_down``)
     mask:   optional boolean key mask broadcastable to (..., n_heads, n, n), True = may
             attend (e.g. source padding: ``padding_mask(lengths, n)[:, None]``)
     rope:   None, or ``mha_forward``'s rope option (rotary positions in self-attention)

@@ -28,6 +28,7 @@ Parameter keys (a flat ``dict[str, ndarray]``, see :func:`gpt_param_shapes`)::
     h{l}.attn.bq/.bk/.bv/.bo    biases (bias=True)
     h{l}.mlp_norm.gamma/.beta   (d_model,)
     h{l}.mlp.W1 (d_model, d_ff), .b1 (d_ff,), .W2 (d_ff, d_model), .b2 (d_model,)
+    h{l}.mlp.W_gate, .W_up (d_model, d_ff), .W_down (d_ff, d_model)   activation="swiglu" instead
     norm_f.gamma/.beta          (d_model,)              pre-norm only
     lm_head.W                   (d_model, vocab_size)   untied only (tied: logits = x E^T)
 
@@ -56,7 +57,7 @@ __all__ = ["GPTConfig", "init_gpt", "gpt_param_shapes", "gpt_forward", "gpt_back
            "gpt_loss", "generate", "kv_cache_size"]
 
 POSITIONALS = ("learned", "sinusoidal", "rope")
-ACTIVATIONS = FFN_ACTIVATIONS   # "relu", "gelu" (exact), "gelu_tanh" (GPT-2)
+ACTIVATIONS = FFN_ACTIVATIONS + ("swiglu",)   # "relu", "gelu", "gelu_tanh" (GPT-2), "swiglu" (LLaMA)
 
 
 # ---------------------------------------------------------------------------------------
@@ -74,7 +75,8 @@ class GPTConfig:
     positional:   "learned" (004 eq. 12) | "sinusoidal" (added, 003 §7.2) | "rope" (003 §7.3)
     norm:         "pre" (004 eq. 30) | "post" (004 eq. 31)
     norm_type:    "layernorm" | "rmsnorm";  norm_eps: its epsilon
-    activation:   the FFN activation, "gelu" | "relu" | "gelu_tanh" (GPT-2)
+    activation:   the FFN activation, "gelu" | "relu" | "gelu_tanh" (GPT-2) | "swiglu"
+                  (LLaMA's gated FFN, ``swiglu_ffn_forward``; needs bias=False)
     tie_embeddings: the final linear layer reuses the token table (logits = x E^T)
     dropout:      rate on the embeddings and on every sublayer output (training only)
     bias:         linear layers and LayerNorm have biases (GPT-2: True, LLaMA: False)
@@ -140,6 +142,9 @@ def _check_fields(c, where, sizes):
     v.choice(c.norm, "norm", where, ("pre", "post"))
     v.choice(c.norm_type, "norm_type", where, ("layernorm", "rmsnorm"))
     v.choice(c.activation, "activation", where, ACTIVATIONS)
+    if c.activation == "swiglu" and c.bias:
+        raise ValueError(f"{where}: activation is 'swiglu' and bias is True; the SwiGLU FFN has no "
+                         "biases: pass bias=False (as LLaMA)")
     v.choice(c.rope_layout, "rope_layout", where, ("interleaved", "half"))
     for name in ("tie_embeddings", "bias"):
         if not isinstance(getattr(c, name), (bool, np.bool_)):
@@ -195,6 +200,10 @@ def _block_shapes(prefix, c, *, cross=False):
         if c.norm_type == "layernorm" and c.bias:
             s[f"{prefix}{sub}_norm.beta"] = (d,)
         if sub == "mlp":
+            if c.activation == "swiglu":
+                s.update({f"{prefix}mlp.W_gate": (d, c.d_ff), f"{prefix}mlp.W_up": (d, c.d_ff),
+                          f"{prefix}mlp.W_down": (c.d_ff, d)})
+                continue    # no biases (checked by the config)
             s.update({f"{prefix}mlp.W1": (d, c.d_ff), f"{prefix}mlp.W2": (c.d_ff, d)})
             if c.bias:
                 s.update({f"{prefix}mlp.b1": (c.d_ff,), f"{prefix}mlp.b2": (d,)})
@@ -243,7 +252,7 @@ def _init_from_shapes(shapes, n_layers, rng, dtype):
             params[key] = np.zeros(shape, dtype=dtype)
         else:
             std = 0.02
-            if key.endswith(("attn.Wo", "cross.Wo", "mlp.W2")):
+            if key.endswith(("attn.Wo", "cross.Wo", "mlp.W2", "mlp.W_down")):
                 std = 0.02 / math.sqrt(2 * n_layers)
             params[key] = (std * rng.standard_normal(shape)).astype(dtype)
     return params

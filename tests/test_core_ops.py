@@ -35,7 +35,8 @@ def _as_tuple(grads):
 
 def test_every_core_op_is_registered():
     assert set(SPECS) == {"linear", "relu", "gelu", "softmax", "log_softmax", "cross_entropy",
-                          "layernorm", "rmsnorm", "embedding", "dropout", "ffn"}
+                          "layernorm", "rmsnorm", "embedding", "dropout", "ffn", "silu",
+                          "swiglu_ffn"}
     gelu_cases = SPECS["gelu"].make_cases(np.random.default_rng(0), np.float64)
     gelu_forms = {c.kwargs.get("approximate") for c in gelu_cases}
     assert gelu_forms == {"none", "tanh"}

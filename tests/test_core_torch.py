@@ -74,6 +74,12 @@ def _torch_reference(name, args, kwargs, cache):
         x, W1, b1, W2, b2 = args
         h = _torch_linear(x, W1, b1)
         return _torch_linear(_TORCH_ACT[kwargs.get("activation", "relu")](h), W2, b2)
+    if name == "silu":
+        return F.silu(args[0])
+    if name == "swiglu_ffn":
+        x, W_gate, W_up, W_down = args
+        act = {"silu": F.silu, **_TORCH_ACT}[kwargs.get("activation", "silu")]
+        return _torch_linear(act(_torch_linear(x, W_gate)) * _torch_linear(x, W_up), W_down)
     raise AssertionError(f"no torch reference for {name}")
 
 

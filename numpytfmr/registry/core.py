@@ -172,3 +172,40 @@ OPS = [
            "inverted dropout"),
     OpSpec("ffn", ffn.ffn_forward, ffn.ffn_backward, _ffn_cases, "004 eq. 17, 002"),
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# The gated feed-forward layer of LLaMA: SiLU and SwiGLU
+# ---------------------------------------------------------------------------------------
+
+def _silu_cases(rng, dtype):
+    cases = [Case((_normal(rng, s, dtype, 2.0),), label=f"x {s}") for s in _SHAPES]
+    tails = np.array([-800.0, -50.0, -20.0, -5.0, 5.0, 20.0, 50.0, 800.0], dtype=dtype)
+    cases.append(Case((tails.reshape(2, 4),), label="tails +-800"))
+    return cases
+
+
+def _swiglu_inputs(rng, dtype, lead, d_ff, d_out):
+    x = rng.standard_normal(lead + (7,))
+    W_gate = rng.standard_normal((7, d_ff)) / np.sqrt(7)
+    W_up = rng.standard_normal((7, d_ff)) / np.sqrt(7)
+    W_down = rng.standard_normal((d_ff, d_out)) / np.sqrt(d_ff)
+    return tuple(a.astype(dtype) for a in (x, W_gate, W_up, W_down))
+
+
+def _swiglu_cases(rng, dtype):
+    return [
+        Case(_swiglu_inputs(rng, dtype, (2, 3), 11, 7), {}, "x (2, 3, 7), d_ff 11"),
+        Case(_swiglu_inputs(rng, dtype, (5,), 9, 7), {}, "x (5, 7), d_ff 9"),
+        Case(_swiglu_inputs(rng, dtype, (2, 1, 3), 5, 3), {}, "x (2, 1, 3, 7), d_ff 5, d_out 3"),
+        Case(_swiglu_inputs(rng, dtype, (3,), 5, 7), {"activation": "gelu_tanh"},
+             "x (3, 7), GEGLU (gelu_tanh gate)"),
+    ]
+
+
+OPS += [
+    OpSpec("silu", activations.silu_forward, activations.silu_backward, _silu_cases,
+           "Elfwing et al. 2018 (SwiGLU gate)"),
+    OpSpec("swiglu_ffn", ffn.swiglu_ffn_forward, ffn.swiglu_ffn_backward, _swiglu_cases,
+           "Shazeer 2020 (LLaMA FFN)"),
+]
