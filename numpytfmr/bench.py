@@ -1,0 +1,671 @@
+"""Measurements behind ``numpytfmr bench``: speed and memory of the reference code.
+
+Every figure is measured in the same process, on the same machine and with the same
+number of threads, so the ratios between them mean something even where the absolute
+times depend on the machine:
+
+    training step   forward + backward + AdamW of a GPT (default: vocab 512, d_model 256,
+                    4 layers, 8 heads, d_ff 1024, batch 8 x 128 tokens, float32), and the
+                    same model in PyTorch eager mode when torch is installed
+    matmul FLOP/s   the step's matrix-product FLOPs (counted below) per second, against
+                    the FLOP/s of a plain float32 ``A @ B`` on this machine
+    decoding        512 new tokens with and without the KV cache (003 §6.2, 000 §2.5.1),
+                    and the time of one decoding step against the context length
+    attention       time and peak memory of standard, flash (tiled), sliding-window and
+                    linear attention, forward + backward, at n = 1024, 4096, 8192 (001 §2.1)
+
+How things are measured
+-----------------------
+Time: after one warm-up call a measurement is repeated and the MINIMUM is reported (the
+run least disturbed by other processes; the median is kept alongside). The NumPy and
+PyTorch training steps are timed alternately, so a change of machine load hits both.
+Two clocks: "wall" (``time.perf_counter``) and "cpu" (``time.process_time``, the CPU time
+of this process, all threads). With one thread, the CPU time is the time the work takes
+on a core of its own, however busy the machine is with other processes (NumPy's BLAS
+and PyTorch both run single-threaded work in the calling thread); with several threads
+it would add up the threads' times, so only the wall clock means anything there. The
+default "auto" takes "cpu" for one thread and "wall" otherwise.
+
+FLOPs of the training step: every matrix product ``(m, k) @ (k, n)`` counts
+``2 m k n`` FLOPs (``matmul_cost``'s m k n multiplications, each with its addition); the
+backward pass of a product computes two products of the same size (the gradients of both
+operands), so a step counts 3 x the forward FLOPs. Embedding lookups, norms,
+activations, softmax and the optimizer are not counted: they are memory-bound and
+small, so the count is the standard lower bound used for "model FLOP utilisation".
+Attention counts the full n x n score matrix, as the code computes it (no causal skipping).
+
+Peak memory: ``tracemalloc``, started after the inputs exist, so the peak is what the
+call allocates on top of them (outputs, caches, temporaries, gradients). NumPy reports
+every array buffer to tracemalloc, so this counts the arrays exactly, without the
+interpreter's own memory that ``ru_maxrss`` would add (the two agree within a few
+percent: standard attention at n = 4096, 197 MiB traced against 205 MiB of ``ru_maxrss``
+growth in a fresh process). Timing runs are separate (tracemalloc slows Python down).
+
+Threads: NumPy's BLAS (OpenBLAS, through ``limit_blas_threads``) and ``torch.set_num_threads``
+get the same count. With ``threads=None`` nothing is changed.
+"""
+import gc
+import math
+import os
+import platform
+import time
+import tracemalloc
+
+import numpy as np
+
+from .attention import attention_backward, attention_forward
+from .cost import matmul_cost, mha_matmul_cost
+from .efficient import (flash_attention_backward, flash_attention_forward,
+                        linear_attention_backward, linear_attention_forward, sliding_window_mask)
+from .gpt import GPTConfig, generate, gpt_forward, gpt_loss, init_gpt
+from .optim import adamw_init, adamw_step
+
+__all__ = ["DEFAULT_MODEL", "QUICK_MODEL", "REQUIRED_KEYS", "set_threads", "resolve_clock", "time_calls", "torch_gpt_step", "bench_config",
+           "gemm_only_seconds",
+           "train_step_flops", "matmul_flops_per_second", "bench_train_step", "bench_decoding",
+           "bench_attention", "profile_train_step", "run_bench"]
+
+# The model of the training-step benchmark (the issue's default configuration).
+DEFAULT_MODEL = {"vocab_size": 512, "d_model": 256, "n_layers": 4, "n_heads": 8, "d_ff": 1024,
+                 "batch": 8, "seq_len": 128}
+# A tiny one for --quick (a smoke test of the whole command, seconds).
+QUICK_MODEL = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64,
+               "batch": 2, "seq_len": 16}
+DEFAULT_ATTENTION_N = (1024, 4096, 8192)
+QUICK_ATTENTION_N = (64, 128)
+
+# Keys every summary has (values are None when a part was skipped, e.g. without torch).
+REQUIRED_KEYS = ("train_step_ratio_vs_torch", "gemm_fraction", "kv_cache_speedup_512",
+                 "flash_memory_ratio_4096", "flash_time_ratio_4096")
+
+ATTENTION_METHODS = ("standard", "flash", "sliding_window", "linear", "linear_causal")
+
+
+# ---------------------------------------------------------------------------------------
+# Threads and timing
+# ---------------------------------------------------------------------------------------
+
+def set_threads(n, *, use_torch=True):
+    """Use ``n`` threads in NumPy's BLAS and in PyTorch (when installed and ``use_torch``).
+
+    Returns ``{"threads": n, "numpy_blas_set": bool, "torch_threads": int or None}``;
+    ``n=None`` leaves both libraries as they are and reports what is known.
+    """
+    from .training import limit_blas_threads
+    torch = _torch_or_none() if use_torch else None
+    blas_set = False
+    if n is not None:
+        blas_set = limit_blas_threads(n)
+        if torch is not None:
+            torch.set_num_threads(int(n))
+    return {"threads": n, "numpy_blas_set": bool(blas_set),
+            "torch_threads": None if torch is None else torch.get_num_threads()}
+
+
+def _torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def resolve_clock(clock, threads):
+    """"auto" -> "cpu" with one thread, "wall" otherwise; "wall" and "cpu" as given."""
+    if clock == "auto":
+        return "cpu" if threads == 1 else "wall"
+    if clock not in CLOCKS:
+        raise ValueError(f"resolve_clock: clock is {clock!r}; expected 'auto', 'wall' or 'cpu'")
+    return clock
+
+
+def time_calls(fn, *, repeat, warmup=1, clock="wall"):
+    """Seconds of ``repeat`` calls of ``fn()`` after ``warmup`` untimed ones (a list),
+    on ``clock`` ("wall" or "cpu", see the module docstring)."""
+    now = CLOCKS[clock]
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = now()
+        fn()
+        times.append(now() - t0)
+    return times
+
+
+def _stats(times):
+    return {"min": float(min(times)), "median": float(np.median(times)), "n": len(times)}
+
+
+def _peak_bytes(fn):
+    """Peak bytes allocated while ``fn()`` runs, on top of what existed before (tracemalloc)."""
+    gc.collect()
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    try:
+        fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    return int(peak - base)
+
+
+# ---------------------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------------------
+
+def _flops(cost):
+    """FLOPs of a product from matmul_cost's (multiplications, additions): 2 per multiply-add."""
+    return 2 * cost[0]
+
+
+def train_step_flops(config, batch, seq_len):
+    """Matrix-product FLOPs of one training step of a GPT (forward, backward), by stage.
+
+        forward, per layer:  Q, K, V, output projections and Q K^T, A V (``mha_matmul_cost``),
+                             the FFN's two products;  then the output layer x W_out
+        backward:            2 x forward (each product's two operand gradients)
+
+    Each ``(m, k) @ (k, n)`` counts 2 m k n. Returns a dict of forward FLOPs per stage
+    (summed over layers) and "forward", "backward", "step".
+    """
+    c = config
+    N = batch * seq_len
+    attn = mha_matmul_cost(seq_len, c.d_model, c.n_heads, batch=batch, n_kv_heads=c.n_kv_heads)
+    stages = {name: c.n_layers * _flops(attn[name])
+              for name in ("q", "k", "v", "scores", "values", "output")}
+    stages["ffn"] = c.n_layers * (_flops(matmul_cost(N, c.d_model, c.d_ff))
+                                  + _flops(matmul_cost(N, c.d_ff, c.d_model)))
+    stages["lm_head"] = _flops(matmul_cost(N, c.d_model, c.vocab_size))
+    forward = sum(stages.values())
+    return {**stages, "forward": forward, "backward": 2 * forward, "step": 3 * forward}
+
+
+def _step_matmul_shapes(config, batch, seq_len):
+    """Every matrix product of a training step as (count, batch_count, m, k, n) in float32.
+
+    The forward products and, for each, the two products of its backward pass; used to
+    time the step's GEMMs alone (the time the step would take if nothing else cost).
+    """
+    c = config
+    N, d, H, dh = batch * seq_len, c.d_model, c.n_heads, c.d_head
+    T = seq_len
+    fwd = [(3, 1, N, d, H * dh), (1, 1, N, H * dh, d),          # Q K V, output projection
+           (1, batch * H, T, dh, T), (1, batch * H, T, T, dh),  # Q K^T, A V
+           (1, 1, N, d, c.d_ff), (1, 1, N, c.d_ff, d)]          # FFN
+    shapes = []
+    for count, b, m, k, n in fwd:
+        count *= c.n_layers
+        shapes += [(count, b, m, k, n), (count, b, m, n, k), (count, b, k, m, n)]  # y, dx, dW
+    shapes += [(1, 1, N, d, c.vocab_size), (1, 1, N, c.vocab_size, d), (1, 1, d, N, c.vocab_size)]
+    return shapes
+
+
+def gemm_only_seconds(config, batch, seq_len, *, repeat=3, rng=None, clock="wall"):
+    """Time of the training step's matrix products alone, each run on fresh float32 arrays."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    total = 0.0
+    for count, b, m, k, n in _step_matmul_shapes(config, batch, seq_len):
+        lead = () if b == 1 else (b,)
+        A = rng.standard_normal(lead + (m, k), dtype=np.float32)
+        B = rng.standard_normal(lead + (k, n), dtype=np.float32)
+        total += count * min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
+    return total
+
+
+def matmul_flops_per_second(sizes=(512, 1024, 2048), *, repeat=5, rng=None, clock="wall"):
+    """FLOP/s of float32 ``A @ B`` for square n x n matrices (2 n^3 FLOPs each).
+
+    Returns ``{"by_size": {n: FLOP/s}, "peak": the largest}``: the reference speed of
+    this machine's NumPy matrix product, measured in the same run as the model.
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    by_size = {}
+    for n in sizes:
+        A = rng.standard_normal((n, n), dtype=np.float32)
+        B = rng.standard_normal((n, n), dtype=np.float32)
+        t = min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
+        by_size[int(n)] = 2.0 * n ** 3 / t
+    return {"by_size": by_size, "peak": max(by_size.values())}
+
+
+# ---------------------------------------------------------------------------------------
+# The training step, in NumPy and in PyTorch
+# ---------------------------------------------------------------------------------------
+
+def bench_config(model, max_len=None):
+    """The GPTConfig of a benchmark model dict (pre-norm, LayerNorm, GELU, learned positions,
+    tied embeddings, biases: GPTConfig's defaults)."""
+    return GPTConfig(vocab_size=model["vocab_size"], n_layers=model["n_layers"],
+                     d_model=model["d_model"], n_heads=model["n_heads"], d_ff=model["d_ff"],
+                     max_len=max_len or model["seq_len"])
+
+
+def _numpy_step(params, state, ids, targets, config, lr):
+    """One training step: forward, backward (``gpt_loss``) and an AdamW update."""
+    loss, grads = gpt_loss(params, ids, targets, config=config)
+    params, state = adamw_step(params, grads, state, lr=lr, weight_decay=0.01)
+    return params, state, loss
+
+
+_LINEAR_WEIGHTS = (".Wq", ".Wk", ".Wv", ".Wo", ".W1", ".W2")
+
+
+def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
+    """The same GPT in PyTorch eager mode, and a training-step function for it.
+
+    Mirrors ``gpt_forward`` for the configurations the benchmark uses (pre-norm
+    LayerNorm with biases, GELU, learned positions, tied embeddings, MHA): the weights
+    are copied from ``params`` (linear weights stored transposed, (d_out, d_in), as
+    ``torch.nn.Linear`` keeps them, so ``F.linear`` runs one fused ``addmm``).
+
+    attention: "math" writes softmax(Q K^T scale + M) V out, as attention_forward does;
+               "sdpa" calls ``F.scaled_dot_product_attention(is_causal=True)``.
+    Returns ``step(ids, targets) -> loss`` (a float), running forward, backward and
+    ``torch.optim.AdamW`` (weight decay 0.01 on every parameter, as in the NumPy step).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    c = config
+    if (c.norm, c.norm_type, c.positional, c.activation, c.tie_embeddings, c.bias, c.dropout) != \
+            ("pre", "layernorm", "learned", "gelu", True, True, 0.0) or c.n_kv_heads != c.n_heads:
+        raise ValueError("torch_gpt_step: config must be pre-norm LayerNorm, GELU, learned "
+                         "positions, tied embeddings, biases, no dropout, n_kv_heads = n_heads")
+    if attention not in ("math", "sdpa"):
+        raise ValueError(f"torch_gpt_step: attention is {attention!r}; expected 'math' or 'sdpa'")
+    t = {}
+    for k, p in params.items():
+        a = p.T if k.endswith(_LINEAR_WEIGHTS) else p
+        t[k] = torch.tensor(np.ascontiguousarray(a)).requires_grad_(True)
+    opt = torch.optim.AdamW(list(t.values()), lr=lr, weight_decay=0.01)
+    H, dh, d, eps = c.n_heads, c.d_head, c.d_model, c.norm_eps
+    scale = 1.0 / math.sqrt(dh)
+
+    def ln(x, key):
+        return F.layer_norm(x, (d,), t[key + ".gamma"], t[key + ".beta"], eps)
+
+    def heads(x, B, T):            # (B, T, H*dh) -> (B, H, T, dh)
+        return x.view(B, T, H, dh).transpose(1, 2)
+
+    def loss_fn(ids, targets):
+        B, T = ids.shape
+        x = F.embedding(ids, t["wte"]) + t["wpe"][:T]
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        for l in range(c.n_layers):
+            p = f"h{l}."
+            h = ln(x, p + "attn_norm")
+            q = heads(F.linear(h, t[p + "attn.Wq"], t[p + "attn.bq"]), B, T)
+            k = heads(F.linear(h, t[p + "attn.Wk"], t[p + "attn.bk"]), B, T)
+            v = heads(F.linear(h, t[p + "attn.Wv"], t[p + "attn.bv"]), B, T)
+            if attention == "sdpa":
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                s = (q @ k.transpose(-2, -1)) * scale
+                s = s.masked_fill(~mask, float("-inf"))
+                o = torch.softmax(s, dim=-1) @ v
+            o = o.transpose(1, 2).reshape(B, T, H * dh)
+            x = x + F.linear(o, t[p + "attn.Wo"], t[p + "attn.bo"])
+            h = ln(x, p + "mlp_norm")
+            h = F.gelu(F.linear(h, t[p + "mlp.W1"], t[p + "mlp.b1"]))
+            x = x + F.linear(h, t[p + "mlp.W2"], t[p + "mlp.b2"])
+        x = ln(x, "norm_f")
+        logits = F.linear(x, t["wte"])                       # tied: x E^T
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def step(ids, targets):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(ids, targets)
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return step
+
+
+def bench_train_step(model=None, *, repeat=8, use_torch=True, lr=1e-3, seed=0, clock="wall",
+                     progress=None):
+    """Time the NumPy training step and (optionally) the PyTorch one, alternately.
+
+    Returns a dict: "numpy_seconds", "torch_seconds", "torch_sdpa_seconds" ({"min",
+    "median", "n"} or None), "ratio_vs_torch" (NumPy / PyTorch min time; also
+    "ratio_vs_torch_sdpa"), "first_loss_numpy" / "first_loss_torch" (the same initial
+    weights and batch: they agree to float32 rounding when the two models are the same),
+    and the FLOP figures: "step_flops", "flops_per_second" (step FLOPs / min time).
+    """
+    model = dict(DEFAULT_MODEL if model is None else model)
+    config = bench_config(model)
+    rng = np.random.default_rng(seed)
+    params = init_gpt(config, rng=rng, dtype=np.float32)
+    B, T, V = model["batch"], model["seq_len"], model["vocab_size"]
+    ids = rng.integers(0, V, size=(B, T))
+    targets = rng.integers(0, V, size=(B, T))
+    torch = _torch_or_none() if use_torch else None
+
+    runners = {}
+    state = {"params": params, "opt": adamw_init(params)}
+
+    def numpy_run():
+        state["params"], state["opt"], loss = _numpy_step(state["params"], state["opt"], ids,
+                                                          targets, config, lr)
+        return float(loss)
+
+    runners["numpy"] = numpy_run
+    if torch is not None:
+        ids_t, targets_t = torch.as_tensor(ids), torch.as_tensor(targets)
+        for name, attention in (("torch", "math"), ("torch_sdpa", "sdpa")):
+            step = torch_gpt_step(params, config, attention=attention, lr=lr)
+            runners[name] = (lambda s=step: s(ids_t, targets_t))
+    first = {name: fn() for name, fn in runners.items()}      # warm-up, and the initial losses
+    times = {name: [] for name in runners}
+    now = CLOCKS[clock]
+    for _ in range(repeat):
+        for name, fn in runners.items():                      # alternate: load hits all alike
+            t0 = now()
+            fn()
+            times[name].append(now() - t0)
+        if progress is not None:
+            progress()
+    flops = train_step_flops(config, B, T)
+    out = {"model": model, "step_flops": flops["step"], "flops_by_stage": flops,
+           "numpy_seconds": _stats(times["numpy"]), "first_loss_numpy": first["numpy"],
+           "torch_seconds": None, "torch_sdpa_seconds": None, "first_loss_torch": None,
+           "ratio_vs_torch": None, "ratio_vs_torch_sdpa": None,
+           "torch_version": None if torch is None else torch.__version__}
+    out["flops_per_second"] = flops["step"] / out["numpy_seconds"]["min"]
+    if torch is not None:
+        out["torch_seconds"] = _stats(times["torch"])
+        out["torch_sdpa_seconds"] = _stats(times["torch_sdpa"])
+        out["first_loss_torch"] = first["torch"]
+        out["ratio_vs_torch"] = out["numpy_seconds"]["min"] / out["torch_seconds"]["min"]
+        out["ratio_vs_torch_sdpa"] = (out["numpy_seconds"]["min"]
+                                      / out["torch_sdpa_seconds"]["min"])
+        out["torch_flops_per_second"] = flops["step"] / out["torch_seconds"]["min"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding with and without the KV cache
+# ---------------------------------------------------------------------------------------
+
+def _loglog_slope(x, y):
+    """Least-squares slope of log y against log x: 1 = linear growth, 0 = constant."""
+    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repeat=5, seed=0,
+                   clock="wall", progress=None):
+    """Greedy decoding of ``n_new`` tokens (batch 1) with and without the KV cache.
+
+    Totals come from ``generate`` itself (``use_cache=True`` / ``False``; both must give
+    the same tokens). Per-token times: one decoding step at context length L (the step
+    that reads L - 1 earlier positions and produces token L + 1): with the cache, one new
+    token against a cache of L - 1 positions; without, a forward pass over all L tokens.
+
+    Returns a dict with "cached_seconds", "uncached_seconds", "speedup" (uncached /
+    cached), "same_tokens", "per_token" ({L: {"cached": s, "uncached": s}}) and the
+    log-log slopes of per-token time against L ("cached_slope", "uncached_slope":
+    1 = linear growth).
+    """
+    model = dict(DEFAULT_MODEL if model is None else model)
+    config = bench_config(model, max_len=prompt_len + n_new)
+    rng = np.random.default_rng(seed)
+    params = init_gpt(config, rng=rng, dtype=np.float32)
+    prompt = rng.integers(0, config.vocab_size, size=(1, prompt_len))
+
+    now = CLOCKS[clock]
+
+    def run(use_cache):
+        t0 = now()
+        out = generate(params, prompt, config=config, max_new_tokens=n_new, top_k=1,
+                       use_cache=use_cache)
+        return out, now() - t0
+
+    generate(params, prompt, config=config, max_new_tokens=2, top_k=1)   # warm-up
+    tokens_cached, t_cached = run(True)
+    if progress is not None:
+        progress()
+    tokens_uncached, t_uncached = run(False)
+    if progress is not None:
+        progress()
+
+    if contexts is None:
+        contexts = [L for L in (2, 4, 8, 16, 32, 64, 128, 256, 512)
+                    if max(prompt_len, (prompt_len + n_new) // 32) <= L <= prompt_len + n_new - 1]
+    seq = tokens_cached[:, :max(contexts)]
+    per_token = {}
+    for L in contexts:
+        _, c = gpt_forward(params, seq[:, :L - 1], config=config) if L > 1 else (None, None)
+        kv = None if c is None else c["kv_cache"]
+        cached = min(time_calls(lambda: gpt_forward(params, seq[:, L - 1:L], config=config,
+                                                    kv_cache=kv), repeat=repeat, clock=clock))
+        uncached = min(time_calls(lambda: gpt_forward(params, seq[:, :L], config=config),
+                                  repeat=max(2, repeat // 2), clock=clock))
+        per_token[int(L)] = {"cached": cached, "uncached": uncached}
+    if progress is not None:
+        progress()
+    Ls = sorted(per_token)
+    slopes = {mode: (_loglog_slope(Ls, [per_token[L][mode] for L in Ls]) if len(Ls) > 1 else None)
+              for mode in ("cached", "uncached")}
+    return {"model": model, "n_new": n_new, "prompt_len": prompt_len,
+            "cached_seconds": t_cached, "uncached_seconds": t_uncached,
+            "speedup": t_uncached / t_cached,
+            "cached_ms_per_token": 1e3 * t_cached / n_new,
+            "uncached_ms_per_token": 1e3 * t_uncached / n_new,
+            "same_tokens": bool(np.array_equal(tokens_cached, tokens_uncached)),
+            "per_token": per_token,
+            "cached_slope": slopes["cached"], "uncached_slope": slopes["uncached"]}
+
+
+# ---------------------------------------------------------------------------------------
+# Attention: time and peak memory against n
+# ---------------------------------------------------------------------------------------
+
+def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
+    """Forward + backward of one attention method; returns (forward s, backward s)."""
+    now = CLOCKS[clock]
+    n = Q.shape[-2]
+    t0 = now()
+    if method == "standard":
+        _, cache = attention_forward(Q, K, V)
+        backward = attention_backward
+    elif method == "flash":
+        _, cache = flash_attention_forward(Q, K, V, block_size=block_size)
+        backward = flash_attention_backward
+    elif method == "sliding_window":
+        # the mask is part of the method's cost: the API takes it as a dense (n, n) array
+        mask = sliding_window_mask(n, window=window)
+        _, cache = flash_attention_forward(Q, K, V, mask=mask, block_size=block_size)
+        backward = flash_attention_backward
+    elif method == "linear":
+        _, cache = linear_attention_forward(Q, K, V)
+        backward = linear_attention_backward
+    elif method == "linear_causal":
+        _, cache = linear_attention_forward(Q, K, V, causal=True)
+        backward = linear_attention_backward
+    else:
+        raise ValueError(f"bench_attention: unknown method {method!r}; expected one of "
+                         f"{ATTENTION_METHODS}")
+    t1 = now()
+    backward(dout, cache)
+    t2 = now()
+    return t1 - t0, t2 - t1
+
+
+def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, block_size=128,
+                    window=256, repeat=3, seed=0, clock="wall", progress=None):
+    """Time and peak memory of forward + backward of attention over one (n, d) head, float32.
+
+    Methods: "standard" (attention_forward: the n x n weights), "flash"
+    (flash_attention_forward, tiles of block_size), "sliding_window" (flash with
+    sliding_window_mask(n, window), mask built inside the call), "linear" and
+    "linear_causal" (linear_attention_forward). Q, K, V and dout ~ N(0, 1), shape (1, n, d),
+    no mask unless the method has one.
+
+    Returns ``{n: {method: {"forward_seconds", "backward_seconds", "seconds" (min over
+    repeat of forward + backward), "peak_bytes" (tracemalloc, above the inputs)}}}``.
+    """
+    rng = np.random.default_rng(seed)
+    results = {}
+    for n in ns:
+        Q, K, V, dout = (rng.standard_normal((1, n, d), dtype=np.float32) for _ in range(4))
+        row = {}
+        for method in methods:
+            def call():
+                return _attention_call(method, Q, K, V, dout, block_size=block_size, window=window,
+                                       clock=clock)
+            reps = repeat if n < 8192 else max(1, repeat - 1)
+            runs = [call() for _ in range(reps + 1)][1:]           # the first is a warm-up
+            best = min(runs, key=sum)
+            peak = _peak_bytes(call)
+            row[method] = {"forward_seconds": best[0], "backward_seconds": best[1],
+                           "seconds": sum(best), "peak_bytes": peak}
+            if progress is not None:
+                progress()
+        results[int(n)] = row
+        del Q, K, V, dout
+    return results
+
+
+# ---------------------------------------------------------------------------------------
+# Profile of the training step
+# ---------------------------------------------------------------------------------------
+
+def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
+    """cProfile of ``steps`` NumPy training steps: the functions with the most own time.
+
+    NumPy's operators and ufuncs (``@``, ``np.exp``, ...) are not function calls cProfile
+    sees: their time is counted in the function that uses them, which is what makes this
+    profile read per op (attention_forward, layernorm_backward, ...). The profiler's timer
+    is ``clock`` ("wall" or "cpu").
+    Returns ``{"seconds": total, "rows": [{"function", "calls", "own_seconds",
+    "own_fraction", "cumulative_seconds"}, ...]}``, most own time first.
+    """
+    import cProfile
+    import pstats
+
+    model = dict(DEFAULT_MODEL if model is None else model)
+    config = bench_config(model)
+    rng = np.random.default_rng(seed)
+    params = init_gpt(config, rng=rng, dtype=np.float32)
+    ids = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
+    targets = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
+    opt = adamw_init(params)
+    params, opt, _ = _numpy_step(params, opt, ids, targets, config, 1e-3)     # warm-up
+    prof = cProfile.Profile(CLOCKS[clock])
+    prof.enable()
+    for _ in range(steps):
+        params, opt, _ = _numpy_step(params, opt, ids, targets, config, 1e-3)
+    prof.disable()
+    st = pstats.Stats(prof)
+    total = st.total_tt
+    rows = []
+    for (file, line, name), (cc, nc, tt, ct, _) in st.stats.items():
+        label = f"{os.path.basename(file)}:{name}" if line else name
+        rows.append({"function": label, "calls": nc // steps, "own_seconds": tt / steps,
+                     "own_fraction": tt / total if total else 0.0,
+                     "cumulative_seconds": ct / steps})
+    rows.sort(key=lambda r: -r["own_seconds"])
+    return {"seconds": total / steps, "rows": rows[:top]}
+
+
+# ---------------------------------------------------------------------------------------
+# Everything
+# ---------------------------------------------------------------------------------------
+
+def _machine():
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__}
+
+
+def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention_n=None,
+              block_size=128, window=256, n_new=None, repeat=None, profile=False, on_stage=None):
+    """Run every measurement; returns the summary dict (REQUIRED_KEYS plus details).
+
+    quick:   tiny model, short decoding and small n (a smoke test; figures meaningless)
+    threads: BLAS and torch threads (None: leave both as they are)
+    clock:   "auto" (CPU time with one thread, else wall clock), "wall" or "cpu"
+    on_stage(name): called after each measurement (a progress bar)
+    """
+    tick = on_stage if on_stage is not None else (lambda name: None)
+    attention_n = tuple(attention_n or (QUICK_ATTENTION_N if quick else DEFAULT_ATTENTION_N))
+    n_new = n_new or (16 if quick else 512)
+    repeat = repeat or (2 if quick else 8)
+    start = time.perf_counter()
+    clock = resolve_clock(clock, threads)
+    torch = _torch_or_none() if use_torch else None
+    torch_threads = None if torch is None else torch.get_num_threads()
+    summary = {"quick": bool(quick), "machine": _machine(),
+               "threads": set_threads(threads, use_torch=use_torch), "clock": clock}
+    try:
+        _run_all(summary, quick=quick, clock=clock, use_torch=use_torch, attention_n=attention_n,
+                 block_size=block_size, window=window, n_new=n_new, repeat=repeat,
+                 profile=profile, tick=tick)
+    finally:
+        if torch_threads is not None:
+            torch.set_num_threads(torch_threads)      # as it was (e.g. inside a test run)
+    summary["seconds"] = time.perf_counter() - start
+    return summary
+
+
+def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, window, n_new, repeat,
+             profile, tick):
+    model = QUICK_MODEL if quick else DEFAULT_MODEL
+
+    mm = matmul_flops_per_second((128, 256) if quick else (512, 1024, 2048),
+                                 repeat=2 if quick else 10, clock=clock)
+    tick("matmul")
+    train = bench_train_step(model, repeat=repeat, use_torch=use_torch, clock=clock,
+                             progress=lambda: tick("train step"))
+    config = bench_config(model)
+    gemm_s = gemm_only_seconds(config, model["batch"], model["seq_len"], repeat=2 if quick else 3,
+                               clock=clock)
+    tick("gemm only")
+    decode = bench_decoding(model, n_new=n_new, prompt_len=4 if quick else 16,
+                            repeat=2 if quick else 5, clock=clock,
+                            progress=lambda: tick("decoding"))
+    attn = bench_attention(attention_n, block_size=block_size, window=window,
+                           repeat=1 if quick else 3, clock=clock,
+                           progress=lambda: tick("attention"))
+    prof = profile_train_step(model, steps=1 if quick else 3, clock=clock) if profile else None
+    if profile:
+        tick("profile")
+
+    def ratio(n, key, method="flash"):
+        row = attn.get(n)
+        if row is None or method not in row or "standard" not in row:
+            return None
+        return row[method][key] / row["standard"][key]
+
+    summary.update({
+        # the acceptance figures
+        "train_step_ratio_vs_torch": train["ratio_vs_torch"],
+        "gemm_fraction": train["flops_per_second"] / mm["peak"],
+        "kv_cache_speedup_512": decode["speedup"] if n_new == 512 else None,
+        "flash_memory_ratio_4096": ratio(4096, "peak_bytes"),
+        "flash_time_ratio_4096": ratio(4096, "seconds"),
+        # the figures behind them
+        "train_step_ratio_vs_torch_sdpa": train["ratio_vs_torch_sdpa"],
+        "numpy_step_seconds": train["numpy_seconds"]["min"],
+        "torch_step_seconds": None if train["torch_seconds"] is None else train["torch_seconds"]["min"],
+        "step_gflop": train["step_flops"] / 1e9,
+        "step_gflops_per_second": train["flops_per_second"] / 1e9,
+        "matmul_gflops_per_second": mm["peak"] / 1e9,
+        "gemm_only_seconds": gemm_s,
+        "gemm_time_fraction": gemm_s / train["numpy_seconds"]["min"],
+        "kv_cache_speedup": decode["speedup"],
+        "kv_cached_slope": decode["cached_slope"],
+        "train_step": train, "matmul": mm, "decoding": decode,
+        "attention": {"d": 64, "block_size": block_size, "window": window, "by_n": attn},
+    })
+    if prof is not None:
+        summary["profile"] = prof

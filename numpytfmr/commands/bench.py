@@ -1,0 +1,183 @@
+"""``numpytfmr bench``: how fast the reference code is, and how much memory attention takes.
+
+    numpytfmr bench                          # a few minutes; one thread for NumPy and torch
+    numpytfmr bench --summary bench.json     # the figures as one JSON object
+    numpytfmr bench --quick                  # a tiny model: checks that everything runs
+    numpytfmr bench --threads 2 --profile    # two threads each; cProfile of the training step
+
+Measures, in one run (see ``numpytfmr/bench.py`` for how): the GPT training step against
+the same model in PyTorch eager mode, its matrix-product FLOP/s against NumPy's own
+``A @ B``, decoding 512 tokens with and without the KV cache, and standard, flash,
+sliding-window and linear attention at n = 1024, 4096, 8192.
+"""
+import sys
+
+# (label, summary key, target, "<=" or ">=", how to print the value)
+TARGETS = (
+    ("training step vs PyTorch eager", "train_step_ratio_vs_torch", 1.0, "<=", "{:.2f}x"),
+    ("step FLOP/s / NumPy matmul FLOP/s", "gemm_fraction", 0.5, ">=", "{:.0%}"),
+    ("KV-cache speedup, 512 tokens", "kv_cache_speedup_512", 10.0, ">=", "{:.1f}x"),
+    ("flash / standard peak memory, n=4096", "flash_memory_ratio_4096", 1 / 8, "<=", "{:.4f}"),
+    ("flash / standard time, n=4096", "flash_time_ratio_4096", 2.0, "<=", "{:.2f}x"),
+)
+
+
+def _ms(seconds):
+    return "-" if seconds is None else f"{1e3 * seconds:9.2f} ms"
+
+
+def _mib(n_bytes):
+    return f"{n_bytes / 2 ** 20:10.2f} MiB"
+
+
+def report_lines(s):
+    """The summary of ``run_bench`` as readable text lines."""
+    lines = []
+    th, m = s["threads"], s["machine"]
+    tr, dec, att = s["train_step"], s["decoding"], s["attention"]
+    threads = "unchanged" if th["threads"] is None else f"{th['threads']}"
+    clock = {"cpu": "CPU time of the process", "wall": "wall-clock time"}[s["clock"]]
+    lines.append(f"numpy {m['numpy']}, torch {tr['torch_version'] or 'not used'}, threads {threads} "
+                 f"(NumPy BLAS set: {'yes' if th['numpy_blas_set'] else 'no'}), {m['cpu_count']} "
+                 f"CPUs, {m['platform']}" + ("   [--quick: figures not meaningful]"
+                                              if s["quick"] else ""))
+    lines.append(f"times: {clock}, minimum over the repeats")
+    md = tr["model"]
+    lines += ["", f"training step: forward + backward + AdamW, float32 (vocab {md['vocab_size']}, "
+              f"d_model {md['d_model']}, {md['n_layers']} layers, {md['n_heads']} heads, d_ff "
+              f"{md['d_ff']}, batch {md['batch']} x {md['seq_len']} tokens); min of "
+              f"{tr['numpy_seconds']['n']} runs"]
+    gf = tr["step_flops"] / 1e9
+    lines.append(f"  NumPy                  {_ms(tr['numpy_seconds']['min'])}  "
+                 f"{tr['flops_per_second'] / 1e9:7.1f} GFLOP/s   (first loss "
+                 f"{tr['first_loss_numpy']:.6f})")
+    if tr["torch_seconds"] is not None:
+        lines.append(f"  PyTorch eager          {_ms(tr['torch_seconds']['min'])}  "
+                     f"{tr['torch_flops_per_second'] / 1e9:7.1f} GFLOP/s   (first loss "
+                     f"{tr['first_loss_torch']:.6f})   NumPy / PyTorch "
+                     f"{tr['ratio_vs_torch']:.2f}x")
+        lines.append(f"  PyTorch eager, SDPA    {_ms(tr['torch_sdpa_seconds']['min'])}  "
+                     f"{tr['step_flops'] / tr['torch_sdpa_seconds']['min'] / 1e9:7.1f} GFLOP/s"
+                     f"{'':23}NumPy / PyTorch {tr['ratio_vs_torch_sdpa']:.2f}x")
+    else:
+        lines.append("  PyTorch                not measured (--skip-torch, or torch not installed)")
+    lines.append(f"  step FLOPs {gf:.2f} GFLOP (matrix products, 2mkn each, backward = 2 x "
+                 "forward)")
+    by = ", ".join(f"{n}: {f / 1e9:.1f}" for n, f in s["matmul"]["by_size"].items())
+    lines.append(f"  NumPy float32 A @ B    {s['matmul_gflops_per_second']:9.1f} GFLOP/s (best of "
+                 f"n x n: {by})  ->  step at {s['gemm_fraction']:.0%} of it")
+    lines.append(f"  the step's matrix products alone {_ms(s['gemm_only_seconds'])} = "
+                 f"{s['gemm_time_fraction']:.0%} of the NumPy step")
+
+    lines += ["", f"decoding {dec['n_new']} tokens, greedy, batch 1, prompt {dec['prompt_len']} "
+              "(generate)"]
+    lines.append(f"  with the KV cache      {dec['cached_seconds']:9.2f} s  "
+                 f"({dec['cached_ms_per_token']:.2f} ms/token)")
+    lines.append(f"  without                {dec['uncached_seconds']:9.2f} s  "
+                 f"({dec['uncached_ms_per_token']:.2f} ms/token)   speedup {dec['speedup']:.1f}x, "
+                 f"same tokens: {'yes' if dec['same_tokens'] else 'NO'}")
+    lines.append("  one decoding step at context length L:      L     cached   uncached")
+    for L, row in dec["per_token"].items():
+        lines.append(f"{'':46}{L:>5} {_ms(row['cached'])} {_ms(row['uncached'])}")
+    if dec["cached_slope"] is not None:
+        lines.append(f"  growth with L (log-log slope; 1 = linear): cached {dec['cached_slope']:.2f}, "
+                     f"uncached {dec['uncached_slope']:.2f}")
+
+    lines += ["", f"attention, forward + backward, one head (1, n, d={att['d']}), float32; peak "
+              "memory above the inputs (tracemalloc)",
+              f"  flash block {att['block_size']}, sliding window {att['window']} (flash with "
+              "the mask, built inside the call)",
+              f"  {'n':>6}  {'method':<15}{'forward':>12}{'backward':>12}{'total':>12}"
+              f"{'peak memory':>15}  {'time':>7} {'memory':>8} vs standard"]
+    for n, row in att["by_n"].items():
+        std = row.get("standard")
+        for method, r in row.items():
+            rel = ""
+            if std is not None and method != "standard":
+                rel = (f"  {r['seconds'] / std['seconds']:6.2f}x "
+                       f"{r['peak_bytes'] / max(std['peak_bytes'], 1):8.4f}")
+            lines.append(f"  {n:>6}  {method:<15}{_ms(r['forward_seconds'])}"
+                         f"{_ms(r['backward_seconds'])}{_ms(r['seconds'])}"
+                         f"{_mib(r['peak_bytes'])}{rel}")
+
+    if "profile" in s:
+        p = s["profile"]
+        lines += ["", f"cProfile of the NumPy training step ({1e3 * p['seconds']:.0f} ms per step "
+                  "under the profiler), most own time first (NumPy operators count in their caller)"]
+        for r in p["rows"]:
+            lines.append(f"  {100 * r['own_fraction']:5.1f}%  {_ms(r['own_seconds'])}  "
+                         f"{r['calls']:>5} calls  {r['function']}")
+
+    lines += ["", "targets"]
+    for label, key, target, op, fmt in TARGETS:
+        value = s.get(key)
+        if value is None:
+            lines.append(f"  {label:<40} {'-':>9}   (not measured)")
+            continue
+        ok = value <= target if op == "<=" else value >= target
+        lines.append(f"  {label:<40} {fmt.format(value):>9}   target {op} {fmt.format(target)}"
+                     f"   {'met' if ok else 'NOT met'}")
+    lines.append(f"\n{s['seconds']:.0f} s in all")
+    return lines
+
+
+def cmd_bench(args):
+    from numpytfmr import bench, fileio
+    from numpytfmr.progress import Progress
+
+    for name in ("threads", "block_size", "window", "repeat"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} is {value}; expected an integer >= 1")
+    if args.attention_n is not None and any(n < 1 for n in args.attention_n):
+        raise ValueError(f"--attention-n is {args.attention_n}; expected integers >= 1")
+    quick = args.quick
+    repeat = args.repeat or (2 if quick else 8)
+    n_attention = len(args.attention_n or (bench.QUICK_ATTENTION_N if quick
+                                           else bench.DEFAULT_ATTENTION_N))
+    total = 1 + repeat + 1 + 3 + n_attention * len(bench.ATTENTION_METHODS) + int(args.profile)
+    with Progress(total, "bench", enabled=not args.quiet) as bar:
+        def on_stage(name):
+            bar.update(metrics={"stage": name})
+        summary = bench.run_bench(quick=quick, threads=args.threads, clock=args.clock,
+                                  use_torch=not args.skip_torch, attention_n=args.attention_n,
+                                  block_size=args.block_size, window=args.window,
+                                  repeat=repeat, profile=args.profile, on_stage=on_stage)
+    if not args.quiet and sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+    print("\n".join(report_lines(summary)))
+    if args.summary:
+        fileio.write_summary(args.summary, summary)
+    return 0
+
+
+def add_command(sub):
+    p = sub.add_parser(
+        "bench", help="time the training step (vs PyTorch), decoding and attention",
+        description="Measure in one run: the GPT training step against the same model in "
+        "PyTorch eager mode, its matmul FLOP/s against NumPy's A @ B, decoding 512 tokens with "
+        "and without the KV cache, and time and peak memory of standard, flash, sliding-window "
+        "and linear attention. Takes a few minutes.")
+    p.add_argument("--summary", metavar="FILE", help="write every figure as one JSON object to FILE")
+    p.add_argument("--quick", action="store_true",
+                   help="a tiny model and small n: checks that everything runs (seconds)")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="threads of NumPy's BLAS and of PyTorch, the same for both (default 1: "
+                   "on a busy machine multithreaded timings are mostly scheduling noise)")
+    p.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
+                   help="what a time is: 'cpu' = CPU time of the process (with one thread: the "
+                   "time on a core of its own, whatever else runs), 'wall' = elapsed time; "
+                   "'auto' (default): cpu with one thread, wall otherwise")
+    p.add_argument("--skip-torch", action="store_true", help="do not time the PyTorch model")
+    p.add_argument("--attention-n", type=int, nargs="+", metavar="N",
+                   help="sequence lengths of the attention benchmark (default 1024 4096 8192)")
+    p.add_argument("--block-size", type=int, default=128, metavar="B",
+                   help="flash attention's tile size (default 128)")
+    p.add_argument("--window", type=int, default=256, metavar="W",
+                   help="sliding-window attention's window (default 256)")
+    p.add_argument("--repeat", type=int, metavar="R",
+                   help="timed training steps per library (default 8; the minimum is reported)")
+    p.add_argument("--profile", action="store_true",
+                   help="also cProfile the NumPy training step and list its hot spots")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_bench)

@@ -1,0 +1,91 @@
+"""``numpytfmr bench``: the measurements run and report every figure.
+
+No timing assertions here: speed figures come from the benchmark command itself. These
+tests check that the pieces run on tiny inputs, that the FLOP count is the one
+documented, that the memory measure sees NumPy's arrays, and that the summary holds the
+required keys.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from numpytfmr import bench
+from numpytfmr.cli import main
+from numpytfmr.cost import matmul_cost
+from numpytfmr.gpt import GPTConfig
+
+TINY = {"vocab_size": 16, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 16, "batch": 2,
+        "seq_len": 6}
+
+
+def test_train_step_flops_by_hand():
+    # one layer, B = 2, T = 3, d = 4, 2 heads of 2, d_ff = 8, V = 5
+    c = GPTConfig(vocab_size=5, n_layers=1, d_model=4, n_heads=2, d_ff=8, max_len=3)
+    f = bench.train_step_flops(c, 2, 3)
+    N = 6
+    expected = (4 * 2 * N * 4 * 4                 # Q, K, V, output projections
+                + 2 * (2 * 2 * 2 * 3 * 2 * 3)      # Q K^T and A V: B h (3 x 2 x 3) each
+                + 2 * 2 * N * 4 * 8                # FFN: two (6, 4, 8) products
+                + 2 * N * 4 * 5)                   # output layer
+    assert f["forward"] == expected
+    assert f["step"] == 3 * expected and f["backward"] == 2 * expected
+    assert f["lm_head"] == 2 * matmul_cost(N, 4, 5)[0]
+
+
+def test_peak_bytes_sees_numpy_arrays():
+    n = 1 << 18                                    # 1 MiB of float32
+    peak = bench._peak_bytes(lambda: np.ones(n, dtype=np.float32) + 1.0)
+    assert 2 * 4 * n <= peak < 3 * 4 * n          # the array and the sum, nothing else large
+
+
+def test_clock_choice():
+    assert bench.resolve_clock("auto", 1) == "cpu"
+    assert bench.resolve_clock("auto", 2) == "wall"
+    assert bench.resolve_clock("auto", None) == "wall"
+    with pytest.raises(ValueError, match="clock"):
+        bench.resolve_clock("gpu", 1)
+
+
+def test_train_step_matches_torch_at_the_first_step():
+    pytest.importorskip("torch")
+    r = bench.bench_train_step(TINY, repeat=1)
+    # same weights, same batch, same model: the same loss up to float32 rounding
+    assert r["first_loss_torch"] == pytest.approx(r["first_loss_numpy"], rel=1e-5)
+    assert r["ratio_vs_torch"] > 0 and r["numpy_seconds"]["n"] == 1
+
+
+def test_decoding_cached_and_uncached_agree():
+    r = bench.bench_decoding(TINY, n_new=6, prompt_len=2, repeat=1)
+    assert r["same_tokens"]
+    assert set(r["per_token"]) == {2, 4}
+    assert r["speedup"] > 0
+
+
+def test_attention_methods_run_and_flash_holds_less():
+    r = bench.bench_attention((128,), d=8, block_size=16, window=8, repeat=1)[128]
+    assert set(r) == set(bench.ATTENTION_METHODS)
+    # standard attention holds the 128 x 128 weights (64 KiB in float32); flash never does
+    assert r["standard"]["peak_bytes"] >= 128 * 128 * 4
+    assert r["flash"]["peak_bytes"] < r["standard"]["peak_bytes"] / 4
+
+
+def test_quick_bench_command_writes_the_summary(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "QUICK_MODEL", TINY)
+    path = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--quiet", "--skip-torch", "--threads", "1",
+                 "--attention-n", "64", "--repeat", "1", "--summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "training step" in out and "targets" in out
+    s = json.loads(path.read_text())
+    for key in bench.REQUIRED_KEYS:
+        assert key in s
+    assert s["train_step_ratio_vs_torch"] is None          # --skip-torch
+    assert s["gemm_fraction"] > 0
+    assert s["clock"] == "cpu"
+    assert set(s["attention"]["by_n"]["64"]) == set(bench.ATTENTION_METHODS)
+
+
+def test_bad_option_is_a_usage_error(capsys):
+    assert main(["bench", "--quick", "--threads", "0"]) == 2
+    assert "--threads" in capsys.readouterr().err
