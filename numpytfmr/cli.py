@@ -51,6 +51,7 @@ def _row_verdict(rows):
 
 
 def cmd_check(args):
+    from numpytfmr.gradcheck import fmt_rel_error
     from numpytfmr.registry import get, registry
 
     specs = [get(name) for name in args.op] if args.op else list(registry().values())
@@ -79,10 +80,12 @@ def cmd_check(args):
     width_in = max([len("input")] + [len(r[1]) for r in table])
     print(f"{'op':<{width_op}}  {'input':<{width_in}}  cases  max rel error  verdict")
     for op, name, n, err, verdict in table:
-        e = "-" if err is None else f"{err:.2e}"
+        e = fmt_rel_error(err)
         print(f"{op:<{width_op}}  {name:<{width_in}}  {n:>5}  {e:>13}  {verdict}")
     for op, case, res in failures:
         print(f"\n--- {op}: case {case.label or '(unnamed)'} failed ---\n{res}")
+    if any(err == 0.0 for *_, err, _ in table):
+        print("(< noise: every difference is within the rounding error of the finite differences)")
     seconds = time.perf_counter() - start
     n_ops = len(specs)
     if failures:

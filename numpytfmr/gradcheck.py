@@ -190,10 +190,13 @@ class GradcheckResult:
         table = [("input", "shape", "max abs err", "max rel err", "verdict")]
         for row in self.rows:
             table.append((row.name, "None" if row.shape is None else str(row.shape),
-                          _fmt_err(row.max_abs_error), _fmt_err(row.max_rel_error), row.verdict))
+                          _fmt_err(row.max_abs_error), fmt_rel_error(row.max_rel_error), row.verdict))
         widths = [max(len(r[c]) for r in table) for c in range(5)]
         for r in table:
             lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+        if any(r[3] == _BELOW_NOISE for r in table):
+            lines.append(f"  ({_BELOW_NOISE}: every difference is within the rounding error of the "
+                         "finite differences)")
         failed = [(name, msg) for name, ok, msg in self.structural if not ok]
         if failed:
             lines += ["", "structural checks that failed:"]
@@ -222,6 +225,14 @@ class GradcheckResult:
 
 def _fmt_err(v):
     return "-" if v is None else f"{v:.2e}"
+
+
+_BELOW_NOISE = "< noise"
+
+
+def fmt_rel_error(v):
+    """A reported relative error as text; 0 means no difference rose above the rounding noise."""
+    return _BELOW_NOISE if v == 0.0 else _fmt_err(v)
 
 
 def _fmt_index(index):
