@@ -580,3 +580,23 @@ def test_bad_input_is_refused_with_a_clear_message(call, exc, words):
     name = msg.split(":")[0]
     assert name in {"rope_forward", "rope_backward", "rope_frequencies", "yarn_attention_scale",
                     "sinusoidal_encoding", "alibi_slopes", "alibi_bias"}
+
+
+def test_erratum_003_7_6_2_yarn_temperature_sharpens_attention():
+    """003 §7.6.2 says the YaRN temperature "mitigates over-sharp attention". With
+    sqrt(1/t) = 0.1 ln s + 1 > 1 the logits are multiplied by 1/t > 1, so the softmax gets
+    sharper (lower entropy): the temperature counters the flattening that many competing
+    positions cause at extended lengths, not an over-sharpness."""
+    from numpytfmr import softmax, yarn_attention_scale
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((64, 4096))
+    mscale = yarn_attention_scale(8.0)
+    inv_t = mscale ** 2                       # q and k are each multiplied by sqrt(1/t)
+    assert inv_t > 1.0
+
+    def entropy(p):
+        return -np.sum(p * np.log(p), axis=-1)
+
+    plain, scaled = entropy(softmax(logits)), entropy(softmax(inv_t * logits))
+    assert np.all(scaled < plain)
