@@ -25,6 +25,7 @@ from .rnn import *  # noqa: F401,F403
 from .hf import *  # noqa: F401,F403
 from .lora import *  # noqa: F401,F403
 from .preference import *  # noqa: F401,F403
+from .posttrain import *  # noqa: F401,F403
 from .optim import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .classical import *  # noqa: F401,F403

@@ -3,6 +3,7 @@ import numpy as np
 
 from . import Case, OpSpec
 from ..lora import lora_linear_forward, lora_linear_backward
+from ..posttrain import reward_head_backward, reward_head_forward
 from ..preference import (
     bradley_terry_loss_backward,
     bradley_terry_loss_forward,
@@ -117,6 +118,19 @@ def _bt_cases(rng, dtype):
     ]
 
 
+def _reward_head_cases(rng, dtype):
+    def arr(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+    cases = []
+    for lead, pooling in (((), "last"), ((3,), "mean"), ((2, 3), "last"), ((2, 3), "mean")):
+        mask = rng.random(lead + (5,)) < 0.6
+        mask[..., 0] = True                       # at least one token per sequence
+        cases.append(Case((arr(*lead, 5, 7), arr(7), arr()), {"mask": mask, "pooling": pooling},
+                          f"h {lead + (5, 7)}, {pooling}"))
+    cases.append(Case((arr(4, 7), arr(7), None), {"pooling": "mean"}, "no bias, no mask"))
+    return cases
+
+
 OPS = [
     OpSpec("lora_linear", lora_linear_forward, lora_linear_backward, _lora_cases,
            "000 §2.7.2"),
@@ -125,4 +139,6 @@ OPS = [
     OpSpec("dpo_loss", dpo_loss_forward, dpo_loss_backward, _dpo_cases, "003 §9.2, eq. 9.1"),
     OpSpec("bradley_terry_loss", bradley_terry_loss_forward, bradley_terry_loss_backward,
            _bt_cases, "003 §9.1.2"),
+    OpSpec("reward_head", reward_head_forward, reward_head_backward, _reward_head_cases,
+           "003 §9.1.2"),
 ]
