@@ -61,6 +61,14 @@ def _allowed(mask, bias, where, scores_shape):
     return allowed
 
 
+def _full_shape(S, other):
+    """S itself when ``other`` broadcasts to S's shape, else a new copy of S broadcast to the
+    common shape (a mask or bias may carry batch axes the scores lack, e.g. from V; the
+    in-place updates that follow need the full shape)."""
+    shape = np.broadcast_shapes(S.shape, other.shape)
+    return S if shape == S.shape else np.broadcast_to(S, shape).copy()
+
+
 def _masked_softmax(S, allowed):
     """Row softmax over the last axis, restricted to ``allowed`` keys (003 §5.1.2).
 
@@ -69,21 +77,36 @@ def _masked_softmax(S, allowed):
     ``m_i`` is the row maximum over the allowed keys, so nothing overflows. A row with no
     allowed key would be 0/0; it is set to zeros instead. No -inf is ever subtracted from
     -inf, so no NaN and no RuntimeWarning appear.
+
+    S is overwritten with A and returned: every caller passes its own fresh score array,
+    and working in place saves four temporaries of the size of the scores. (A mask with
+    more batch axes than S gives a new, larger A.)
     """
-    if allowed is None:
-        m = np.max(S, axis=-1, keepdims=True)
-        E = np.exp(S - m)
-        return E / np.sum(E, axis=-1, keepdims=True)
-    m = np.max(np.where(allowed, S, -np.inf), axis=-1, keepdims=True)
-    m = np.where(m > -np.inf, m, 0.0)            # row with no allowed key: any finite shift works
-    E = np.exp(np.where(allowed, S - m, -np.inf))  # exp(-inf) = 0 exactly where masked
-    denom = np.sum(E, axis=-1, keepdims=True)
-    return E / np.where(denom > 0, denom, 1.0)   # empty row: 0 / 1 = 0
+    if allowed is not None:
+        S = _full_shape(S, allowed)
+        np.copyto(S, -np.inf, where=~allowed)    # masked keys: exp(-inf) = 0 exactly
+    m = np.max(S, axis=-1, keepdims=True)
+    if allowed is not None:
+        m[m == -np.inf] = 0.0                    # row with no allowed key: any finite shift works
+    S -= m
+    np.exp(S, out=S)
+    denom = np.sum(S, axis=-1, keepdims=True)
+    if allowed is not None:
+        denom[denom == 0.0] = 1.0                # empty row: 0 / 1 = 0
+    S /= denom
+    return S
 
 
 def _softmax_backward(dA, A):
-    """dS = A * (dA - sum_j(dA * A))  softmax Jacobian-vector product (rows of zeros stay 0)."""
-    return A * (dA - np.sum(dA * A, axis=-1, keepdims=True))
+    """dS = A * (dA - sum_j(dA * A))  softmax Jacobian-vector product (rows of zeros stay 0).
+
+    dA is overwritten with dS and returned (every caller passes its own fresh dA); the
+    row sums come from einsum, without a temporary of the size of A.
+    """
+    rowsum = np.einsum("...ij,...ij->...i", dA, A)[..., None]
+    dA -= rowsum
+    dA *= A
+    return dA
 
 
 def _check_dout(dout, cache, where):
@@ -202,9 +225,12 @@ def attention_forward(Q, K, V, *, mask=None, bias=None, scale=None):
     scale = float(scale)  # a Python float never upcasts float32
     allowed = _allowed(mask, bias, where, scores_shape)
 
-    S = (Q @ np.swapaxes(K, -1, -2)) * scale       # (..., n_q, n_k) scaled scores
+    # (..., n_q, n_k) scaled scores; scaling the (n_q, d_k) queries rather than the
+    # (n_q, n_k) scores takes fewer multiplications whenever n_k > d_k, as usual
+    S = (Q * scale) @ np.swapaxes(K, -1, -2)
     if bias is not None:
-        S = S + bias                               # finite + (-inf) = -inf: no warning
+        S = _full_shape(S, bias)
+        S += bias                                  # finite + (-inf) = -inf: no warning
     A = _masked_softmax(S, allowed)                # (..., n_q, n_k) attention weights
     out = A @ V                                    # (..., n_q, d_v) weighted sum of values
     cache = {"Q": Q, "K": K, "V": V, "weights": A, "scale": scale,
@@ -225,6 +251,8 @@ def attention_backward(dout, cache):
     dV = np.swapaxes(A, -1, -2) @ dout            # out = A V      ->  dV = A^T dout
     dA = dout @ np.swapaxes(V, -1, -2)            # out = A V      ->  dA = dout V^T
     dS = _softmax_backward(dA, A)                 # A = softmax(S) ->  softmax JVP
-    dQ = (dS @ K) * scale                         # S = Q K^T scale -> dQ = dS K scale
-    dK = (np.swapaxes(dS, -1, -2) @ Q) * scale    #                 -> dK = dS^T Q scale
+    dQ = dS @ K                                   # S = Q K^T scale -> dQ = dS K scale
+    dQ *= scale                                   #   (in place on the new products)
+    dK = np.swapaxes(dS, -1, -2) @ Q              #                 -> dK = dS^T Q scale
+    dK *= scale
     return (_unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape), _unbroadcast(dV, V.shape))

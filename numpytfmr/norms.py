@@ -22,6 +22,17 @@ def _sum_leading(a):
     return a.reshape(-1, a.shape[-1]).sum(axis=0)
 
 
+def _sum_leading_product(a, b):
+    """``_sum_leading(a * b)`` without the temporary a * b (einsum sums the products)."""
+    d = a.shape[-1]
+    return np.einsum("ni,ni->i", a.reshape(-1, d), b.reshape(-1, d))
+
+
+def _row_dot(a, b):
+    """sum_j a_ij b_ij over the last axis, kept as a (..., 1) column (no temporary a * b)."""
+    return np.einsum("...i,...i->...", a, b)[..., None]
+
+
 def layernorm_forward(x, gamma, beta, *, eps=1e-5):
     """Layer normalization of every row over its last axis (004 eq. 27-28).
 
@@ -47,15 +58,19 @@ def layernorm_forward(x, gamma, beta, *, eps=1e-5):
     eps = number(eps, "eps", where, low=0.0, low_open=True)
     mu = np.mean(x, axis=-1, keepdims=True)
     xc = x - mu
-    var = np.mean(xc * xc, axis=-1, keepdims=True)  # two-pass: no cancellation for large means
+    # two-pass: no cancellation for large means; einsum sums xc^2 without an (..., d) temporary
+    var = _row_dot(xc, xc) / d
     rstd = 1.0 / np.sqrt(var + eps)
-    xhat = xc * rstd
-    out = xhat
-    if gamma is not None:
-        out = out * gamma
-    if beta is not None:
-        out = out + beta
-    out = out.astype(result_dtype(x, gamma, beta), copy=False)
+    xhat = xc
+    xhat *= rstd                                   # in place: xc is our own array
+    dt = result_dtype(x, gamma, beta)
+    if gamma is None:
+        out = xhat if beta is None else xhat + beta
+    else:
+        out = (xhat * gamma).astype(dt, copy=False)
+        if beta is not None:
+            out += beta                            # in place on the new product
+    out = out.astype(dt, copy=False)
     cache = {"xhat": xhat, "rstd": rstd, "gamma": gamma,
              "dtypes": (x.dtype, None if gamma is None else gamma.dtype,
                         None if beta is None else beta.dtype)}
@@ -73,12 +88,19 @@ def layernorm_backward(dout, cache):
     """
     xhat, rstd, gamma = cache["xhat"], cache["rstd"], cache["gamma"]
     x_dtype, g_dtype, b_dtype = cache["dtypes"]
-    dgamma = None if g_dtype is None else _sum_leading(dout * xhat).astype(g_dtype, copy=False)
+    dout = np.asarray(dout)
+    d = xhat.shape[-1]
+    dgamma = None if g_dtype is None else _sum_leading_product(dout, xhat).astype(g_dtype, copy=False)
     dbeta = None if b_dtype is None else _sum_leading(dout).astype(b_dtype, copy=False)
     dxhat = dout if gamma is None else dout * gamma  # d out / d xhat = gamma
     # d xhat / d x: project out the mean direction and the xhat direction, then scale by 1/sigma
-    dx = rstd * (dxhat - np.mean(dxhat, axis=-1, keepdims=True)
-                 - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))
+    mean_dxhat = np.mean(dxhat, axis=-1, keepdims=True)
+    mean_dxhat_xhat = _row_dot(dxhat, xhat) / d
+    # dx starts as a new array in the dtype of the whole expression; the rest is in place
+    dx = (xhat * mean_dxhat_xhat).astype(np.result_type(dxhat, xhat, rstd), copy=False)
+    np.subtract(dxhat, dx, out=dx)                   # dxhat - xhat mean(dxhat xhat)
+    dx -= mean_dxhat                                 #   - mean(dxhat)
+    dx *= rstd
     return dx.astype(x_dtype, copy=False), dgamma, dbeta
 
 

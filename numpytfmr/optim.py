@@ -270,18 +270,31 @@ def _adam_common(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_d
 
     new_params = {}
     new_state = {STEP_KEY: _step_array(t)}
+    # Each new array (m, v, the update, the new parameter) is computed in place after it is
+    # allocated (*=, +=, out=): the same arithmetic as the formulas, without a temporary
+    # array for every operation.
     for k, p in params.items():
         g = grads[k]
         decay = weight_decay if k not in exempt else 0.0
-        if decay and decoupled:
-            p = p * (1.0 - lr * decay)                    # AdamW: theta <- theta - eta lambda theta
-        elif decay:
+        if decay and not decoupled:
             g = g + decay * p                             # Adam: L2 term joins the gradient
-        m = beta1 * state["m/" + k] + (1.0 - beta1) * g   # m_t = beta1 m_{t-1} + (1-beta1) g
-        v = beta2 * state["v/" + k] + (1.0 - beta2) * (g * g)  # v_t = beta2 v + (1-beta2) g^2
+        m = beta1 * state["m/" + k]                       # m_t = beta1 m_{t-1} + (1-beta1) g
+        m += (1.0 - beta1) * g
+        v = g * g                                         # v_t = beta2 v + (1-beta2) g^2
+        v *= 1.0 - beta2
+        v += beta2 * state["v/" + k]
         # theta <- theta - eta * m_hat / (sqrt(v_hat) + eps), m_hat = m/bias1, v_hat = v/bias2
-        denom = np.sqrt(v) / sqrt_bias2 + eps
-        new_params[k] = p - (lr / bias1) * (m / denom)
+        update = np.sqrt(v)
+        update /= sqrt_bias2
+        update += eps                                     # sqrt(v_hat) + eps
+        np.divide(m, update, out=update)                  # m / (sqrt(v_hat) + eps)
+        update *= lr / bias1                              # eta m_hat / (sqrt(v_hat) + eps)
+        if decay and decoupled:
+            new_p = p * (1.0 - lr * decay)                # AdamW: theta <- theta - eta lambda theta
+            new_p -= update
+        else:
+            new_p = np.subtract(p, update, out=update)
+        new_params[k] = new_p
         new_state["m/" + k] = m
         new_state["v/" + k] = v
     return new_params, new_state

@@ -176,6 +176,22 @@ def test_broadcast_keys_equal_explicit_repeats():
     np.testing.assert_allclose(g[2], g_r[2].sum(axis=1, keepdims=True), rtol=1e-12)
 
 
+def test_mask_and_bias_with_batch_axes_only_the_values_have():
+    """Unbatched Q, K with batched V: a (2, n_q, n_k) mask and bias still apply per item
+    (the in-place softmax first broadcasts the scores to the full shape)."""
+    rng = np.random.default_rng(14)
+    Q, K, V = rng.standard_normal((5, 4)), rng.standard_normal((6, 4)), rng.standard_normal((2, 6, 3))
+    mask = rng.random((2, 5, 6)) > 0.3
+    mask[..., 0] = True
+    bias = rng.standard_normal((2, 5, 6))
+    out, cache = attention_forward(Q, K, V, mask=mask, bias=bias)
+    S = np.where(mask, Q @ K.T / 2.0 + bias, -np.inf)       # d_k = 4: scale 1/2
+    A = np.exp(S - S.max(-1, keepdims=True))
+    A /= A.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, A @ V, rtol=1e-13)
+    assert_gradients(attention_forward, {"mask": mask, "bias": bias}, (Q, K, V))
+
+
 def test_default_scale_and_temperature():
     rng = np.random.default_rng(5)
     Q, K, V = rng.standard_normal((3, 7)), rng.standard_normal((4, 7)), rng.standard_normal((4, 2))

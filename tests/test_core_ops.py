@@ -203,6 +203,64 @@ def test_gelu_float32_matches_float64():
         np.testing.assert_allclose(g32, gelu_backward(np.ones(x.shape), c64), rtol=1e-5, atol=1e-6)
 
 
+def test_mills_ratio_fit_of_the_float32_gelu():
+    """The float32 GELU writes Phi(-y) = phi(y) R(y) with Mills' ratio R(y) ~= t P(t),
+    t = 1/(1 + 0.265 y); the fit's relative error is below 2e-8 on 0 <= y <= 15 (float64)."""
+    from numpy.polynomial import polynomial
+    from numpytfmr.activations import _MILLS_P, _MILLS_T
+    y = np.linspace(0.0, 15.0, 300_001)
+    exact = 0.5 * erfc(y / math.sqrt(2)) * np.exp(0.5 * y * y) * math.sqrt(2 * math.pi)
+    t = 1.0 / (1.0 + _MILLS_T * y)
+    fit = t * polynomial.polyval(t, _MILLS_P[::-1])
+    assert np.max(np.abs(fit / exact - 1)) < 2e-8
+    assert fit[0] == pytest.approx(math.sqrt(math.pi / 2), rel=2e-8)  # R(0) = sqrt(pi/2)
+
+
+def test_gelu_float32_is_accurate_to_float32_precision():
+    """float32 input takes the float32 path (Mills' ratio, in float32): against the float64
+    Cody form at the same points, relative error <= 1e-6 for |x| <= 4, and everywhere
+    within 2^-20 plus the float32 rounding of x^2 in exp(-x^2/2) (x^2 2^-23) -- so the
+    negative tail keeps its relative precision down to Phi(x) ~ 1e-36."""
+    x32 = np.linspace(-14.0, 14.0, 400_001, dtype=np.float32)
+    x = x32.astype(np.float64)
+    out32, c32 = gelu_forward(x32)
+    out64, c64 = gelu_forward(x)
+    assert out32.dtype == np.float32
+    normal = 0.5 * erfc(-x / math.sqrt(2)) > 2.0 ** -120   # Phi(x) far from float32 subnormals
+    rel = np.abs(out32[normal] - out64[normal]) / np.maximum(np.abs(out64[normal]), 1e-300)
+    assert np.max(rel[np.abs(x[normal]) <= 4]) <= 1e-6
+    assert np.all(rel <= 2.0 ** -20 + x[normal] ** 2 * 2.0 ** -23)
+    assert np.all(np.abs(out32[~normal]) <= 1e-35)
+    # the derivative Phi + x phi, to the same precision (absolute: it crosses zero near -0.75)
+    d32 = gelu_backward(np.ones_like(x32), c32)
+    d64 = gelu_backward(np.ones_like(x), c64)
+    assert d32.dtype == np.float32
+    assert np.max(np.abs(d32 - d64)) <= 1e-6
+
+
+def test_gelu_float32_blocks_noncontiguous_input_and_extremes():
+    """The float32 path works block by block: a long array of odd size gives the same values
+    as its pieces one at a time; a transposed (non-contiguous) input keeps its shape; huge
+    and tiny inputs give 0 or x without a warning."""
+    rng = np.random.default_rng(3)
+    x = (3 * rng.standard_normal(2 * 65536 + 7)).astype(np.float32)
+    out, cache = gelu_forward(x)
+    pieces = [gelu_forward(p)[0] for p in np.array_split(x, 7)]
+    np.testing.assert_array_equal(out, np.concatenate(pieces))
+    xt = x[:1200].reshape(30, 40).T
+    out_t, _ = gelu_forward(xt)
+    assert out_t.shape == (40, 30)
+    np.testing.assert_array_equal(out_t, gelu_forward(np.ascontiguousarray(xt))[0])
+    extremes = np.array([-3e38, -1e20, -50, -20, -0.0, 0.0, 1e-30, 20, 50, 1e20, 3e38], np.float32)
+    with np.errstate(all="raise"):
+        out, cache = gelu_forward(extremes)
+        dx = gelu_backward(np.full(extremes.shape, 0.7, np.float32), cache)
+    assert np.all(out[:4] == 0) and out[4] == 0 and out[5] == 0
+    np.testing.assert_array_equal(out[-4:], extremes[-4:])   # gelu(x) = x for large x
+    np.testing.assert_array_equal(dx[-4:], np.float32(0.7))
+    assert np.all(dx[:4] == 0)
+
+
 # ----------------------------------------------------------------------------------------
 # softmax, log-softmax
 
