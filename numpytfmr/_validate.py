@@ -155,3 +155,12 @@ def vector_arg(v, n, name, where, ref_name, ref_shape, what):
         raise ValueError(f"{where}: {name} has shape {v.shape} but {ref_name} has shape "
                          f"{tuple(ref_shape)}; expected {name} of shape ({n},) ({what})")
     return v
+
+
+def upstream(dout, name, where, shape, dtype, *, what="the forward output's"):
+    """An upstream gradient: a float array of the forward output's ``shape``, cast to its dtype."""
+    dout = float_array(dout, name, where)
+    if dout.shape != tuple(shape):
+        raise ValueError(f"{where}: {name} has shape {dout.shape}; expected {what} shape "
+                         f"{tuple(shape)}")
+    return dout.astype(dtype, copy=False)

@@ -260,11 +260,8 @@ def encdec_backward(dlogits, cache):
     """
     where = "encdec_backward"
     c = cache["config"]
-    dlogits = v.float_array(dlogits, "dlogits", where)
-    if dlogits.shape != cache["logits_shape"]:
-        raise ValueError(f"{where}: dlogits has shape {dlogits.shape}; expected the logits' shape "
-                         f"{cache['logits_shape']}")
-    dlogits = dlogits.astype(cache["dtype"], copy=False)
+    dlogits = v.upstream(dlogits, "dlogits", where, cache["logits_shape"], cache["dtype"],
+                         what="the logits'")
     grads, dmemory = _decoder_backward(dlogits, cache["dec"], c)
     return _add_grads(grads, _encoder_backward(dmemory, cache["enc"], c))
 

@@ -493,11 +493,8 @@ def gpt_backward(dlogits, cache):
     """
     where = "gpt_backward"
     c = cache["config"]
-    dlogits = v.float_array(dlogits, "dlogits", where)
-    if dlogits.shape != cache["logits_shape"]:
-        raise ValueError(f"{where}: dlogits has shape {dlogits.shape}; expected the logits' shape "
-                         f"{cache['logits_shape']}")
-    dlogits = dlogits.astype(cache["dtype"], copy=False)
+    dlogits = v.upstream(dlogits, "dlogits", where, cache["logits_shape"], cache["dtype"],
+                         what="the logits'")
     dx, grads = _head_backward(dlogits, cache["head"], "wte", c.tie_embeddings)   # logits = x W_out
     if c.norm == "pre":
         dx, g = _final_norm_backward(dx, cache["norm_f"], "norm_f", c)            # x = N_f(x)

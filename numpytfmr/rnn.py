@@ -519,11 +519,8 @@ def rnn_seq2seq_backward(dlogits, cache):
     """
     where = "rnn_seq2seq_backward"
     c = cache["config"]
-    dlogits = v.float_array(dlogits, "dlogits", where)
-    if dlogits.shape != cache["logits_shape"]:
-        raise ValueError(f"{where}: dlogits has shape {dlogits.shape}; expected the logits' shape "
-                         f"{cache['logits_shape']}")
-    dlogits = dlogits.astype(cache["dtype"], copy=False)
+    dlogits = v.upstream(dlogits, "dlogits", where, cache["logits_shape"], cache["dtype"],
+                         what="the logits'")
     grads = {}
     c_h, c_e, c_c = cache["out"]
     dHd, grads["out.W_yh"], grads["out.b_y"] = linear_backward(dlogits, c_h)   # logits = ... + h_t W_yh + b_y
