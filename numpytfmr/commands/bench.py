@@ -108,7 +108,8 @@ def report_lines(s):
             lines.append(f"  {100 * r['own_fraction']:5.1f}%  {_ms(r['own_seconds'])}  "
                          f"{r['calls']:>5} calls  {r['function']}")
 
-    lines += ["", "targets"]
+    lines += ["", "targets" + ("   (--quick: a tiny model; the targets apply to the default "
+                               "configuration only)" if s["quick"] else "")]
     for label, key, target, op, fmt in TARGETS:
         value = s.get(key)
         if value is None:
