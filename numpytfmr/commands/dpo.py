@@ -35,9 +35,9 @@ The run, step by step:
 import time
 
 from numpytfmr.commands.lora import (add_adapter_options, add_base_options, add_run_options,
-                                     adapter_settings, base_model, check_counts, check_post_args,
-                                     finish, logger, out_dir, parse_targets, save_adapted,
-                                     snapshot, unchanged)
+                                     adapter_settings, base_model, check_post_args, parse_targets,
+                                     save_adapted, snapshot, unchanged)
+from numpytfmr.commands.train import check_counts, finish, logger, out_dir
 
 DPO_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wv", "steps": 200, "lr": 1e-3,
                 "batch_size": 64, "warmup_steps": 10, "eval_every": 50}
@@ -128,7 +128,7 @@ def cmd_dpo(args):
 
     where = "dpo"
     check_post_args(args, where)
-    check_counts(args, ("n_prompts", "samples"), where)
+    check_counts(args, ("n_prompts", "samples"))
     if not args.beta > 0 or not args.nll_weight >= 0:
         raise ValueError(f"{where}: --beta is {args.beta} and --nll-weight {args.nll_weight}; "
                          "expected beta > 0 and nll-weight >= 0")

@@ -19,8 +19,9 @@ Defaults: rank 4, alpha 8, all four attention projections (3.9 % of the paramete
 values alone (``--targets Wq,Wv``, 2 %) reach about 95 % in 800 steps; reverse -> rotate
 is harder for a low-rank update (about 75 % with the defaults, 85 % adding the FFN).
 """
-import sys
 import time
+
+from numpytfmr.commands.train import check_counts, finish, logger, out_dir
 
 RELATED_TASKS = {"sort": "sort_desc", "sort_desc": "sort", "reverse": "rotate",
                  "rotate": "reverse", "sort_either": "sort"}
@@ -32,38 +33,6 @@ LORA_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wk,Wv,Wo", "steps": 120
 # ---------------------------------------------------------------------------------------
 # Shared with ``numpytfmr dpo``
 # ---------------------------------------------------------------------------------------
-
-def out_dir(args):
-    return None if args.out in (None, "", "none") else args.out
-
-
-def logger(args):
-    """One line per evaluation on stderr (where the progress bar is), or nothing."""
-    if args.quiet:
-        return None
-
-    def log(line):
-        prefix = "\r\033[K" if sys.stderr.isatty() else ""   # clear a redrawn bar first
-        print(prefix + line, file=sys.stderr, flush=True)
-    return log
-
-
-def finish(args, summary, lines):
-    """Print the result lines and write ``--summary`` (one JSON object)."""
-    from numpytfmr import fileio
-    for line in lines:
-        print(line)
-    if args.summary:
-        fileio.write_summary(args.summary, summary)
-
-
-def check_counts(args, names, where):
-    for name in names:
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise ValueError(f"{where}: --{name.replace('_', '-')} is {value}; expected an "
-                             "integer >= 1")
-
 
 def add_base_options(p, *, task, steps):
     """--checkpoint, or the base model the command trains itself."""
@@ -197,7 +166,7 @@ def unchanged(params, before):
 
 def check_post_args(args, where):
     check_counts(args, ("rank", "steps", "batch_size", "eval_every", "n_test", "base_steps",
-                        "threads", "max_prompt_len"), where)
+                        "threads", "max_prompt_len"))
     if not args.alpha > 0:
         raise ValueError(f"{where}: --alpha is {args.alpha}; expected a number > 0")
     if not args.lr > 0:
