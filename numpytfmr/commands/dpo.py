@@ -36,8 +36,8 @@ import time
 
 from numpytfmr.commands.lora import (add_adapter_options, add_base_options, add_run_options,
                                      adapter_settings, base_model, check_post_args, parse_targets,
-                                     save_adapted, snapshot, unchanged)
-from numpytfmr.commands.train import check_counts, finish, logger, out_dir
+                                     save_adapted, snapshot, train_adapters, unchanged)
+from numpytfmr.commands.train import check_counts, finish, out_dir
 
 DPO_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wv", "steps": 200, "lr": 1e-3,
                 "batch_size": 64, "warmup_steps": 10, "eval_every": 50}
@@ -122,9 +122,7 @@ def cmd_dpo(args):
     from numpytfmr.posttrain import (add_lora, completion_kl, dpo_loss_and_grads,
                                      lora_parameter_counts, merge_lora)
     from numpytfmr.preference import dpo_loss_forward
-    from numpytfmr.progress import Progress
-    from numpytfmr.training import (STREAM_DATA, STREAM_INIT, STREAM_TEST, limit_blas_threads,
-                                    step_rng, train_loop)
+    from numpytfmr.training import STREAM_DATA, STREAM_INIT, STREAM_TEST, limit_blas_threads, step_rng
 
     where = "dpo"
     check_post_args(args, where)
@@ -188,15 +186,8 @@ def cmd_dpo(args):
         r = _behaviour(merge_lora(params, a, alpha=alpha), config, test, prefer, tok)
         return {"preferred_rate": r["preferred"], "opposite_rate": r["opposite"]}
 
-    bar = Progress(settings.steps, "dpo") if not args.quiet else None
-    t0 = time.perf_counter()
-    try:
-        adapters, _, history = train_loop(adapters, loss_and_grads, settings, evaluate=evaluate,
-                                          progress=bar, log=logger(args))
-    finally:
-        if bar is not None:
-            bar.close()
-    dpo_seconds = time.perf_counter() - t0
+    adapters, history, dpo_seconds = train_adapters(adapters, loss_and_grads, settings, evaluate,
+                                                    args, "dpo")
 
     # 4. held-out evaluation
     merged = merge_lora(params, adapters, alpha=alpha)

@@ -140,6 +140,25 @@ def adapter_settings(args):
                          clip_norm=1.0, seed=args.seed, eval_every=args.eval_every)
 
 
+def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc):
+    """``train_loop`` over the adapters only, with a progress bar unless ``--quiet``.
+
+    Returns ``(adapters, history, seconds)``.
+    """
+    from numpytfmr.progress import Progress
+    from numpytfmr.training import train_loop
+
+    bar = Progress(settings.steps, desc) if not args.quiet else None
+    t0 = time.perf_counter()
+    try:
+        adapters, _, history = train_loop(adapters, loss_and_grads, settings, evaluate=evaluate,
+                                          progress=bar, log=logger(args))
+    finally:
+        if bar is not None:
+            bar.close()
+    return adapters, history, time.perf_counter() - t0
+
+
 def save_adapted(out, base, merged, adapters, meta):
     """The merged model as a GPT checkpoint (``numpytfmr generate`` runs it) plus the
     adapters alone in ``adapters.npz``; returns the checkpoint.json path."""
@@ -183,9 +202,8 @@ def cmd_lora(args):
     from numpytfmr.data import make_task
     from numpytfmr.posttrain import (add_lora, gpt_lora_loss, lora_parameter_counts,
                                      merge_lora, unmerge_lora)
-    from numpytfmr.progress import Progress
     from numpytfmr.training import (IGNORE, STREAM_INIT, STREAM_TEST, evaluate_gpt, gpt_task_data,
-                                    limit_blas_threads, load_model, step_rng, train_loop)
+                                    limit_blas_threads, load_model, step_rng)
 
     where = "lora"
     check_post_args(args, where)
@@ -230,15 +248,8 @@ def cmd_lora(args):
     def evaluate(a):
         return evaluate_gpt(merge_lora(params, a, alpha=alpha), config, test)
 
-    bar = Progress(settings.steps, f"lora {task}") if not args.quiet else None
-    t0 = time.perf_counter()
-    try:
-        adapters, _, history = train_loop(adapters, loss_and_grads, settings, evaluate=evaluate,
-                                          progress=bar, log=logger(args))
-    finally:
-        if bar is not None:
-            bar.close()
-    lora_seconds = time.perf_counter() - t0
+    adapters, history, lora_seconds = train_adapters(adapters, loss_and_grads, settings, evaluate,
+                                                     args, f"lora {task}")
 
     merged = merge_lora(params, adapters, alpha=alpha)
     exact = history["evals"][-1]["exact_match"]
