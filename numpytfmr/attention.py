@@ -118,6 +118,18 @@ def _check_dout(dout, cache, where):
     return dout.astype(cache["dtype"], copy=False)
 
 
+def _values_batch(Q, K, V, where, q_name="Q"):
+    """Check one value per key (V's n_k = K's n_k); return the broadcast leading (batch) shape."""
+    if V.shape[-2] != K.shape[-2]:
+        raise ValueError(f"{where}: V has shape {V.shape} but K has shape {K.shape}; the "
+                         "second-to-last axes (n_k, one value per key) must match")
+    try:
+        return np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    except ValueError:
+        raise ValueError(f"{where}: the leading (batch) axes of {q_name} {Q.shape}, K {K.shape} "
+                         f"and V {V.shape} do not broadcast against each other") from None
+
+
 def _qkv(Q, K, V, where):
     """Validate Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v) (shared by attention_forward and efficient.py).
 
@@ -130,14 +142,7 @@ def _qkv(Q, K, V, where):
     v.min_ndim(K, 2, "K", where, "(..., n_k, d_k)")
     v.min_ndim(V, 2, "V", where, "(..., n_k, d_v)")
     v.same_last_dim(Q, K, "Q", "K", where, "d_k")
-    if V.shape[-2] != K.shape[-2]:
-        raise ValueError(f"{where}: V has shape {V.shape} but K has shape {K.shape}; the "
-                         "second-to-last axes (n_k, one value per key) must match")
-    try:
-        batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
-    except ValueError:
-        raise ValueError(f"{where}: the leading (batch) axes of Q {Q.shape}, K {K.shape} and "
-                         f"V {V.shape} do not broadcast against each other") from None
+    batch = _values_batch(Q, K, V, where)
     dt = v.result_dtype(Q, K, V)
     return (*(a.astype(dt, copy=False) for a in (Q, K, V)), batch, dt)
 

@@ -16,7 +16,8 @@ Leading axes of Q and K broadcast; weight matrices are shared (2-D) or broadcast
 import numpy as np
 
 from . import _validate as v
-from .attention import _allowed, _check_dout, _masked_softmax, _softmax_backward, _unbroadcast
+from .attention import (_allowed, _check_dout, _masked_softmax, _softmax_backward, _unbroadcast,
+                        _values_batch)
 
 __all__ = [
     "dot_scores_forward", "dot_scores_backward",
@@ -265,14 +266,7 @@ def additive_attention_forward(q, K, V, Wq, Wk, w, *, mask=None):
     q, K, Wq, Wk, w = _additive_inputs(q, K, Wq, Wk, w, where)
     V = v.float_array(V, "V", where)
     v.min_ndim(V, 2, "V", where, "(..., n_k, d_v)")
-    if V.shape[-2] != K.shape[-2]:
-        raise ValueError(f"{where}: V has shape {V.shape} but K has shape {K.shape}; the "
-                         "second-to-last axes (n_k, one value per key) must match")
-    try:
-        batch = np.broadcast_shapes(q.shape[:-2], K.shape[:-2], V.shape[:-2])
-    except ValueError:
-        raise ValueError(f"{where}: the leading (batch) axes of q {q.shape}, K {K.shape} and "
-                         f"V {V.shape} do not broadcast against each other") from None
+    batch = _values_batch(q, K, V, where, q_name="q")
     allowed = _allowed(mask, None, where, batch + (q.shape[-2], K.shape[-2]))
     dt = v.result_dtype(q, K, V, Wq, Wk, w)
     q, K, V, Wq, Wk, w = (a.astype(dt, copy=False) for a in (q, K, V, Wq, Wk, w))
