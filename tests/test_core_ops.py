@@ -216,6 +216,19 @@ def test_mills_ratio_fit_of_the_float32_gelu():
     assert fit[0] == pytest.approx(math.sqrt(math.pi / 2), rel=2e-8)  # R(0) = sqrt(pi/2)
 
 
+def test_folded_mills_ratio_is_the_same_polynomial():
+    """The float32 GELU evaluates t P(t) as s M(s), s = beta t, M monic (two passes fewer):
+    in float64 the two forms agree to rounding, over the whole fitted range."""
+    from numpy.polynomial import polynomial
+    from numpytfmr.activations import _MILLS_BETA, _MILLS_M, _MILLS_P, _MILLS_T
+    y = np.linspace(0.0, 15.0, 30_001)
+    t = 1.0 / (1.0 + _MILLS_T * y)
+    original = t * polynomial.polyval(t, _MILLS_P[::-1])
+    s = (_MILLS_BETA / _MILLS_T) / (1.0 / _MILLS_T + y)
+    folded = s * polynomial.polyval(s, ((1.0,) + _MILLS_M)[::-1])   # s (s^8 + M[0] s^7 + ...)
+    np.testing.assert_allclose(folded, original, rtol=1e-13)
+
+
 def test_gelu_float32_is_accurate_to_float32_precision():
     """float32 input takes the float32 path (Mills' ratio, in float32): against the float64
     Cody form at the same points, relative error <= 1e-6 for |x| <= 4, and everywhere
@@ -429,6 +442,31 @@ def test_layernorm_constant_row_is_finite(dtype):
     np.testing.assert_allclose(out, np.broadcast_to(beta, x.shape), atol=atol)
     for a in (dx, dg, db):
         assert np.all(np.isfinite(a)) and a.dtype == dtype
+
+
+def test_norms_reject_an_empty_feature_axis():
+    """d = 0 used to give NaN with a RuntimeWarning (0/0 means); now a ValueError naming x."""
+    for fn, args in ((layernorm_forward, (None, None)), (rmsnorm_forward, (None,))):
+        with pytest.raises(ValueError, match=r"x has shape \(3, 0\).*at least one feature"):
+            fn(np.zeros((3, 0)), *args)
+
+
+def test_row_and_column_sums_by_matrix_vector_products_match_numpy():
+    """LayerNorm's means and the bias/gain gradients come from BLAS matrix-vector products
+    (``_row_mean``: x (1/d) 1, ``_column_sums``: 1^T G); the same numbers as np.mean/np.sum."""
+    from numpytfmr.linear import _column_sums
+    from numpytfmr.norms import _row_mean
+    rng = np.random.default_rng(12)
+    for shape in ((5, 7), (2, 3, 4), (1, 9), (0, 6)):
+        x = rng.standard_normal(shape) * 3 + 1
+        np.testing.assert_allclose(_column_sums(x), x.reshape(-1, shape[-1]).sum(axis=0),
+                                   rtol=1e-13, atol=1e-13)
+        assert _column_sums(x).shape == (shape[-1],)
+        if x.size:
+            np.testing.assert_allclose(_row_mean(x), x.mean(axis=-1, keepdims=True), rtol=1e-13,
+                                       atol=1e-14)
+    x32 = rng.standard_normal((4, 6)).astype(np.float32)
+    assert _row_mean(x32).dtype == np.float32 and _column_sums(x32).dtype == np.float32
 
 
 def test_rmsnorm_hand_case_and_unit_rms():
