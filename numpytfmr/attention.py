@@ -61,9 +61,9 @@ def _allowed(mask, bias, where, scores_shape):
     return allowed
 
 
-def _T(a):
-    """The transpose of the last two axes (a view)."""
-    return np.swapaxes(a, -1, -2)
+def _T(x):
+    """Swap the last two axes (matrix transpose of every batch item, a view)."""
+    return np.swapaxes(x, -1, -2)
 
 
 def _full_shape(S, other):

@@ -20,18 +20,13 @@ import numbers
 import numpy as np
 
 from . import _validate as v
-from .attention import _check_broadcast, _check_dout, _qkv, _unbroadcast
+from .attention import _T, _check_broadcast, _check_dout, _qkv, _unbroadcast
 
 __all__ = [
     "flash_attention_forward", "flash_attention_backward",
     "sliding_window_mask",
     "linear_attention_forward", "linear_attention_backward",
 ]
-
-
-def _T(x):
-    """Swap the last two axes (matrix transpose of every batch item)."""
-    return np.swapaxes(x, -1, -2)
 
 
 # ---------------------------------------------------------------------------------------

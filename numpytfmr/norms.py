@@ -124,7 +124,7 @@ def rmsnorm_forward(x, gamma, *, eps=1e-6):
     if gamma is not None:
         vector_arg(gamma, x.shape[-1], "gamma", where, "x", x.shape, "d = the last axis of x")
     eps = number(eps, "eps", where, low=0.0, low_open=True)
-    rrms = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    rrms = 1.0 / np.sqrt(_row_dot(x, x) / x.shape[-1] + eps)
     xhat = x * rrms
     out = xhat if gamma is None else xhat * gamma
     out = out.astype(result_dtype(x, gamma), copy=False)
@@ -144,8 +144,9 @@ def rmsnorm_backward(dout, cache):
     """
     xhat, rrms, gamma = cache["xhat"], cache["rrms"], cache["gamma"]
     x_dtype, g_dtype = cache["dtypes"]
-    dgamma = None if g_dtype is None else _column_sums(dout * xhat).astype(g_dtype, copy=False)
+    dout = np.asarray(dout)
+    dgamma = None if g_dtype is None else _sum_leading_product(dout, xhat).astype(g_dtype, copy=False)
     dxhat = dout if gamma is None else dout * gamma  # d out / d xhat = gamma
     # d(x/rms)/dx = (1/rms)(I - xhat xhat^T / d)
-    dx = rrms * (dxhat - xhat * np.mean(dxhat * xhat, axis=-1, keepdims=True))
+    dx = rrms * (dxhat - xhat * (_row_dot(dxhat, xhat) / xhat.shape[-1]))
     return dx.astype(x_dtype, copy=False), dgamma

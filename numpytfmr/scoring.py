@@ -16,7 +16,7 @@ Leading axes of Q and K broadcast; weight matrices are shared (2-D) or broadcast
 import numpy as np
 
 from . import _validate as v
-from .attention import (_allowed, _check_dout, _masked_softmax, _softmax_backward, _unbroadcast,
+from .attention import (_T, _allowed, _check_dout, _masked_softmax, _softmax_backward, _unbroadcast,
                         _values_batch)
 
 __all__ = [
@@ -27,11 +27,6 @@ __all__ = [
     "additive_scores_forward", "additive_scores_backward",
     "additive_attention_forward", "additive_attention_backward",
 ]
-
-
-def _T(x):
-    """Swap the last two axes (matrix transpose of every batch item)."""
-    return np.swapaxes(x, -1, -2)
 
 
 def _qk(Q, K, where, *, same_d=True):
