@@ -61,6 +61,22 @@ def int_array(x, name, where, *, low=0, high=None):
     return x
 
 
+def seq2seq_targets(batch, where):
+    """``batch["tgt_ids"]`` of a sequence-to-sequence training batch, checked: ``batch`` is a
+    dict with "src_ids" and "tgt_ids", and tgt_ids is an int array (B, T+1), T+1 >= 2."""
+    if not isinstance(batch, dict):
+        raise TypeError(f"{where}: batch is a {type(batch).__name__}; expected a dict with "
+                        "'src_ids', 'tgt_ids' and optionally 'src_mask', 'loss_mask'")
+    for k in ("src_ids", "tgt_ids"):
+        if k not in batch:
+            raise ValueError(f"{where}: batch has keys {sorted(batch)}; expected a key {k!r}")
+    tgt = int_array(batch["tgt_ids"], "batch['tgt_ids']", where)
+    if tgt.ndim != 2 or tgt.shape[1] < 2:
+        raise ValueError(f"{where}: batch['tgt_ids'] has shape {tgt.shape}; expected (B, T+1) "
+                         "with T+1 >= 2 (a start token and at least one token to predict)")
+    return tgt
+
+
 def bool_mask(mask, name, where, target_shape):
     """Return ``mask`` as a boolean array broadcastable to ``target_shape``."""
     if isinstance(mask, np.matrix):

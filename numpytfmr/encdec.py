@@ -278,16 +278,7 @@ def encdec_loss(params, batch, *, config, label_smoothing=0.0, rng=None, train=F
     grads a dict with the keys of ``params``.
     """
     where = "encdec_loss"
-    if not isinstance(batch, dict):
-        raise TypeError(f"{where}: batch is a {type(batch).__name__}; expected a dict with "
-                        "'src_ids', 'tgt_ids' and optionally 'src_mask', 'loss_mask'")
-    for k in ("src_ids", "tgt_ids"):
-        if k not in batch:
-            raise ValueError(f"{where}: batch has keys {sorted(batch)}; expected a key {k!r}")
-    tgt = v.int_array(batch["tgt_ids"], "batch['tgt_ids']", where)
-    if tgt.ndim != 2 or tgt.shape[1] < 2:
-        raise ValueError(f"{where}: batch['tgt_ids'] has shape {tgt.shape}; expected (B, T+1) "
-                         "with T+1 >= 2 (a start token and at least one token to predict)")
+    tgt = v.seq2seq_targets(batch, where)
     loss_mask = batch.get("loss_mask")
     loss_mask = None if loss_mask is None else np.asarray(loss_mask)[:, 1:]
     targets, ignore = _masked_targets(tgt[:, 1:], loss_mask, None, where)

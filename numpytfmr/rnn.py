@@ -565,16 +565,7 @@ def rnn_seq2seq_loss(params, batch, *, config, label_smoothing=0.0):
     ``loss_mask[:, 1:]`` (mean over those positions, 003 eq. 2.2). loss is a Python float.
     """
     where = "rnn_seq2seq_loss"
-    if not isinstance(batch, dict):
-        raise TypeError(f"{where}: batch is a {type(batch).__name__}; expected a dict with "
-                        "'src_ids', 'tgt_ids' and optionally 'src_mask', 'loss_mask'")
-    for k in ("src_ids", "tgt_ids"):
-        if k not in batch:
-            raise ValueError(f"{where}: batch has keys {sorted(batch)}; expected a key {k!r}")
-    tgt = np.asarray(batch["tgt_ids"])
-    if tgt.ndim != 2 or tgt.shape[1] < 2:
-        raise ValueError(f"{where}: batch['tgt_ids'] has shape {tgt.shape}; expected (B, T+1) with "
-                         "T+1 >= 2 (a start token and at least one word to predict)")
+    tgt = v.seq2seq_targets(batch, where)
     loss_mask = batch.get("loss_mask")
     if loss_mask is None:
         loss_mask = np.ones(tgt.shape, dtype=bool)
