@@ -18,6 +18,7 @@ The gradient of ``L = sum(out * dout)`` with respect to an input is what ``backw
 must return (a vector-Jacobian product), so both sides are compared on that scalar.
 """
 from dataclasses import dataclass, field
+import copy
 
 import numpy as np
 
@@ -539,7 +540,9 @@ def _snapshot(obj):
     if isinstance(obj, np.ndarray):
         return obj.copy()
     if isinstance(obj, dict):
-        return {k: _snapshot(v) for k, v in obj.items()}
+        new = copy.copy(obj)    # keeps the dict's type and attributes (an OpCache's tag)
+        new.update((k, _snapshot(v)) for k, v in obj.items())
+        return new
     if isinstance(obj, list):
         return [_snapshot(v) for v in obj]
     if isinstance(obj, tuple):

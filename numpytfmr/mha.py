@@ -16,12 +16,19 @@ import numpy as np
 
 from . import _validate as v
 from .attention import _check_broadcast, _check_dout, attention_backward, attention_forward
-from .linear import _column_sums, _matmul_rows
 from .positional import rope_backward, rope_forward, rope_frequencies
 
 __all__ = ["split_heads", "merge_heads", "mha_forward", "mha_backward"]
 
 _ROPE_KEYS = ("layout", "base", "freqs", "scaling", "positions_q", "positions_k")
+
+
+def _matmul_rows(x, W):
+    return (x.reshape(-1, x.shape[-1]) @ W).reshape(x.shape[:-1] + (W.shape[-1],))
+
+
+def _column_sums(g):
+    return g.reshape(-1, g.shape[-1]).sum(axis=0)
 
 
 def split_heads(x, n_heads):
