@@ -1,6 +1,6 @@
 """``python -m numpytfmr`` is the same program as the ``numpytfmr`` command."""
 import sys
 
-from numpytfmr.cli import main
+from numpytfmr.run.cli import main
 
 sys.exit(main())

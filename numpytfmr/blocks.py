@@ -7,17 +7,24 @@ eq. 30, post-norm eq. 31), "Residual Connections" (eq. 29), "Transformer Encoder
 
 A block is a stack of residual sublayers. With pre-normalization (004 eq. 30)
 
-    x = x + drop(f(N(x)))
+    h = N(x);   a = f(h);   x = x + drop(a)
 
 and with post-normalization (004 eq. 31, the original Transformer)
 
-    x = N(x + drop(f(x)))
+    a = f(x);   x = N(x + drop(a))
 
 where ``N`` is LayerNorm or RMSNorm and ``f`` is multi-head self-attention, cross-attention
 over the encoder output ("memory"), or the position-wise FFN:
 
-    encoder block:  x = sub(x, self-attention);  x = sub(x, FFN)
-    decoder block:  x = sub(x, masked self-attention);  [x = sub(x, cross-attention);]  x = sub(x, FFN)
+    encoder block:  self-attention, FFN
+    decoder block:  masked self-attention, [cross-attention,] FFN
+
+Each block function is that list of steps, one call per line; its backward is the same
+list read bottom to top. Every step is a pair ``*_forward`` / ``*_backward`` below (the
+sublayers read their weights from the flat parameter dict by key and add their gradients
+to a dict under the same keys), and the block's cache is a flat dict of the steps' caches,
+named like the weights: ``"attn_norm"``, ``"attn"``, ``"attn_res"``, ``"cross_norm"``,
+``"cross"``, ``"cross_res"``, ``"mlp_norm"``, ``"mlp"``, ``"mlp_res"``.
 
 Parameters come in one flat ``dict[str, ndarray]``; a block reads the keys under its
 ``prefix`` (e.g. ``"h0."``)::
@@ -36,200 +43,179 @@ keys the forward read.
 """
 import numpy as np
 
-from . import _validate as v
 from .attention import causal_mask
+from .contract import bool_array, count, float_array, fraction, generator, one_of, positive
 from .dropout import dropout_backward, dropout_forward
 from .ffn import ffn_backward, ffn_forward, swiglu_ffn_backward, swiglu_ffn_forward
 from .mha import mha_backward, mha_forward
 from .norms import layernorm_backward, layernorm_forward, rmsnorm_backward, rmsnorm_forward
+from .transformer import ACTIVATIONS, NORM_TYPES, NORMS, add_grads, layer_cache_length
 
 __all__ = ["encoder_block_forward", "encoder_block_backward",
            "decoder_block_forward", "decoder_block_backward"]
 
-NORMS = ("pre", "post")
-NORM_TYPES = ("layernorm", "rmsnorm")
 ATTN_KEYS = ("Wq", "Wk", "Wv", "Wo", "bq", "bk", "bv", "bo")
-_SWIGLU_KEYS = ("W_gate", "W_up", "W_down")
+FFN_KEYS = ("W1", "b1", "W2", "b2")
+SWIGLU_KEYS = ("W_gate", "W_up", "W_down")
 
 
 # ---------------------------------------------------------------------------------------
-# Reading parameters out of the flat dict
+# The steps of a sublayer. ``o`` is the block's options (check_block_inputs); the
+# backward of a step returns the gradient of its input and adds its weights' gradients
+# to ``grads`` under the keys the forward read.
 # ---------------------------------------------------------------------------------------
 
-def _param(params, key, where):
-    """``params[key]``, or a ValueError naming the missing key."""
-    if key not in params:
-        raise ValueError(f"{where}: params has no key {key!r}; expected the block's weights "
-                         "under its prefix (see the module docstring for the key names)")
-    return params[key]
+def norm_forward(x, params, key, o):
+    """N(x): LayerNorm (004 eq. 27-28) or RMSNorm (``o["norm_type"]``) with the gain
+    ``{key}.gamma`` (and the bias ``{key}.beta`` if present)."""
+    if o["norm_type"] == "rmsnorm":
+        return rmsnorm_forward(x, params[key + ".gamma"], eps=o["eps"])
+    return layernorm_forward(x, params[key + ".gamma"], params.get(key + ".beta"), eps=o["eps"])
 
 
-def _options(where, *, n_heads, n_kv_heads, norm, norm_type, eps, dropout, rng, train):
-    """Check the options shared by both blocks; returns them as a dict."""
-    n_heads = v.positive_int(n_heads, "n_heads", where)
-    n_kv_heads = n_heads if n_kv_heads is None else v.positive_int(n_kv_heads, "n_kv_heads", where)
-    v.choice(norm, "norm", where, NORMS)
-    v.choice(norm_type, "norm_type", where, NORM_TYPES)
-    eps = v.number(eps, "eps", where, low=0.0, low_open=True)
-    p = v.number(dropout, "dropout", where, low=0.0, high=1.0, high_open=True)
-    train = bool(train)
-    if train and p > 0.0:
-        v.rng_arg(rng, where)
-    return {"n_heads": n_heads, "n_kv_heads": n_kv_heads, "norm": norm, "norm_type": norm_type,
-            "eps": eps, "p": p, "rng": rng, "train": train}
-
-
-def _layer_cache_length(kv_cache, where):
-    """Positions held by one layer's KV cache {"k": (..., n_kv_heads, T_past, d_head), "v": ...}."""
-    if not isinstance(kv_cache, dict) or set(kv_cache) != {"k", "v"}:
-        raise TypeError(f"{where}: kv_cache is a {type(kv_cache).__name__}; expected a dict with "
-                        "keys 'k' and 'v' (cache['kv_cache'] of an earlier call)")
-    k = np.asarray(kv_cache["k"])
-    if k.ndim < 3:
-        raise ValueError(f"{where}: kv_cache['k'] has shape {k.shape}; expected (..., n_kv_heads, "
-                         "T_past, d_head)")
-    return k.shape[-2]
-
-
-# ---------------------------------------------------------------------------------------
-# The pieces of a sublayer: norm, dropout, and the three kinds of f
-# ---------------------------------------------------------------------------------------
-
-def _norm_forward(x, params, key, o, where):
-    """N(x): LayerNorm (004 eq. 27-28, with gamma/beta) or RMSNorm, weights under ``key``."""
-    gamma = _param(params, key + ".gamma", where)
-    if o["norm_type"] == "layernorm":
-        y, c = layernorm_forward(x, gamma, params.get(key + ".beta"), eps=o["eps"])
-    else:
-        y, c = rmsnorm_forward(x, gamma, eps=o["eps"])
-    return y, {"key": key, "norm_type": o["norm_type"], "norm": c}
-
-
-def _norm_backward(dy, cache):
-    """(dx, grads) of :func:`_norm_forward`."""
-    key, c = cache["key"], cache["norm"]
-    if cache["norm_type"] == "layernorm":
-        dx, dgamma, dbeta = layernorm_backward(dy, c)
-    else:
-        dx, dgamma = rmsnorm_backward(dy, c)
+def norm_backward(dy, cache, grads, key, o):
+    """Backward of :func:`norm_forward`: returns dx; adds d gamma (and d beta) to grads."""
+    if o["norm_type"] == "rmsnorm":
+        dx, dgamma = rmsnorm_backward(dy, cache)
         dbeta = None
-    grads = {key + ".gamma": dgamma}
-    if dbeta is not None:
-        grads[key + ".beta"] = dbeta
-    return dx, grads
+    else:
+        dx, dgamma, dbeta = layernorm_backward(dy, cache)
+    add_grads(grads, key, ("gamma", "beta"), (dgamma, dbeta))
+    return dx
 
 
-def _dropout_forward(x, o):
-    """Inverted dropout on a sublayer output; the identity (no rng drawn) unless training."""
-    if not o["train"] or o["p"] == 0.0:
-        return x, None
-    return dropout_forward(x, p=o["p"], rng=o["rng"], train=True)
+def attention_weights(params, key):
+    """``[Wq, Wk, Wv, Wo, bq, bk, bv, bo]`` under ``key`` (an absent bias is None)."""
+    return [params[f"{key}.{n}"] for n in ATTN_KEYS[:4]] + [params.get(f"{key}.{n}")
+                                                            for n in ATTN_KEYS[4:]]
 
 
-def _dropout_backward(dy, cache):
-    return dy if cache is None else dropout_backward(dy, cache)
+def self_attention_forward(h, params, key, o, *, mask=None, rope=None, kv_cache=None):
+    """MultiHead(h, h, h) (003 §5.1.3, 004 "Multi-Head Attention"): queries, keys and
+    values all come from h; weights under ``key``. ``mha_forward``'s cache: its
+    "weights" and "kv_cache" entries are the attention weights and the updated KV cache."""
+    return mha_forward(h, h, *attention_weights(params, key), n_heads=o["n_heads"],
+                       n_kv_heads=o["n_kv_heads"], mask=mask, rope=rope, kv_cache=kv_cache)
 
 
-def _attention_forward(h, memory, params, key, o, where, *, mask, rope, kv_cache):
-    """f = multi-head attention with queries from ``h`` (003 §5.1.3, 004 "Cross-Attention").
-
-    Self-attention (``memory`` None) takes keys and values from ``h`` too; cross-attention
-    takes them from the encoder output ``memory``.
-    """
-    w = [_param(params, f"{key}.{n}", where) for n in ATTN_KEYS[:4]]
-    b = [params.get(f"{key}.{n}") for n in ATTN_KEYS[4:]]
-    x_kv = h if memory is None else memory
-    out, c = mha_forward(h, x_kv, *w, *b, n_heads=o["n_heads"], n_kv_heads=o["n_kv_heads"],
-                         mask=mask, rope=rope, kv_cache=kv_cache)
-    return out, {"key": key, "self": memory is None, "mha": c}
+def self_attention_backward(da, cache, grads, key):
+    """Backward of :func:`self_attention_forward`: returns dh."""
+    dh_q, dh_kv, *dW = mha_backward(da, cache)
+    add_grads(grads, key, ATTN_KEYS, dW)
+    return dh_q + dh_kv               # h feeds the queries and the keys/values: both paths add
 
 
-def _attention_backward(dout, cache):
-    """(dh, grads, dmemory) of :func:`_attention_forward`."""
-    key = cache["key"]
-    dx_q, dx_kv, *dw = mha_backward(dout, cache["mha"])
-    grads = {f"{key}.{n}": g for n, g in zip(ATTN_KEYS, dw) if g is not None}
-    if cache["self"]:
-        # self-attention: h feeds the queries AND the keys/values, so both paths add up
-        # (in place: dx_q is a new array of mha_backward)
-        dx_q += dx_kv
-        return dx_q, grads, None
-    return dx_q, grads, dx_kv
+def cross_attention_forward(h, memory, params, key, o, *, mask=None):
+    """MultiHead(h, memory, memory) (004 "Cross-Attention"): queries from the decoder
+    states h, keys and values from the encoder output ``memory``; weights under ``key``."""
+    return mha_forward(h, memory, *attention_weights(params, key), n_heads=o["n_heads"],
+                       n_kv_heads=o["n_kv_heads"], mask=mask)
 
 
-def _ffn_forward(h, params, key, o, where, *, activation):
-    """f = position-wise FFN, act(h W1 + b1) W2 + b2 (004 "Feed-forward", 002 "FFN"), or with
-    activation="swiglu" LLaMA's gated FFN (silu(h W_gate) * (h W_up)) W_down."""
-    if activation == "swiglu":
-        W = [_param(params, f"{key}.{n}", where) for n in _SWIGLU_KEYS]
-        out, c = swiglu_ffn_forward(h, *W)
-        return out, {"key": key, "swiglu": c}
-    W1 = _param(params, key + ".W1", where)
-    W2 = _param(params, key + ".W2", where)
-    out, c = ffn_forward(h, W1, params.get(key + ".b1"), W2, params.get(key + ".b2"),
-                         activation=activation)
-    return out, {"key": key, "ffn": c}
+def cross_attention_backward(da, cache, grads, key):
+    """Backward of :func:`cross_attention_forward`: returns (dh, dmemory)."""
+    dh, dmemory, *dW = mha_backward(da, cache)
+    add_grads(grads, key, ATTN_KEYS, dW)
+    return dh, dmemory
 
 
-def _ffn_backward(dout, cache):
-    """(dh, grads, None) of :func:`_ffn_forward`."""
-    key = cache["key"]
-    if "swiglu" in cache:
-        dh, *dW = swiglu_ffn_backward(dout, cache["swiglu"])
-        return dh, {f"{key}.{n}": g for n, g in zip(_SWIGLU_KEYS, dW)}, None
-    dh, dW1, db1, dW2, db2 = ffn_backward(dout, cache["ffn"])
-    grads = {key + ".W1": dW1, key + ".W2": dW2}
-    if db1 is not None:
-        grads[key + ".b1"] = db1
-    if db2 is not None:
-        grads[key + ".b2"] = db2
-    return dh, grads, None
+def mlp_forward(h, params, key, o):
+    """The position-wise FFN act(h W1 + b1) W2 + b2 (004 "Feed-forward", 002 "FFN"), or
+    with ``o["activation"] == "swiglu"`` LLaMA's gated (silu(h W_gate) * (h W_up)) W_down."""
+    if o["activation"] == "swiglu":
+        return swiglu_ffn_forward(h, *(params[f"{key}.{n}"] for n in SWIGLU_KEYS))
+    return ffn_forward(h, params[key + ".W1"], params.get(key + ".b1"), params[key + ".W2"],
+                       params.get(key + ".b2"), activation=o["activation"])
+
+
+def mlp_backward(da, cache, grads, key, o):
+    """Backward of :func:`mlp_forward`: returns dh."""
+    if o["activation"] == "swiglu":
+        dh, *dW = swiglu_ffn_backward(da, cache)
+        add_grads(grads, key, SWIGLU_KEYS, dW)
+    else:
+        dh, *dW = ffn_backward(da, cache)
+        add_grads(grads, key, FFN_KEYS, dW)
+    return dh
+
+
+def residual_forward(x, a, o):
+    """The residual connection around a sublayer (004 eq. 29): ``x + drop(a)``, with
+    inverted dropout on the sublayer output when training (the identity otherwise, no
+    random numbers drawn). cache: the dropout cache, or None."""
+    if not o["train"] or o["dropout"] == 0.0:
+        return x + a, None
+    a, cache = dropout_forward(a, p=o["dropout"], rng=o["rng"], train=True)
+    return x + a, cache
+
+
+def residual_backward(dy, cache):
+    """Backward of :func:`residual_forward`: ``(dx, da)``. The identity path passes dy
+    unchanged (004 eq. 29: local gradient 1); the sublayer path goes through the dropout."""
+    return dy, (dy if cache is None else dropout_backward(dy, cache))
 
 
 # ---------------------------------------------------------------------------------------
-# The residual sublayer: Add & Norm (004 eq. 29-31)
+# Checks at a block's entry
 # ---------------------------------------------------------------------------------------
 
-def _sublayer_forward(x, f, f_backward, norm_key, params, o, where):
-    """One residual sublayer around ``f`` (a function h -> (out, cache)).
+def check_block_inputs(x, memory, params, prefix, where, *, n_heads, n_kv_heads, norm, norm_type,
+                       eps, activation, dropout, rng, train):
+    """``(x, memory, o)``: the inputs as float arrays, and the options as the dict ``o``
+    the steps read (keys named as the block's keyword arguments). Every weight the block
+    reads must be in ``params`` (biases and betas are optional)."""
+    x = float_array(x, "x", where)
+    if x.ndim < 2:
+        raise ValueError(f"{where}: x has shape {x.shape}; expected at least 2 axes (..., n, d_model)")
+    if memory is not None:
+        memory = float_array(memory, "memory", where)
+        if memory.ndim < 2:
+            raise ValueError(f"{where}: memory has shape {memory.shape}; expected at least 2 axes "
+                             "(..., m, d_model)")
+    n_heads = count(n_heads, "n_heads", where)
+    o = {"n_heads": n_heads,
+         "n_kv_heads": n_heads if n_kv_heads is None else count(n_kv_heads, "n_kv_heads", where),
+         "norm": one_of(*NORMS)(norm, "norm", where),
+         "norm_type": one_of(*NORM_TYPES)(norm_type, "norm_type", where),
+         "eps": positive(eps, "eps", where),
+         "activation": one_of(*ACTIVATIONS)(activation, "activation", where),
+         "dropout": fraction(dropout, "dropout", where),
+         "rng": rng,
+         "train": bool(train)}
+    if o["train"] and o["dropout"] > 0.0:
+        generator(rng, "rng", where)
+    if not isinstance(params, dict):
+        raise TypeError(f"{where}: params is a {type(params).__name__}; expected a dict of arrays")
+    mlp = SWIGLU_KEYS if activation == "swiglu" else ("W1", "W2")
+    needed = [("attn_norm", ("gamma",)), ("attn", ATTN_KEYS[:4])]
+    if memory is not None:
+        needed += [("cross_norm", ("gamma",)), ("cross", ATTN_KEYS[:4])]
+    for sub, names in needed + [("mlp_norm", ("gamma",)), ("mlp", mlp)]:
+        for key in (f"{prefix}{sub}.{n}" for n in names):
+            if key not in params:
+                raise ValueError(f"{where}: params has no key {key!r}; expected the block's weights "
+                                 "under its prefix (see the module docstring for the key names)")
+    return x, memory, o
 
-        pre-norm  (004 eq. 30):  y = x + drop(f(N(x)))
-        post-norm (004 eq. 31):  y = N(x + drop(f(x)))
-    """
-    if o["norm"] == "pre":
-        h, c_norm = _norm_forward(x, params, norm_key, o, where)   # h = N(x)
-        out, c_f = f(h)                                            # f(N(x))
-        out, c_drop = _dropout_forward(out, o)
-        out += x                                                   # y = x + f(N(x)), in place on
-        y = out                                                    #   f's new output
-    else:
-        out, c_f = f(x)                                            # f(x)
-        out, c_drop = _dropout_forward(out, o)
-        y, c_norm = _norm_forward(x + out, params, norm_key, o, where)   # N(x + f(x))
-    return y, {"norm": o["norm"], "norm_cache": c_norm, "f_backward": f_backward, "f_cache": c_f,
-               "dropout": c_drop}
 
-
-def _sublayer_backward(dy, cache):
-    """Backward of :func:`_sublayer_forward`: returns ``(dx, grads, dmemory)``.
-
-    The residual's identity path passes dy straight through (004 eq. 29: local gradient 1).
-    """
-    c_norm, f_backward, c_f, c_drop = (cache[k] for k in ("norm_cache", "f_backward", "f_cache",
-                                                           "dropout"))
-    if cache["norm"] == "pre":
-        dout = _dropout_backward(dy, c_drop)          # y = x + out: d out = dy
-        dh, grads, dmem = f_backward(dout, c_f)       # out = f(h)
-        dx, g_norm = _norm_backward(dh, c_norm)       # h = N(x)
-        dx += dy                                      # identity path + path through f (in place:
-                                                      #   dx is the norm backward's new array)
-    else:
-        ds, g_norm = _norm_backward(dy, c_norm)       # y = N(s),  s = x + out
-        dout = _dropout_backward(ds, c_drop)          # ds/d out = 1
-        dx, grads, dmem = f_backward(dout, c_f)       # out = f(x)
-        dx += ds                                      # ds/dx = 1 (identity) + path through f
-    grads.update(g_norm)
-    return dx, grads, dmem
+def self_attention_mask(x, n_past, mask, o, where):
+    """The future mask (004 eq. 21) of the decoder's self-attention, with query i at
+    absolute position n_past + i (after the cached positions), combined by ``&`` with an
+    optional extra boolean mask broadcastable to (..., n_heads, n, n_past + n)."""
+    n = x.shape[-2]
+    allowed = causal_mask(n, n_past + n)
+    if mask is None:
+        return allowed
+    mask = bool_array(mask, "mask", where)
+    target = x.shape[:-2] + (o["n_heads"], n, n_past + n)
+    try:
+        ok = np.broadcast_shapes(mask.shape, target) == target
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{where}: mask has shape {mask.shape}, which does not broadcast to "
+                         f"{target} (..., n_heads, n, n_past + n); expected a shape broadcastable to it")
+    return allowed & mask
 
 
 # ---------------------------------------------------------------------------------------
@@ -261,39 +247,58 @@ def encoder_block_forward(x, params, *, prefix="", n_heads, n_kv_heads=None, nor
             when ``train`` (rng: np.random.Generator, required then)
     returns y: (..., n, d_model), cache
 
-    cache keys: "attn" and "mlp" (the two sublayers' caches); "attn_weights" the
-    self-attention weights (..., n_heads, n, n).
+    cache: the steps' caches "attn_norm", "attn", "attn_res", "mlp_norm", "mlp", "mlp_res"
+    ("attn" is ``mha_forward``'s cache), the options ("prefix", "options"), and
+    "attn_weights" the self-attention weights (..., n_heads, n, n).
     """
-    where = "encoder_block_forward"
-    o = _options(where, n_heads=n_heads, n_kv_heads=n_kv_heads, norm=norm, norm_type=norm_type,
-                 eps=eps, dropout=dropout, rng=rng, train=train)
-    x = v.float_array(x, "x", where)
-
-    def attn(h):
-        return _attention_forward(h, None, params, prefix + "attn", o, where, mask=mask, rope=rope,
-                                  kv_cache=None)
-
-    def mlp(h):
-        return _ffn_forward(h, params, prefix + "mlp", o, where, activation=activation)
-
-    cache = {}
-    x, cache["attn"] = _sublayer_forward(x, attn, _attention_backward, prefix + "attn_norm",
-                                         params, o, where)
-    x, cache["mlp"] = _sublayer_forward(x, mlp, _ffn_backward, prefix + "mlp_norm", params, o, where)
-    cache["attn_weights"] = cache["attn"]["f_cache"]["mha"]["weights"]
-    return x, cache
+    x, _, o = check_block_inputs(
+        x, None, params, prefix, "encoder_block_forward", n_heads=n_heads, n_kv_heads=n_kv_heads,
+        norm=norm, norm_type=norm_type, eps=eps, activation=activation, dropout=dropout, rng=rng,
+        train=train)
+    p, c = prefix, {"prefix": prefix, "options": o}
+    if o["norm"] == "pre":                                           # 004 eq. 30
+        h, c["attn_norm"] = norm_forward(x, params, p + "attn_norm", o)                # h = N1(x)
+        a, c["attn"] = self_attention_forward(h, params, p + "attn", o, mask=mask, rope=rope)
+        x, c["attn_res"] = residual_forward(x, a, o)                                   # x = x + a
+        h, c["mlp_norm"] = norm_forward(x, params, p + "mlp_norm", o)                  # h = N2(x)
+        a, c["mlp"] = mlp_forward(h, params, p + "mlp", o)                             # a = FFN(h)
+        x, c["mlp_res"] = residual_forward(x, a, o)                                    # x = x + a
+    else:                                                            # 004 eq. 31
+        a, c["attn"] = self_attention_forward(x, params, p + "attn", o, mask=mask, rope=rope)
+        s, c["attn_res"] = residual_forward(x, a, o)                                   # s = x + a
+        x, c["attn_norm"] = norm_forward(s, params, p + "attn_norm", o)                # x = N1(s)
+        a, c["mlp"] = mlp_forward(x, params, p + "mlp", o)                             # a = FFN(x)
+        s, c["mlp_res"] = residual_forward(x, a, o)                                    # s = x + a
+        x, c["mlp_norm"] = norm_forward(s, params, p + "mlp_norm", o)                  # x = N2(s)
+    c["attn_weights"] = c["attn"]["weights"]
+    return x, c
 
 
 def encoder_block_backward(dy, cache):
-    """Backward of :func:`encoder_block_forward`: returns ``(dx, grads)``.
+    """Backward of :func:`encoder_block_forward`: returns ``(dx, dmemory, grads)`` as
+    :func:`decoder_block_backward` does, with ``dmemory`` None (an encoder block reads no
+    memory).
 
-    The forward read in reverse: FFN sublayer, then self-attention sublayer. ``grads`` is a
-    dict with the keys of every parameter the forward read.
+    The forward read bottom to top. ``grads`` is a dict with the keys of every parameter
+    the forward read. A residual passes its gradient straight through (004 eq. 29), so
+    the gradient of x is the identity path's plus the sublayer path's.
     """
-    dx, grads, _ = _sublayer_backward(dy, cache["mlp"])       # x = sub(x, ffn)
-    dx, g_attn, _ = _sublayer_backward(dx, cache["attn"])     # x = sub(x, self-attention)
-    grads.update(g_attn)
-    return dx, grads
+    c, p, o, grads = cache, cache["prefix"], cache["options"], {}
+    if o["norm"] == "pre":
+        dx, da = residual_backward(dy, c["mlp_res"])                                   # x = x + a
+        dh = mlp_backward(da, c["mlp"], grads, p + "mlp", o)                           # a = FFN(h)
+        dx = dx + norm_backward(dh, c["mlp_norm"], grads, p + "mlp_norm", o)           # h = N2(x)
+        dx, da = residual_backward(dx, c["attn_res"])                                  # x = x + a
+        dh = self_attention_backward(da, c["attn"], grads, p + "attn")                 # a = attn(h)
+        dx = dx + norm_backward(dh, c["attn_norm"], grads, p + "attn_norm", o)         # h = N1(x)
+    else:
+        ds = norm_backward(dy, c["mlp_norm"], grads, p + "mlp_norm", o)                # x = N2(s)
+        dx, da = residual_backward(ds, c["mlp_res"])                                   # s = x + a
+        dx = dx + mlp_backward(da, c["mlp"], grads, p + "mlp", o)                      # a = FFN(x)
+        ds = norm_backward(dx, c["attn_norm"], grads, p + "attn_norm", o)              # x = N1(s)
+        dx, da = residual_backward(ds, c["attn_res"])                                  # s = x + a
+        dx = dx + self_attention_backward(da, c["attn"], grads, p + "attn")            # a = attn(x)
+    return dx, None, grads
 
 
 # ---------------------------------------------------------------------------------------
@@ -334,62 +339,79 @@ def decoder_block_forward(x, memory, params, *, prefix="", n_heads, n_kv_heads=N
     other options as in :func:`encoder_block_forward`
     returns y: (B, n, d_model), cache
 
-    cache keys: "attn", "cross" (absent without memory), "mlp" (sublayer caches);
-    "attn_weights" (B, n_heads, n, n_past + n); "cross_weights" (B, n_heads, n, m) or
-    None; "kv_cache" (the self-attention's keys/values including the new positions).
+    cache: the steps' caches "attn_norm", "attn", "attn_res", "cross_norm", "cross",
+    "cross_res" (absent without memory), "mlp_norm", "mlp", "mlp_res" ("attn" and "cross"
+    are ``mha_forward``'s caches), the options ("prefix", "options"), and for readers
+    "attn_weights" (B, n_heads, n, n_past + n), "cross_weights" (B, n_heads, n, m) or
+    None, "kv_cache" (the self-attention's keys/values including the new positions).
     """
     where = "decoder_block_forward"
-    o = _options(where, n_heads=n_heads, n_kv_heads=n_kv_heads, norm=norm, norm_type=norm_type,
-                 eps=eps, dropout=dropout, rng=rng, train=train)
-    x = v.float_array(x, "x", where)
-    v.min_ndim(x, 2, "x", where, "(..., n, d_model)")
-    if memory is not None:
-        memory = v.float_array(memory, "memory", where)
-        v.min_ndim(memory, 2, "memory", where, "(..., m, d_model)")
-    n = x.shape[-2]
-    n_past = 0 if kv_cache is None else _layer_cache_length(kv_cache, where)
-    # the future mask (004 eq. 21); query i sits at absolute position n_past + i
-    self_mask = causal_mask(n, n_past + n)
-    if mask is not None:
-        self_mask = self_mask & v.bool_mask(mask, "mask", where,
-                                            x.shape[:-2] + (o["n_heads"], n, n_past + n))
-
-    def attn(h):
-        return _attention_forward(h, None, params, prefix + "attn", o, where, mask=self_mask,
-                                  rope=rope, kv_cache=kv_cache)
-
-    def cross(h):
-        return _attention_forward(h, memory, params, prefix + "cross", o, where, mask=memory_mask,
-                                  rope=None, kv_cache=None)
-
-    def mlp(h):
-        return _ffn_forward(h, params, prefix + "mlp", o, where, activation=activation)
-
-    cache = {}
-    x, cache["attn"] = _sublayer_forward(x, attn, _attention_backward, prefix + "attn_norm",
-                                         params, o, where)
-    if memory is not None:
-        x, cache["cross"] = _sublayer_forward(x, cross, _attention_backward, prefix + "cross_norm",
-                                              params, o, where)
-    x, cache["mlp"] = _sublayer_forward(x, mlp, _ffn_backward, prefix + "mlp_norm", params, o, where)
-    mha_self = cache["attn"]["f_cache"]["mha"]
-    cache["attn_weights"] = mha_self["weights"]
-    cache["cross_weights"] = cache["cross"]["f_cache"]["mha"]["weights"] if memory is not None else None
-    cache["kv_cache"] = mha_self["kv_cache"]
-    return x, cache
+    x, memory, o = check_block_inputs(
+        x, memory, params, prefix, where, n_heads=n_heads, n_kv_heads=n_kv_heads, norm=norm,
+        norm_type=norm_type, eps=eps, activation=activation, dropout=dropout, rng=rng, train=train)
+    n_past = 0 if kv_cache is None else layer_cache_length(kv_cache, where)
+    causal = self_attention_mask(x, n_past, mask, o, where)          # future mask (004 eq. 21)
+    self_attn = dict(mask=causal, rope=rope, kv_cache=kv_cache)
+    p, c = prefix, {"prefix": prefix, "options": o}
+    if o["norm"] == "pre":                                           # 004 eq. 30
+        h, c["attn_norm"] = norm_forward(x, params, p + "attn_norm", o)                # h = N1(x)
+        a, c["attn"] = self_attention_forward(h, params, p + "attn", o, **self_attn)   # a = attn(h)
+        x, c["attn_res"] = residual_forward(x, a, o)                                   # x = x + a
+        if memory is not None:
+            h, c["cross_norm"] = norm_forward(x, params, p + "cross_norm", o)          # h = N2(x)
+            a, c["cross"] = cross_attention_forward(h, memory, params, p + "cross", o,
+                                                    mask=memory_mask)                  # a = cross(h, m)
+            x, c["cross_res"] = residual_forward(x, a, o)                              # x = x + a
+        h, c["mlp_norm"] = norm_forward(x, params, p + "mlp_norm", o)                  # h = N3(x)
+        a, c["mlp"] = mlp_forward(h, params, p + "mlp", o)                             # a = FFN(h)
+        x, c["mlp_res"] = residual_forward(x, a, o)                                    # x = x + a
+    else:                                                            # 004 eq. 31
+        a, c["attn"] = self_attention_forward(x, params, p + "attn", o, **self_attn)   # a = attn(x)
+        s, c["attn_res"] = residual_forward(x, a, o)                                   # s = x + a
+        x, c["attn_norm"] = norm_forward(s, params, p + "attn_norm", o)                # x = N1(s)
+        if memory is not None:
+            a, c["cross"] = cross_attention_forward(x, memory, params, p + "cross", o,
+                                                    mask=memory_mask)                  # a = cross(x, m)
+            s, c["cross_res"] = residual_forward(x, a, o)                              # s = x + a
+            x, c["cross_norm"] = norm_forward(s, params, p + "cross_norm", o)          # x = N2(s)
+        a, c["mlp"] = mlp_forward(x, params, p + "mlp", o)                             # a = FFN(x)
+        s, c["mlp_res"] = residual_forward(x, a, o)                                    # s = x + a
+        x, c["mlp_norm"] = norm_forward(s, params, p + "mlp_norm", o)                  # x = N3(s)
+    c["attn_weights"], c["kv_cache"] = c["attn"]["weights"], c["attn"]["kv_cache"]
+    c["cross_weights"] = c["cross"]["weights"] if memory is not None else None
+    return x, c
 
 
 def decoder_block_backward(dy, cache):
     """Backward of :func:`decoder_block_forward`: returns ``(dx, dmemory, grads)``.
 
-    The forward read in reverse: FFN, cross-attention, masked self-attention. ``dmemory``
-    (the gradient flowing into the encoder output) is None without memory.
+    The forward read bottom to top: FFN, cross-attention, masked self-attention.
+    ``dmemory`` (the gradient flowing into the encoder output) is None without memory;
+    ``grads`` is a dict with the keys of every parameter the forward read.
     """
-    dx, grads, _ = _sublayer_backward(dy, cache["mlp"])              # x = sub(x, ffn)
+    c, p, o, grads = cache, cache["prefix"], cache["options"], {}
     dmemory = None
-    if "cross" in cache:
-        dx, g, dmemory = _sublayer_backward(dx, cache["cross"])      # x = sub(x, cross(., memory))
-        grads.update(g)
-    dx, g, _ = _sublayer_backward(dx, cache["attn"])                 # x = sub(x, self-attention)
-    grads.update(g)
+    if o["norm"] == "pre":
+        dx, da = residual_backward(dy, c["mlp_res"])                                   # x = x + a
+        dh = mlp_backward(da, c["mlp"], grads, p + "mlp", o)                           # a = FFN(h)
+        dx = dx + norm_backward(dh, c["mlp_norm"], grads, p + "mlp_norm", o)           # h = N3(x)
+        if "cross" in c:
+            dx, da = residual_backward(dx, c["cross_res"])                             # x = x + a
+            dh, dmemory = cross_attention_backward(da, c["cross"], grads, p + "cross")  # a = cross(h, m)
+            dx = dx + norm_backward(dh, c["cross_norm"], grads, p + "cross_norm", o)   # h = N2(x)
+        dx, da = residual_backward(dx, c["attn_res"])                                  # x = x + a
+        dh = self_attention_backward(da, c["attn"], grads, p + "attn")                 # a = attn(h)
+        dx = dx + norm_backward(dh, c["attn_norm"], grads, p + "attn_norm", o)         # h = N1(x)
+    else:
+        ds = norm_backward(dy, c["mlp_norm"], grads, p + "mlp_norm", o)                # x = N3(s)
+        dx, da = residual_backward(ds, c["mlp_res"])                                   # s = x + a
+        dx = dx + mlp_backward(da, c["mlp"], grads, p + "mlp", o)                      # a = FFN(x)
+        if "cross" in c:
+            ds = norm_backward(dx, c["cross_norm"], grads, p + "cross_norm", o)        # x = N2(s)
+            dx, da = residual_backward(ds, c["cross_res"])                             # s = x + a
+            dh, dmemory = cross_attention_backward(da, c["cross"], grads, p + "cross")  # a = cross(x, m)
+            dx = dx + dh
+        ds = norm_backward(dx, c["attn_norm"], grads, p + "attn_norm", o)              # x = N1(s)
+        dx, da = residual_backward(ds, c["attn_res"])                                  # s = x + a
+        dx = dx + self_attention_backward(da, c["attn"], grads, p + "attn")            # a = attn(x)
     return dx, dmemory, grads

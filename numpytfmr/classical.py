@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from ._validate import choice, int_array, number, positive_int
+from .contract import count, int_array, one_of, real
 
 __all__ = [
     "word_tokenize", "sentence_tokenize",
@@ -87,7 +87,7 @@ def _tokens_or_sentences(x, name, where):
 def _log_base(base, where, name="base"):
     if base is None:
         return None
-    b = number(base, name, where, low=0.0, low_open=True)
+    b = real(base, name, where, low=0.0, low_open=True)
     if b == 1.0:
         raise ValueError(f"{where}: {name} is 1; expected a logarithm base > 0 other than 1 "
                          "(None for the natural log)")
@@ -214,7 +214,7 @@ def bigram_mle(corpus, *, k=0.0, bos="<s>", eos="</s>"):
     token seen only at the very end), which is all zeros (0/0 is left undefined, not guessed).
     """
     where = "bigram_mle"
-    k = number(k, "k", where, low=0.0)
+    k = real(k, "k", where, low=0.0)
     kind, vocab, C = _bigram_counts(corpus, where, bos, eos)
     sentences = kind == "sentences"
     allowed = np.ones(len(vocab), dtype=bool)  # which words may be predicted
@@ -390,8 +390,8 @@ def f1_score(precision, recall):
 
     From counts this is ``2 TP / (2 TP + FP + FN)``. 0.0 when both are 0.
     """
-    p = number(precision, "precision", "f1_score", low=0.0, high=1.0)
-    r = number(recall, "recall", "f1_score", low=0.0, high=1.0)
+    p = real(precision, "precision", "f1_score", low=0.0, high=1.0)
+    r = real(recall, "recall", "f1_score", low=0.0, high=1.0)
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
@@ -406,7 +406,7 @@ def precision_recall_f1(y_true, y_pred, *, positive=1):
 
 def _edit_costs(sub_cost, ins_cost, del_cost, where):
     raw = {"sub_cost": sub_cost, "ins_cost": ins_cost, "del_cost": del_cost}
-    vals = [number(v, k, where, low=0.0, low_open=True) for k, v in raw.items()]
+    vals = [real(v, k, where, low=0.0, low_open=True) for k, v in raw.items()]
     integral = all(isinstance(v, numbers.Integral) for v in raw.values())
     return (tuple(int(v) for v in vals), np.int64) if integral else (tuple(vals), np.float64)
 
@@ -518,8 +518,8 @@ def cooccurrence_matrix(corpus, *, window=1, direction="forward", vocab=None):
     Returns ``(vocab, C)``, ``C`` int64 (V, V).
     """
     where = "cooccurrence_matrix"
-    window = positive_int(window, "window", where)
-    choice(direction, "direction", where, ("forward", "both"))
+    window = count(window, "window", where)
+    one_of("forward", "both")(direction, "direction", where)
     kind, data = _tokens_or_sentences(corpus, "corpus", where)
     seqs = data if kind == "sentences" else [data]
     if vocab is None:
@@ -629,7 +629,7 @@ def term_frequency(F, *, scheme="relative", log_base=None):
     Returns float64 (float32 for float32 F), same shape as F.
     """
     where = "term_frequency"
-    choice(scheme, "scheme", where, _TF_SCHEMES)
+    one_of(*_TF_SCHEMES)(scheme, "scheme", where)
     b = _log_base(log_base, where, "log_base")
     F = np.asarray(F)
     if F.dtype.kind not in "iuf" or F.ndim < 1:
@@ -678,8 +678,8 @@ def idf(df, n_docs, *, variant="plain", log_base=None):
     "plain" and "smooth" are >= 0; "bm25" is negative for a term in most documents.
     """
     where = "idf"
-    choice(variant, "variant", where, _IDF_VARIANTS)
-    N = positive_int(n_docs, "n_docs", where)
+    one_of(*_IDF_VARIANTS)(variant, "variant", where)
+    N = count(n_docs, "n_docs", where)
     b = _log_base(log_base, where, "log_base")
     df_arr = int_array(df, "df", where, low=0, high=N + 1)
     df_f = df_arr.astype(np.float64)
@@ -737,9 +737,9 @@ def bm25_scores(query, docs, *, k1=1.5, b=0.75, idf_variant="notes"):
     where = "bm25_scores"
     query = _token_list(query, "query", where)
     docs = _corpus(docs, "docs", where)
-    k1 = number(k1, "k1", where, low=0.0)
-    b = number(b, "b", where, low=0.0, high=1.0)
-    choice(idf_variant, "idf_variant", where, _BM25_IDF)
+    k1 = real(k1, "k1", where, low=0.0)
+    b = real(b, "b", where, low=0.0, high=1.0)
+    one_of(*_BM25_IDF)(idf_variant, "idf_variant", where)
     q_count = Counter(query)
     terms = list(q_count)
     _, F = term_document_counts(docs, vocab=terms)  # (N, T) counts of the query terms
@@ -770,7 +770,7 @@ def reciprocal_rank_fusion(rankings, *, k=60):
     decreasing score (ties in order of first appearance).
     """
     where = "reciprocal_rank_fusion"
-    k = number(k, "k", where, low=0.0, low_open=True)
+    k = real(k, "k", where, low=0.0, low_open=True)
     _refuse_str(rankings, "rankings", where, "a list of rankings (lists of document ids)", hint="")
     if not isinstance(rankings, (list, tuple)):
         raise TypeError(f"{where}: rankings has type {type(rankings).__name__}; expected a list of "
@@ -809,9 +809,9 @@ def pagerank(adjacency, *, damping=0.85, tol=1e-10, max_iter=1000):
     A = A.astype(np.float64)
     if not np.all(np.isfinite(A)) or np.any(A < 0):
         raise ValueError(f"{where}: adjacency holds negative or non-finite weights; expected >= 0")
-    d = number(damping, "damping", where, low=0.0, high=1.0)
-    tol = number(tol, "tol", where, low=0.0, low_open=True)
-    max_iter = positive_int(max_iter, "max_iter", where)
+    d = real(damping, "damping", where, low=0.0, high=1.0)
+    tol = real(tol, "tol", where, low=0.0, low_open=True)
+    max_iter = count(max_iter, "max_iter", where)
     N = A.shape[0]
     out = A.sum(axis=1, keepdims=True)
     M = np.where(out > 0, A / np.where(out > 0, out, 1.0), 1.0 / N)  # row-stochastic
@@ -854,7 +854,7 @@ def textrank(units, *, window=2, damping=0.85, tol=1e-10, max_iter=1000):
     The dict is ordered by decreasing score; the scores sum to 1 (see :func:`pagerank`).
     """
     where = "textrank"
-    window = positive_int(window, "window", where)
+    window = count(window, "window", where)
     kind, data = _tokens_or_sentences(units, "units", where)
     if kind == "tokens":
         nodes = list(dict.fromkeys(data))
@@ -886,8 +886,8 @@ def label_smoothing_targets(targets, K, eps, *, dtype=np.float64):
     label_smoothing=eps)`` uses).
     """
     where = "label_smoothing_targets"
-    K = positive_int(K, "K", where)
-    eps = number(eps, "eps", where, low=0.0, high=1.0)
+    K = count(K, "K", where)
+    eps = real(eps, "eps", where, low=0.0, high=1.0)
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise TypeError(f"{where}: dtype is {dtype!r}; expected np.float32 or np.float64")
     y = int_array(targets, "targets", where, high=K)

@@ -134,7 +134,8 @@ def real(v, name, where, args=None, *, low=None, high=None, low_open=False, high
     bad_low = low is not None and (v <= low if low_open else v < low)
     bad_high = high is not None and (v >= high if high_open else v > high)
     if bad_low or bad_high:
-        lb, hb = ("(" if low_open else "["), (")" if high_open else "]")
+        lb = "(" if low_open or low is None else "["
+        hb = ")" if high_open or high is None else "]"
         lo, hi = ("-inf" if low is None else low), ("inf" if high is None else high)
         raise ValueError(f"{where}: {name} is {v}; expected a value in {lb}{lo}, {hi}{hb}")
     return v
@@ -268,8 +269,8 @@ def _check_axes(spec, x, sizes, owner, where):
     n = len(spec.axes)
     if len(shape) < n or (not spec.ellipsis and len(shape) != n):
         expected = "at least " if spec.ellipsis else ""
-        raise ValueError(f"{where}: {spec.name} has shape {shape}; expected {expected}{n} axes "
-                         f"{spec.shape_text}")
+        raise ValueError(f"{where}: {spec.name} has shape {shape}; expected {expected}{n} "
+                         f"{'axis' if n == 1 else 'axes'} {spec.shape_text}")
     tail = shape[len(shape) - n:] if n else ()
     for axis, size in zip(spec.axes, tail):
         if axis.isdigit():
@@ -422,7 +423,7 @@ def op(*arrays, **options):
 
 
 def _check_dout(dout, meta, name, where):
-    if isinstance(meta[0], tuple) and isinstance(meta[0][0], tuple):  # several outputs
+    if not isinstance(meta[1], np.dtype):                               # several outputs
         if not isinstance(dout, (tuple, list)) or len(dout) != len(meta):
             raise TypeError(f"{where}: {name} is {describe(dout)}; expected a tuple of {len(meta)} "
                             "upstream gradients, one per output of the forward")

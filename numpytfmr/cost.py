@@ -11,7 +11,7 @@ a fractional byte size is passed in).
 """
 import numbers
 
-from ._validate import number, positive_int
+from .contract import count, real
 
 __all__ = [
     "matmul_cost", "mha_matmul_cost", "attention_score_memory", "kv_cache_bytes",
@@ -28,7 +28,7 @@ def _nonneg_int(v, name, where):
 
 
 def _bytes_per_element(v, where):
-    b = number(v, "bytes_per_element", where, low=0.0, low_open=True)
+    b = real(v, "bytes_per_element", where, low=0.0, low_open=True)
     return int(v) if isinstance(v, numbers.Integral) else b
 
 
@@ -41,7 +41,7 @@ def matmul_cost(m, k, n):
     Returns ``(multiplications, additions)``.
     """
     where = "matmul_cost"
-    m, k, n = (positive_int(v, name, where) for v, name in ((m, "m"), (k, "k"), (n, "n")))
+    m, k, n = (count(v, name, where) for v, name in ((m, "m"), (k, "k"), (n, "n")))
     return m * n * k, m * n * (k - 1)
 
 
@@ -67,11 +67,11 @@ def mha_matmul_cost(n, d_model, n_heads, *, batch=1, n_kv_heads=None):
     score steps at half the dimension), but 112 vs 96 additions.
     """
     where = "mha_matmul_cost"
-    n = positive_int(n, "n", where)
-    d_model = positive_int(d_model, "d_model", where)
-    h = positive_int(n_heads, "n_heads", where)
-    B = positive_int(batch, "batch", where)
-    h_kv = h if n_kv_heads is None else positive_int(n_kv_heads, "n_kv_heads", where)
+    n = count(n, "n", where)
+    d_model = count(d_model, "d_model", where)
+    h = count(n_heads, "n_heads", where)
+    B = count(batch, "batch", where)
+    h_kv = h if n_kv_heads is None else count(n_kv_heads, "n_kv_heads", where)
     if d_model % h:
         raise ValueError(f"{where}: d_model is {d_model} and n_heads is {h}; expected d_model "
                          "divisible by n_heads")
@@ -100,10 +100,10 @@ def attention_score_memory(batch, n_heads, n, *, n_layers=1, bytes_per_element=4
     is float32.
     """
     where = "attention_score_memory"
-    B = positive_int(batch, "batch", where)
-    h = positive_int(n_heads, "n_heads", where)
-    n = positive_int(n, "n", where)
-    L = positive_int(n_layers, "n_layers", where)
+    B = count(batch, "batch", where)
+    h = count(n_heads, "n_heads", where)
+    n = count(n, "n", where)
+    L = count(n_layers, "n_layers", where)
     elements = L * B * h * n * n
     return elements, elements * _bytes_per_element(bytes_per_element, where)
 
@@ -117,11 +117,11 @@ def kv_cache_bytes(batch, n_layers, n_kv_heads, seq_len, d_head, *, bytes_per_el
     key/value heads. Grows linearly in T and B (000 §2.5.1).
     """
     where = "kv_cache_bytes"
-    B = positive_int(batch, "batch", where)
-    L = positive_int(n_layers, "n_layers", where)
-    h_kv = positive_int(n_kv_heads, "n_kv_heads", where)
+    B = count(batch, "batch", where)
+    L = count(n_layers, "n_layers", where)
+    h_kv = count(n_kv_heads, "n_kv_heads", where)
     T = _nonneg_int(seq_len, "seq_len", where)
-    d = positive_int(d_head, "d_head", where)
+    d = count(d_head, "d_head", where)
     return 2 * L * B * h_kv * T * d * _bytes_per_element(bytes_per_element, where)
 
 
@@ -145,9 +145,9 @@ def decoding_cost(n_new, *, prompt_len=1, use_cache=True, causal=False, d_k=1):
     ``"kv_rows"`` (key/value rows projected).
     """
     where = "decoding_cost"
-    n_new = positive_int(n_new, "n_new", where)
-    p = positive_int(prompt_len, "prompt_len", where)
-    d_k = positive_int(d_k, "d_k", where)
+    n_new = count(n_new, "n_new", where)
+    p = count(prompt_len, "prompt_len", where)
+    d_k = count(d_k, "d_k", where)
 
     def full_pass(L):  # all L queries against their keys
         return L * (L + 1) // 2 if causal else L * L

@@ -9,8 +9,7 @@ and h heads form a (B, h, n, n) array) and "Strategies to Mitigate Inefficiency"
                       O(n d) plus one tile, never an n_q x n_k array (strategy 3).
     sliding window    a banded boolean mask, the simplest "limited attention" (strategy 1,
                       Longformer's local window, Mistral's sliding window). Use it with
-                      attention_forward, or with flash_attention_forward, which skips the
-                      tiles the band rules out.
+                      attention_forward or flash_attention_forward.
     linear attention  softmax(q^T k) replaced by the kernel phi(q)^T phi(k), phi(x) = elu(x) + 1
                       (Katharopoulos et al. 2020, "Transformers are RNNs"), so Q K^T is never
                       formed (strategy 2).
@@ -19,8 +18,8 @@ import numbers
 
 import numpy as np
 
-from . import _validate as v
-from .attention import _T, _check_broadcast, _check_dout, _qkv, _unbroadcast
+from .attention import additive_bias, unbroadcast
+from .contract import backward_of, count, flag, op, optional, positive, real
 
 __all__ = [
     "flash_attention_forward", "flash_attention_backward",
@@ -38,39 +37,30 @@ def _blocks(n, block_size):
     return [slice(s, min(s + block_size, n)) for s in range(0, n, block_size)]
 
 
-def _at_least_2d(a):
-    """View of ``a`` with leading size-1 axes added up to two axes (a (n_k,) mask -> (1, n_k))."""
-    return a.reshape((1,) * (2 - a.ndim) + a.shape) if a.ndim < 2 else a
-
-
 def _tile(a, rows, cols):
     """The (rows, cols) tile of a mask or bias broadcastable to (..., n_q, n_k).
 
-    A size-1 axis is broadcast, so it is kept whole; the result is a view (a broadcast mask
-    such as a padding mask (B, 1, 1, n_k) is never expanded to its full shape).
+    An axis of size 1 is broadcast, so it is kept whole; the result is a view (a padding
+    mask (B, 1, 1, n_k) is never expanded to its full shape).
     """
-    return a[..., rows if a.shape[-2] != 1 else slice(None),
-             cols if a.shape[-1] != 1 else slice(None)]
+    a = a.reshape((1,) * (2 - a.ndim) + a.shape) if a.ndim < 2 else a   # (n_k,) -> (1, n_k)
+    whole = slice(None)
+    return a[..., rows if a.shape[-2] > 1 else whole, cols if a.shape[-1] > 1 else whole]
 
 
 def _score_tile(Q_i, K_j, mask, bias, rows, cols, scale):
-    """S_ij = Q_i K_j^T * scale + bias_ij, with -inf where mask_ij is False.
-
-    Returns None when the mask allows no key of the tile: such a tile adds nothing to any
-    row (its weights are all 0), so it is skipped -- this is where causal and sliding-window
-    masks save work.
-    """
-    m = None if mask is None else _tile(mask, rows, cols)
-    if m is not None and not m.any():
-        return None
-    S = (Q_i @ _T(K_j)) * scale                    # (..., b_q, b_k) one tile of the scores
+    """S_ij = Q_i K_j^T * scale + M_ij: one (b_q, b_k) tile of the scores, -inf where masked."""
+    S = Q_i @ K_j.swapaxes(-1, -2) * scale         # Q_i K_j^T / sqrt(d_k)
     if bias is not None:
-        S = S + _tile(bias, rows, cols)            # finite + (-inf) = -inf: no warning
-    if m is not None:
-        S = np.where(m, S, -np.inf)                # masked score: exp(-inf) = 0 below
+        S = S + _tile(bias, rows, cols)             # + M_ij  (finite + (-inf) = -inf)
+    if mask is not None:
+        S = np.where(_tile(mask, rows, cols), S, -np.inf)   # masked score: exp(-inf) = 0
     return S
 
 
+@op("Q: (..., n_q, d_k)", "K: (..., n_k, d_k)", "V: (..., n_k, d_v)",
+    "mask: bool ~(..., n_q, n_k)?", "bias: ~(..., n_q, n_k)?",
+    bias=additive_bias, scale=optional(real), block_size=count)
 def flash_attention_forward(Q, K, V, *, mask=None, bias=None, scale=None, block_size=128):
     """Scaled dot-product attention computed tile by tile (001 §2.1 "Memory-Efficient
     Implementations"; Dao et al. 2022, FlashAttention-2 loop order).
@@ -96,64 +86,42 @@ def flash_attention_forward(Q, K, V, *, mask=None, bias=None, scale=None, block_
 
     mask, bias, scale: exactly as in :func:`attention_forward` (mask boolean, True = may
         attend; bias additive, -inf acts as False; scale defaults to 1/sqrt(d_k)). Both are
-        sliced per tile and never broadcast to the full score shape. A tile the mask rules
-        out completely is skipped. A query row with no allowed key gives a zero output row
-        and zero gradients (its L is -inf).
+        sliced per tile and never broadcast to the full score shape. A query row with no
+        allowed key gives a zero output row and zero gradients (its L is -inf).
     block_size: rows per query block and keys per key block (the last block may be smaller).
 
     Memory: the inputs, the output, L and O(batch * block_size^2) for one tile.
 
-    cache keys: "Q", "K", "V" (in the result dtype), "out", "lse" (L, shape (..., n_q, 1)),
-    "mask", "bias", "scale", "block_size", "dtype", "out_shape". Unlike attention_forward
-    there is NO "weights" entry: not storing the n_q x n_k weights is the point. Row i of
-    the weights is exp(S_i - L_i); to plot them, call attention_forward on a small input.
+    cache keys: "Q", "K", "V", "out", "lse" (L, shape (..., n_q, 1)), "mask", "bias",
+    "scale", "block_size". Unlike attention_forward there is NO "weights" entry: not
+    storing the n_q x n_k weights is the point. Row i of the weights is exp(S_i - L_i); to
+    plot them, call attention_forward on a small input.
     """
-    where = "flash_attention_forward"
-    Q, K, V, batch, dt = _qkv(Q, K, V, where)
-    n_q, n_k, d_v = Q.shape[-2], K.shape[-2], V.shape[-1]
-    scores_shape = batch + (n_q, n_k)
-    if mask is not None:
-        mask = _at_least_2d(v.bool_mask(mask, "mask", where, scores_shape))
-    bias = v.optional_float_array(bias, "bias", where)
-    if bias is not None:
-        _check_broadcast(bias.shape, "bias", where, scores_shape)
-        if np.isnan(bias).any() or np.isposinf(bias).any():
-            raise ValueError(f"{where}: bias contains NaN or +inf; expected finite values or -inf")
-        bias = _at_least_2d(bias.astype(dt, copy=False))   # never upcast float32 attention
-    scale = 1.0 / np.sqrt(Q.shape[-1]) if scale is None else v.number(scale, "scale", where)
-    scale = float(scale)                           # a Python float never upcasts float32
-    block_size = v.positive_int(block_size, "block_size", where)
-
-    out = np.empty(batch + (n_q, d_v), dtype=dt)
-    lse = np.empty(batch + (n_q, 1), dtype=dt)
-    for rows in _blocks(n_q, block_size):
+    if scale is None:
+        scale = Q.shape[-1] ** -0.5                 # 1 / sqrt(d_k)
+    out, lse = [], []
+    for rows in _blocks(Q.shape[-2], block_size):   # query block Q_i
         Q_i = Q[..., rows, :]
-        b_q = Q_i.shape[-2]
-        m = np.full(batch + (b_q, 1), -np.inf, dtype=dt)    # running row maximum
-        l = np.zeros(batch + (b_q, 1), dtype=dt)            # running normaliser sum exp(S - m)
-        o = np.zeros(batch + (b_q, d_v), dtype=dt)          # running sum exp(S - m) V
-        for cols in _blocks(n_k, block_size):
-            S = _score_tile(Q_i, K[..., cols, :], mask, bias, rows, cols, scale)
-            if S is None:
-                continue
-            m_new = np.maximum(m, np.max(S, axis=-1, keepdims=True))
-            # a row with no allowed key so far has m_new = -inf; shift it by 0 instead, so
-            # that -inf - (-inf) (NaN) never occurs: its exp(S - shift) is 0 anyway
-            shift = np.where(m_new > -np.inf, m_new, 0.0)
-            P = np.exp(S - shift)                   # (..., b_q, b_k) unnormalised weights
-            alpha = np.exp(m - shift)               # rescales the old sums to the new max
-            l = alpha * l + np.sum(P, axis=-1, keepdims=True)
-            o = alpha * o + P @ V[..., cols, :]
+        m, l, o = -np.inf, 0.0, 0.0                 # running row maximum, normaliser, output
+        for cols in _blocks(K.shape[-2], block_size):          # key block K_j, V_j
+            S = _score_tile(Q_i, K[..., cols, :], mask, bias, rows, cols, scale)   # S_ij
+            m_new = np.maximum(m, S.max(axis=-1, keepdims=True))   # m' = max(m, rowmax(S_ij))
+            shift = np.where(m_new == -np.inf, 0.0, m_new)  # no allowed key yet: shift by 0
+            P = np.exp(S - shift)                   # exp(S_ij - m')
+            rescale = np.exp(m - shift)             # exp(m - m'): the old sums to the new maximum
+            l = rescale * l + P.sum(axis=-1, keepdims=True)    # l = exp(m - m') l + rowsum(P)
+            o = rescale * o + P @ V[..., cols, :]   # o = exp(m - m') o + P V_j
             m = m_new
         seen = l > 0                                # False only for a row with no allowed key
-        l_safe = np.where(seen, l, 1.0)
-        out[..., rows, :] = o / l_safe              # empty row: 0 / 1 = 0
-        lse[..., rows, :] = np.where(seen, m + np.log(l_safe), -np.inf)
-    cache = {"Q": Q, "K": K, "V": V, "out": out, "lse": lse, "mask": mask, "bias": bias,
-             "scale": scale, "block_size": block_size, "dtype": dt, "out_shape": out.shape}
-    return out, cache
+        l = np.where(seen, l, 1.0)                  # an empty row: o = 0, so out = 0 / 1 = 0
+        out.append(o / l)                           # out_i = o / l
+        lse.append(np.where(seen, m + np.log(l), -np.inf))     # L_i = m + log(l)
+    out, lse = np.concatenate(out, axis=-2), np.concatenate(lse, axis=-2)
+    return out, {"Q": Q, "K": K, "V": V, "out": out, "lse": lse, "mask": mask, "bias": bias,
+                 "scale": scale, "block_size": block_size}
 
 
+@backward_of(flash_attention_forward)
 def flash_attention_backward(dout, cache):
     """Backward of :func:`flash_attention_forward`: returns ``(dQ, dK, dV)``.
 
@@ -169,38 +137,27 @@ def flash_attention_backward(dout, cache):
     D_i replaces the row sum of the softmax Jacobian-vector product, which would otherwise
     need the whole row of dP at once.
     """
-    dout = _check_dout(dout, cache, "flash_attention_backward")
     Q, K, V, out, lse = cache["Q"], cache["K"], cache["V"], cache["out"], cache["lse"]
-    mask, bias, scale, block_size, dt = (cache["mask"], cache["bias"], cache["scale"],
-                                         cache["block_size"], cache["dtype"])
-    batch = out.shape[:-2]
-    n_q, n_k = Q.shape[-2], K.shape[-2]
-    D = np.sum(dout * out, axis=-1, keepdims=True)      # (..., n_q, 1)
-    # a row with no allowed key has L = -inf and scores -inf; shifting by +inf instead gives
-    # exp(-inf - inf) = 0 with no NaN
-    L = np.where(lse > -np.inf, lse, np.inf)
-    dQ = np.zeros(batch + Q.shape[-2:], dtype=dt)
-    dK = np.zeros(batch + K.shape[-2:], dtype=dt)
-    dV = np.zeros(batch + V.shape[-2:], dtype=dt)
-    for cols in _blocks(n_k, block_size):
+    mask, bias, scale = cache["mask"], cache["bias"], cache["scale"]
+    block_size = cache["block_size"]
+    D = (dout * out).sum(axis=-1, keepdims=True)    # D_i = rowsum(dO_i * O_i)
+    L = np.where(lse == -np.inf, np.inf, lse)       # an empty row: exp(-inf - inf) = 0, no NaN
+    batch = out.shape[:-2]                          # the broadcast leading axes of Q, K, V
+    dQ = np.zeros_like(Q, shape=batch + Q.shape[-2:])
+    dK = np.zeros_like(K, shape=batch + K.shape[-2:])
+    dV = np.zeros_like(V, shape=batch + V.shape[-2:])
+    for cols in _blocks(K.shape[-2], block_size):   # key block K_j, V_j
         K_j, V_j = K[..., cols, :], V[..., cols, :]
-        dK_j = np.zeros(batch + K_j.shape[-2:], dtype=dt)
-        dV_j = np.zeros(batch + V_j.shape[-2:], dtype=dt)
-        for rows in _blocks(n_q, block_size):
-            Q_i = Q[..., rows, :]
-            S = _score_tile(Q_i, K_j, mask, bias, rows, cols, scale)
-            if S is None:
-                continue                                 # all weights 0: no gradient
-            dO_i = dout[..., rows, :]
-            P = np.exp(S - L[..., rows, :])              # the softmax weights of the tile
-            dV_j += _T(P) @ dO_i                         # out = P V  ->  dV_j += P^T dO_i
-            dP = dO_i @ _T(V_j)                          #            ->  dP = dO_i V_j^T
-            dS = P * (dP - D[..., rows, :])              # softmax JVP, rowsum(P * dP) = D_i
-            dQ[..., rows, :] += (dS @ K_j) * scale       # S = Q K^T scale -> dQ_i += dS K_j scale
-            dK_j += (_T(dS) @ Q_i) * scale               #                 -> dK_j += dS^T Q_i scale
-        dK[..., cols, :] = dK_j
-        dV[..., cols, :] = dV_j
-    return (_unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape), _unbroadcast(dV, V.shape))
+        for rows in _blocks(Q.shape[-2], block_size):          # query block Q_i
+            Q_i, dO_i = Q[..., rows, :], dout[..., rows, :]
+            S = _score_tile(Q_i, K_j, mask, bias, rows, cols, scale)   # S_ij, recomputed
+            P = np.exp(S - L[..., rows, :])         # P_ij = exp(S_ij - L_i): the tile's weights
+            dV[..., cols, :] += P.swapaxes(-1, -2) @ dO_i      # out = P V   ->  dV_j += P_ij^T dO_i
+            dP = dO_i @ V_j.swapaxes(-1, -2)        #                          dP_ij = dO_i V_j^T
+            dS = P * (dP - D[..., rows, :])         # softmax JVP, rowsum(P * dP) = D_i
+            dQ[..., rows, :] += dS @ K_j * scale   # S = Q K^T scale  ->  dQ_i += dS_ij K_j scale
+            dK[..., cols, :] += dS.swapaxes(-1, -2) @ Q_i * scale   #  dK_j += dS_ij^T Q_i scale
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape), unbroadcast(dV, V.shape)
 
 
 # ---------------------------------------------------------------------------------------
@@ -222,8 +179,8 @@ def sliding_window_mask(n_q, n_k=None, *, window, causal=True):
     for the ``mask`` of :func:`attention_forward` or :func:`flash_attention_forward`.
     """
     where = "sliding_window_mask"
-    n_q = v.positive_int(n_q, "n_q", where)
-    n_k = n_q if n_k is None else v.positive_int(n_k, "n_k", where)
+    n_q = count(n_q, "n_q", where)
+    n_k = n_q if n_k is None else count(n_k, "n_k", where)
     if n_k < n_q:
         raise ValueError(f"{where}: n_k is {n_k} but n_q is {n_q}; expected n_k >= n_q (the "
                          "queries are the last n_q of the n_k positions)")
@@ -231,8 +188,7 @@ def sliding_window_mask(n_q, n_k=None, *, window, causal=True):
         raise TypeError(f"{where}: window is {window!r}; expected a non-negative integer")
     if window < 0:
         raise ValueError(f"{where}: window is {window}; expected a non-negative integer")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"{where}: causal is {causal!r}; expected True or False")
+    causal = flag(causal, "causal", where)
     p = (n_k - n_q) + np.arange(n_q)[:, None]      # absolute position of each query
     j = np.arange(n_k)[None, :]
     upper = p if causal else p + int(window)
@@ -258,6 +214,19 @@ def _reverse_cumsum(x, axis):
     return np.flip(np.cumsum(np.flip(x, axis), axis), axis)
 
 
+def _causal_option(causal, name, where, args):
+    """True or False; causal linear attention needs n_k >= n_q (the queries are the last
+    n_q of the n_k positions)."""
+    causal = flag(causal, name, where)
+    n_q, n_k = args["Q"].shape[-2], args["K"].shape[-2]
+    if causal and n_k < n_q:
+        raise ValueError(f"{where}: K has {n_k} positions but Q has {n_q}; causal linear attention "
+                         "expects n_k >= n_q (the queries are the last n_q positions)")
+    return causal
+
+
+@op("Q: (..., n_q, d_k)", "K: (..., n_k, d_k)", "V: (..., n_k, d_v)",
+    causal=_causal_option, eps=positive)
 def linear_attention_forward(Q, K, V, *, causal=False, eps=1e-6):
     """Linear attention (001 §2.1 "Linear Attention"; Katharopoulos et al. 2020).
 
@@ -280,37 +249,28 @@ def linear_attention_forward(Q, K, V, *, causal=False, eps=1e-6):
         recurrent implementation keeps only the current one (the "RNN" view of the paper).
     eps: added to the normaliser (as in the paper's code), > 0.
 
-    cache keys: "Q", "K", "V" (in the result dtype), "phi_Q", "phi_K", "S" ((..., d_k, d_v),
-    or (..., n_q, d_k, d_v) when causal), "z" ((..., 1, d_k), or (..., n_q, d_k) when
-    causal), "den" ((..., n_q, 1)), "out", "causal", "dtype", "out_shape".
+    cache keys: "Q", "K", "V", "phi_Q", "phi_K", "S" ((..., d_k, d_v), or (..., n_q, d_k,
+    d_v) when causal), "z" ((..., 1, d_k), or (..., n_q, d_k) when causal), "den"
+    ((..., n_q, 1)), "out", "causal".
     """
-    where = "linear_attention_forward"
-    Q, K, V, batch, dt = _qkv(Q, K, V, where)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"{where}: causal is {causal!r}; expected True or False")
-    eps = v.number(eps, "eps", where, low=0.0, low_open=True)
-    n_q, n_k = Q.shape[-2], K.shape[-2]
-    if causal and n_k < n_q:
-        raise ValueError(f"{where}: K has {n_k} positions but Q has {n_q}; causal linear attention "
-                         "expects n_k >= n_q (the queries are the last n_q positions)")
-    phi_Q, phi_K = _phi(Q), _phi(K)
+    phi_Q, phi_K = _phi(Q), _phi(K)                 # phi(x) = elu(x) + 1
     if causal:
-        off = n_k - n_q                                     # position of query 0
-        # (..., n_k, d_k, d_v): phi(k_j) v_j^T for every key, summed up to each position
-        S = np.cumsum(phi_K[..., :, :, None] * V[..., :, None, :], axis=-3)[..., off:, :, :]
-        z = np.cumsum(phi_K, axis=-2)[..., off:, :]         # (..., n_q, d_k)
-        num = np.einsum("...id,...ide->...ie", phi_Q, S)    # phi(q_i)^T S_i
+        first = K.shape[-2] - Q.shape[-2]           # position p_0 of query 0
+        S = np.cumsum(phi_K[..., :, :, None] * V[..., :, None, :], axis=-3)[..., first:, :, :]
+        #                                             S_i = sum_{j <= p_i} phi(k_j) v_j^T
+        z = np.cumsum(phi_K, axis=-2)[..., first:, :]      # z_i = sum_{j <= p_i} phi(k_j)
+        num = np.einsum("...id,...ide->...ie", phi_Q, S)   # phi(q_i)^T S_i
     else:
-        S = _T(phi_K) @ V                                   # (..., d_k, d_v) sum_j phi(k_j) v_j^T
-        z = np.sum(phi_K, axis=-2, keepdims=True)           # (..., 1, d_k)   sum_j phi(k_j)
-        num = phi_Q @ S                                     # (..., n_q, d_v)
-    den = np.sum(phi_Q * z, axis=-1, keepdims=True) + eps   # (..., n_q, 1) phi(q_i)^T z_i + eps
+        S = phi_K.swapaxes(-1, -2) @ V              # (..., d_k, d_v)  S = sum_j phi(k_j) v_j^T
+        z = phi_K.sum(axis=-2, keepdims=True)       # (..., 1, d_k)    z = sum_j phi(k_j)
+        num = phi_Q @ S                             # phi(q_i)^T S
+    den = (phi_Q * z).sum(axis=-1, keepdims=True) + eps    # phi(q_i)^T z_i + eps
     out = num / den
-    cache = {"Q": Q, "K": K, "V": V, "phi_Q": phi_Q, "phi_K": phi_K, "S": S, "z": z,
-             "den": den, "out": out, "causal": bool(causal), "dtype": dt, "out_shape": out.shape}
-    return out, cache
+    return out, {"Q": Q, "K": K, "V": V, "phi_Q": phi_Q, "phi_K": phi_K, "S": S, "z": z,
+                 "den": den, "out": out, "causal": causal}
 
 
+@backward_of(linear_attention_forward)
 def linear_attention_backward(dout, cache):
     """Backward of :func:`linear_attention_forward`: returns ``(dQ, dK, dV)``.
 
@@ -322,29 +282,28 @@ def linear_attention_backward(dout, cache):
                                ->  dphi_K_j = dS v_j + dz,   dv_j = dS^T phi_K_j
         phi = elu + 1          ->  dQ = dphi_Q * phi'(Q),    dK = dphi_K * phi'(K)
     """
-    dout = _check_dout(dout, cache, "linear_attention_backward")
     Q, K, V, phi_Q, phi_K = (cache[k] for k in ("Q", "K", "V", "phi_Q", "phi_K"))
     S, z, den, out = (cache[k] for k in ("S", "z", "den", "out"))
-    dnum = dout / den                                       # out = num / den
-    dden = -np.sum(dout * out, axis=-1, keepdims=True) / den  # d(1/den) = -1/den^2, num/den = out
+    dnum = dout / den                                           # out = num / den
+    dden = -(dout * out).sum(axis=-1, keepdims=True) / den      # d(1/den) = -1/den^2, num/den = out
     if cache["causal"]:
-        off = K.shape[-2] - Q.shape[-2]
+        first = K.shape[-2] - Q.shape[-2]
         dphi_Q = np.einsum("...ide,...ie->...id", S, dnum) + dden * z   # num_i = phi_Q_i S_i
-        dS = phi_Q[..., :, :, None] * dnum[..., :, None, :]  # (..., n_q, d_k, d_v) outer products
-        dz = dden * phi_Q                                    # (..., n_q, d_k)
-        # keys before the first query position: pad with zero gradients, then the reversed
-        # cumulative sum gives key j the sum over all queries at positions >= j
+        dS = phi_Q[..., :, :, None] * dnum[..., :, None, :]     # (..., n_q, d_k, d_v): outer products
+        dz = dden * phi_Q                                       # (..., n_q, d_k)
+        # keys before the first query position get zero gradients (padding); then the
+        # reversed cumulative sum gives key j the sum over all queries at positions >= j
         pad = [(0, 0)] * (dS.ndim - 3)
-        dS = _reverse_cumsum(np.pad(dS, pad + [(off, 0), (0, 0), (0, 0)]), axis=-3)
-        dz = _reverse_cumsum(np.pad(dz, pad + [(off, 0), (0, 0)]), axis=-2)
+        dS = _reverse_cumsum(np.pad(dS, pad + [(first, 0), (0, 0), (0, 0)]), axis=-3)
+        dz = _reverse_cumsum(np.pad(dz, pad + [(first, 0), (0, 0)]), axis=-2)
         dphi_K = np.einsum("...jde,...je->...jd", dS, V) + dz  # S += phi_K_j v_j^T, z += phi_K_j
         dV = np.einsum("...jde,...jd->...je", dS, phi_K)
     else:
-        dphi_Q = dnum @ _T(S) + dden * z                     # num = phi_Q S, den = phi_Q z^T
-        dS = _T(phi_Q) @ dnum                                # (..., d_k, d_v)
-        dz = np.sum(dden * phi_Q, axis=-2, keepdims=True)    # (..., 1, d_k)
-        dphi_K = V @ _T(dS) + dz                             # S = phi_K^T V, z = sum_j phi_K_j
+        dphi_Q = dnum @ S.swapaxes(-1, -2) + dden * z           # num = phi_Q S, den = phi_Q z^T
+        dS = phi_Q.swapaxes(-1, -2) @ dnum                      # (..., d_k, d_v)
+        dz = (dden * phi_Q).sum(axis=-2, keepdims=True)         # (..., 1, d_k)
+        dphi_K = V @ dS.swapaxes(-1, -2) + dz                   # S = phi_K^T V, z = sum_j phi_K_j
         dV = phi_K @ dS
-    dQ = dphi_Q * _phi_grad(Q)                               # phi = elu + 1
+    dQ = dphi_Q * _phi_grad(Q)                                  # phi = elu + 1
     dK = dphi_K * _phi_grad(K)
-    return (_unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape), _unbroadcast(dV, V.shape))
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape), unbroadcast(dV, V.shape)

@@ -5,28 +5,30 @@ serves the learned position embeddings ``P`` (N, d) of 004 eq. 12 with the posit
 """
 import numpy as np
 
-from ._validate import float_array, int_array
+from .contract import backward_of, int_array, op
 
 __all__ = ["embedding_forward", "embedding_backward"]
 
 
+def row_ids(ids, name, where, args):
+    """Integer ids that are rows of ``table``: each in ``[0, V)``."""
+    return int_array(ids, name, where, high=args["table"].shape[0])
+
+
+@op("ids: int (...)", "table: (V, d)", ids=row_ids)
 def embedding_forward(ids, table):
     """Look up one row of ``table`` per id.
 
         out[..., :] = table[ids[...], :]
 
     ids: int array of any shape, values in [0, V)   table: (V, d)   ->  out: ids.shape + (d,)
-    cache: {"ids", "table_shape", "dtype"}
+    cache: {"ids", "table_shape"}
     """
-    where = "embedding_forward"
-    table = float_array(table, "table", where)
-    if table.ndim != 2:
-        raise ValueError(f"{where}: table has shape {table.shape}; expected a matrix of shape (V, d)")
-    ids = int_array(ids, "ids", where, low=0, high=table.shape[0])
-    out = table[ids]  # fancy indexing copies, so the caller may modify out freely
-    return out, {"ids": ids, "table_shape": table.shape, "dtype": table.dtype}
+    out = table[ids]                      # out_p = E[ids_p]  (fancy indexing: a copy, not a view)
+    return out, {"ids": ids, "table_shape": table.shape}
 
 
+@backward_of(embedding_forward)
 def embedding_backward(dout, cache):
     """Gradient of :func:`embedding_forward`: each id's row of dout is added to its table row.
 
@@ -35,8 +37,6 @@ def embedding_backward(dout, cache):
     A repeated id accumulates (np.add.at, unlike ``dtable[ids] += dout`` which keeps only one).
     Returns (None, dtable): the integer ids take no gradient.
     """
-    V, d = cache["table_shape"]
-    dtable = np.zeros((V, d), dtype=cache["dtype"])
-    # flatten the positions: ids (P,), dout (P, d)
-    np.add.at(dtable, cache["ids"].reshape(-1), dout.reshape(-1, d))
+    dtable = np.zeros(cache["table_shape"])
+    np.add.at(dtable, cache["ids"], dout)  # dtable[ids_p] += dout_p, repeats accumulating
     return None, dtable

@@ -23,15 +23,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate as v
 from .blocks import (decoder_block_backward, decoder_block_forward, encoder_block_backward,
-                     encoder_block_forward)
-from .gpt import (_add_grads, _block_options, _block_shapes, _cache_length, _check_config,
-                  _check_fields, _check_params, _config_from_dict, _config_to_dict, _count_arg,
-                  _dtype_arg, _embed_backward, _embed_forward, _final_norm_backward,
-                  _final_norm_forward, _final_norm_shapes, _head_backward, _head_forward,
-                  _init_from_shapes, _masked_targets, _rope_option)
+                     encoder_block_forward, norm_backward, norm_forward)
+from .contract import generator
 from .losses import cross_entropy_backward, cross_entropy_forward
+from .seq2seq import IGNORE, teacher_forcing
+from .transformer import (block_kwargs, block_param_shapes, check_config, check_config_fields,
+                          check_dlogits, check_ids, check_model, check_params, config_from_dict,
+                          config_to_dict, embed_backward, embed_forward, float_dtype, init_params,
+                          kv_cache_length, lm_head_backward, lm_head_forward, norm_param_shapes,
+                          rope_option, token_count, token_id)
 
 __all__ = ["EncDecConfig", "init_encdec", "encdec_param_shapes", "encdec_forward",
            "encdec_backward", "encdec_loss", "encdec_generate"]
@@ -70,8 +71,8 @@ class EncDecConfig:
     rope_scaling: dict = None
 
     def __post_init__(self):
-        _check_fields(self, "EncDecConfig",
-                      ("src_vocab_size", "tgt_vocab_size", "n_enc_layers", "n_dec_layers"))
+        check_config_fields(self, "EncDecConfig",
+                            ("src_vocab_size", "tgt_vocab_size", "n_enc_layers", "n_dec_layers"))
 
     @property
     def d_head(self):
@@ -79,31 +80,31 @@ class EncDecConfig:
 
     def to_dict(self):
         """A plain dict (JSON-ready) of every field."""
-        return _config_to_dict(self)
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, d):
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        return _config_from_dict(cls, d)
+        return config_from_dict(cls, d)
 
 
 def encdec_param_shapes(config):
     """``{key: shape}`` of every parameter of an encoder-decoder with this config."""
-    c = _check_config(config, "encdec_param_shapes", EncDecConfig)
+    c = check_config(config, EncDecConfig, "encdec_param_shapes")
     s = {"enc.wte": (c.src_vocab_size, c.d_model)}
     if c.positional == "learned":
         s["enc.wpe"] = (c.max_len, c.d_model)
     for l in range(c.n_enc_layers):
-        s.update(_block_shapes(f"enc.h{l}.", c))
+        s.update(block_param_shapes(f"enc.h{l}.", c))
     if c.norm == "pre":
-        s.update(_final_norm_shapes("enc.norm_f", c))
+        s.update(norm_param_shapes("enc.norm_f", c))
     s["dec.wte"] = (c.tgt_vocab_size, c.d_model)
     if c.positional == "learned":
         s["dec.wpe"] = (c.max_len, c.d_model)
     for l in range(c.n_dec_layers):
-        s.update(_block_shapes(f"dec.h{l}.", c, cross=True))
+        s.update(block_param_shapes(f"dec.h{l}.", c, cross=True))
     if c.norm == "pre":
-        s.update(_final_norm_shapes("dec.norm_f", c))
+        s.update(norm_param_shapes("dec.norm_f", c))
     if not c.tie_embeddings:
         s["lm_head.W"] = (c.d_model, c.tgt_vocab_size)
     return s
@@ -113,28 +114,15 @@ def init_encdec(config, *, rng, dtype=np.float32):
     """Initial parameters (GPT-2 scheme, as :func:`init_gpt`; the residual projections are
     scaled by 1/sqrt(2 * (n_enc_layers + n_dec_layers)))."""
     where = "init_encdec"
-    c = _check_config(config, where, EncDecConfig)
-    v.rng_arg(rng, where)
-    dtype = _dtype_arg(dtype, where)
-    return _init_from_shapes(encdec_param_shapes(c), c.n_enc_layers + c.n_dec_layers, rng, dtype)
+    c = check_config(config, EncDecConfig, where)
+    generator(rng, "rng", where)
+    return init_params(encdec_param_shapes(c), c.n_enc_layers + c.n_dec_layers, rng=rng,
+                       dtype=float_dtype(dtype, where))
 
 
-# ---------------------------------------------------------------------------------------
-# The two stacks
-# ---------------------------------------------------------------------------------------
-
-def _check_ids(ids, name, vocab, c, where, n_past=0):
-    ids = v.int_array(ids, name, where, low=0, high=vocab)
-    if ids.ndim != 2 or ids.shape[1] == 0:
-        raise ValueError(f"{where}: {name} has shape {ids.shape}; expected (batch, T) with T >= 1")
-    if c.positional == "learned" and n_past + ids.shape[1] > c.max_len:
-        raise ValueError(f"{where}: {name} reaches position {n_past + ids.shape[1] - 1} but "
-                         f"max_len={c.max_len}; learned positions have rows 0..{c.max_len - 1} only")
-    return ids
-
-
-def _key_mask(src_mask, src_ids, where):
-    """(B, S) bool "real token" mask -> (B, 1, 1, S) key mask over (B, heads, n_q, S) scores."""
+def source_key_mask(src_mask, src_ids, where):
+    """(B, S) bool "real token" mask -> (B, 1, 1, S) key mask over the (B, heads, n_q, S)
+    scores: padded source positions are never attended to. None stays None."""
     if src_mask is None:
         return None
     src_mask = np.asarray(src_mask)
@@ -145,78 +133,113 @@ def _key_mask(src_mask, src_ids, where):
     return src_mask[:, None, None, :]
 
 
-def _encoder_forward(params, src_ids, c, *, key_mask, rng, train):
-    """memory = N_f(enc_blocks(E_src[src] + P)): (B, S, d_model) and its cache."""
-    S = src_ids.shape[1]
-    cache = {"blocks": [], "attn_weights": []}
-    x, cache["embed"] = _embed_forward(params, src_ids, np.arange(S), c, tok_key="enc.wte",
-                                       pos_key="enc.wpe", rng=rng, train=train)
-    opts = _block_options(c, rng=rng, train=train)
-    for l in range(c.n_enc_layers):
-        # x = x + attn(N(x));  x = x + ffn(N(x))     (no future mask, 004 "Transformer Encoder")
-        x, cb = encoder_block_forward(x, params, prefix=f"enc.h{l}.", mask=key_mask,
-                                      rope=_rope_option(c), **opts)
-        cache["blocks"].append(cb)
-        cache["attn_weights"].append(cb["attn_weights"])
+# ---------------------------------------------------------------------------------------
+# The two stacks (the cache keys are the parameters' prefixes: "enc.h0", "dec.h0", ...)
+# ---------------------------------------------------------------------------------------
+
+def encoder_forward(params, src_ids, c, *, key_mask=None, rng=None, train=False):
+    """The encoder (004 "Transformer Encoder"): memory = N_f(enc_blocks(E_src[src] + P)).
+
+    src_ids: (B, S) checked ids;  key_mask: :func:`source_key_mask` or None
+    ->  memory (B, S, d_model), cache (keys "enc.embed", "enc.h{l}", "enc.norm_f",
+        "enc_attn_weights", "config", "options")
+    """
+    o, rope = block_kwargs(c, rng=rng, train=train), rope_option(c)
+    cache = {"config": c, "options": o}
+    x, cache["enc.embed"] = embed_forward(params, src_ids, np.arange(src_ids.shape[1]), c,
+                                          prefix="enc.", rng=rng, train=train)     # E_src[src] + P
+    for l in range(c.n_enc_layers):                        # no future mask (004 "Transformer Encoder")
+        x, cache[f"enc.h{l}"] = encoder_block_forward(x, params, prefix=f"enc.h{l}.", mask=key_mask,
+                                                      rope=rope, **o)              # x = block_l(x)
     if c.norm == "pre":
-        x, cache["norm_f"] = _final_norm_forward(x, params, "enc.norm_f", c)
+        x, cache["enc.norm_f"] = norm_forward(x, params, "enc.norm_f", o)         # memory = N_f(x)
+    cache["enc_attn_weights"] = [cache[f"enc.h{l}"]["attn_weights"] for l in range(c.n_enc_layers)]
     return x, cache
 
 
-def _encoder_backward(dmemory, cache, c):
-    """Gradients of the encoder's parameters from the gradient of its output ``memory``."""
-    grads = {}
+def encoder_backward(dmemory, cache):
+    """Backward of :func:`encoder_forward`: the gradients of the encoder's parameters."""
+    c, o, grads = cache["config"], cache["options"], {}
     dx = dmemory
     if c.norm == "pre":
-        dx, grads = _final_norm_backward(dx, cache["norm_f"], "enc.norm_f", c)   # memory = N_f(x)
-    for cb in reversed(cache["blocks"]):
-        dx, g = encoder_block_backward(dx, cb)                                   # x = block(x)
+        dx = norm_backward(dx, cache["enc.norm_f"], grads, "enc.norm_f", o)       # memory = N_f(x)
+    for l in reversed(range(c.n_enc_layers)):
+        dx, _, g = encoder_block_backward(dx, cache[f"enc.h{l}"])                 # x = block_l(x)
         grads.update(g)
-    return _add_grads(grads, _embed_backward(dx, cache["embed"]))                # x = E[src] + P
+    embed_backward(dx, cache["enc.embed"], grads)                                 # E_src[src] + P
+    return grads
 
 
-def _decoder_forward(params, tgt_ids, memory, c, *, key_mask, kv_cache, rng, train):
-    """logits = N_f(dec_blocks(E_tgt[tgt] + P, memory)) W_out and the cache."""
-    T = tgt_ids.shape[1]
-    n_past = 0 if kv_cache is None else _cache_length(kv_cache, c.n_dec_layers, "encdec_forward")
-    cache = {"blocks": [], "attn_weights": [], "cross_weights": [], "kv_cache": []}
-    y, cache["embed"] = _embed_forward(params, tgt_ids, np.arange(n_past, n_past + T), c,
-                                       tok_key="dec.wte", pos_key="dec.wpe", rng=rng, train=train)
-    opts = _block_options(c, rng=rng, train=train)
-    for l in range(c.n_dec_layers):
-        # y = y + attn(N(y), causal);  y = y + cross(N(y), memory);  y = y + ffn(N(y))
-        y, cb = decoder_block_forward(y, memory, params, prefix=f"dec.h{l}.", memory_mask=key_mask,
-                                      rope=_rope_option(c),
-                                      kv_cache=None if kv_cache is None else kv_cache[l], **opts)
-        cache["blocks"].append(cb)
-        for k in ("attn_weights", "cross_weights", "kv_cache"):
-            cache[k].append(cb[k])
+def decoder_forward(params, tgt_ids, memory, c, *, key_mask=None, kv_cache=None, rng=None,
+                    train=False):
+    """The decoder (004 "Transformer Decoder", "Decoder Process with Cross-Attention"):
+
+        logits = N_f(dec_blocks(E_tgt[tgt] + P, memory)) W_out
+
+    tgt_ids: (B, T) checked ids (the new ones after the ``kv_cache`` positions, if given)
+    memory: (B, S, d_model) the encoder output;  key_mask: source padding or None
+    ->  logits (B, T, tgt_vocab_size), cache (keys "dec.embed", "dec.h{l}", "dec.norm_f",
+        "lm_head", "dec_attn_weights", "cross_weights", "kv_cache", "config", "options")
+    """
+    o, rope = block_kwargs(c, rng=rng, train=train), rope_option(c)
+    n_past = 0 if kv_cache is None else kv_cache_length(kv_cache, c.n_dec_layers, "encdec_forward")
+    past = [None] * c.n_dec_layers if kv_cache is None else kv_cache
+    positions = np.arange(n_past, n_past + tgt_ids.shape[1])
+    cache = {"config": c, "options": o}
+    y, cache["dec.embed"] = embed_forward(params, tgt_ids, positions, c, prefix="dec.", rng=rng,
+                                          train=train)                             # E_tgt[tgt] + P
+    for l in range(c.n_dec_layers):                        # causal self-attention, cross-attention, FFN
+        y, cache[f"dec.h{l}"] = decoder_block_forward(y, memory, params, prefix=f"dec.h{l}.",
+                                                      memory_mask=key_mask, rope=rope,
+                                                      kv_cache=past[l], **o)       # y = block_l(y, m)
     if c.norm == "pre":
-        y, cache["norm_f"] = _final_norm_forward(y, params, "dec.norm_f", c)
-    logits, cache["head"] = _head_forward(y, params, "dec.wte", c.tie_embeddings)
+        y, cache["dec.norm_f"] = norm_forward(y, params, "dec.norm_f", o)         # y = N_f(y)
+    logits, cache["lm_head"] = lm_head_forward(y, params, c, table="dec.wte")     # y W_out
+    blocks = [cache[f"dec.h{l}"] for l in range(c.n_dec_layers)]
+    cache["dec_attn_weights"] = [b["attn_weights"] for b in blocks]
+    cache["cross_weights"] = [b["cross_weights"] for b in blocks]     # the alignment tables
+    cache["kv_cache"] = [b["kv_cache"] for b in blocks]
     return logits, cache
 
 
-def _decoder_backward(dlogits, cache, c):
-    """Gradients of the decoder's parameters and dmemory (summed over the decoder layers)."""
-    dy, grads = _head_backward(dlogits, cache["head"], "dec.wte", c.tie_embeddings)  # logits = y W_out
+def decoder_backward(dlogits, cache):
+    """Backward of :func:`decoder_forward`: ``(dmemory, grads)``; dmemory sums the
+    gradients of every decoder layer's cross-attention keys and values."""
+    c, o, grads = cache["config"], cache["options"], {}
+    dy = lm_head_backward(dlogits, cache["lm_head"], grads, c, table="dec.wte")  # y W_out
     if c.norm == "pre":
-        dy, g = _final_norm_backward(dy, cache["norm_f"], "dec.norm_f", c)            # y = N_f(y)
-        grads.update(g)
+        dy = norm_backward(dy, cache["dec.norm_f"], grads, "dec.norm_f", o)       # y = N_f(y)
     dmemory = 0.0
-    for cb in reversed(cache["blocks"]):
-        dy, dmem, g = decoder_block_backward(dy, cb)                         # y = block(y, memory)
-        dmemory = dmemory + dmem          # memory feeds every decoder layer's cross-attention
+    for l in reversed(range(c.n_dec_layers)):
+        dy, dmem, g = decoder_block_backward(dy, cache[f"dec.h{l}"])              # y = block_l(y, m)
+        dmemory = dmemory + dmem                # memory feeds every decoder layer's cross-attention
         grads.update(g)
-    return _add_grads(grads, _embed_backward(dy, cache["embed"])), dmemory             # y = E[tgt] + P
+    embed_backward(dy, cache["dec.embed"], grads)                                 # E_tgt[tgt] + P
+    return dmemory, grads
 
 
 # ---------------------------------------------------------------------------------------
 # Forward / backward / loss
 # ---------------------------------------------------------------------------------------
 
+def check_encdec_inputs(params, src_ids, tgt_ids, src_mask, config, rng, train, where):
+    """The checks at the model's entry: ``(config, dtype of the params, src_ids, tgt_ids,
+    key_mask)``, the ids (B, S) and (B, T) in their vocabularies with one batch size, and
+    the source padding as the key mask of :func:`source_key_mask`."""
+    c, dtype = check_model(params, config, EncDecConfig, encdec_param_shapes, where, rng=rng,
+                           train=train)
+    src_ids = check_ids(src_ids, "src_ids", c.src_vocab_size, c, where)
+    tgt_ids = check_ids(tgt_ids, "tgt_ids", c.tgt_vocab_size, c, where)
+    if src_ids.shape[0] != tgt_ids.shape[0]:
+        raise ValueError(f"{where}: src_ids has shape {src_ids.shape} and tgt_ids has shape "
+                         f"{tgt_ids.shape}; expected the same batch size")
+    return c, dtype, src_ids, tgt_ids, source_key_mask(src_mask, src_ids, where)
+
+
 def encdec_forward(params, src_ids, tgt_ids, *, config, src_mask=None, rng=None, train=False):
     """Forward pass of the encoder-decoder (module docstring): ``(logits, cache)``.
+
+        memory = encoder(src);   logits = decoder(tgt, memory)
 
     params:  dict from :func:`init_encdec`
     src_ids: (B, S) source ids in [0, src_vocab_size)
@@ -228,27 +251,19 @@ def encdec_forward(params, src_ids, tgt_ids, *, config, src_mask=None, rng=None,
     rng, train: dropout
     returns logits (B, T, tgt_vocab_size), cache
 
-    cache keys for readers: "memory" (B, S, d_model) encoder output; "cross_weights" list
-    per decoder layer of (B, n_heads, T, S) cross-attention weights (the alignment
-    table); "enc_attn_weights", "dec_attn_weights" the self-attention weights.
+    cache: a flat dict of the steps' caches keyed like the parameters ("enc.embed",
+    "enc.h0", ..., "enc.norm_f", "dec.embed", "dec.h0", ..., "dec.norm_f", "lm_head"),
+    and for readers "memory" (B, S, d_model) the encoder output; "cross_weights" list per
+    decoder layer of (B, n_heads, T, S) cross-attention weights (the alignment table);
+    "enc_attn_weights", "dec_attn_weights" the self-attention weights.
     """
-    where = "encdec_forward"
-    c = _check_config(config, where, EncDecConfig)
-    dtype = _check_params(params, encdec_param_shapes(c), where)
-    src_ids = _check_ids(src_ids, "src_ids", c.src_vocab_size, c, where)
-    tgt_ids = _check_ids(tgt_ids, "tgt_ids", c.tgt_vocab_size, c, where)
-    if src_ids.shape[0] != tgt_ids.shape[0]:
-        raise ValueError(f"{where}: src_ids has shape {src_ids.shape} and tgt_ids has shape "
-                         f"{tgt_ids.shape}; expected the same batch size")
-    if train and c.dropout > 0.0:
-        v.rng_arg(rng, where)
-    key_mask = _key_mask(src_mask, src_ids, where)
-    memory, enc = _encoder_forward(params, src_ids, c, key_mask=key_mask, rng=rng, train=train)
-    logits, dec = _decoder_forward(params, tgt_ids, memory, c, key_mask=key_mask, kv_cache=None,
-                                   rng=rng, train=train)
-    cache = {"config": c, "dtype": dtype, "enc": enc, "dec": dec, "memory": memory,
-             "cross_weights": dec["cross_weights"], "enc_attn_weights": enc["attn_weights"],
-             "dec_attn_weights": dec["attn_weights"], "logits_shape": logits.shape}
+    c, dtype, src_ids, tgt_ids, key_mask = check_encdec_inputs(
+        params, src_ids, tgt_ids, src_mask, config, rng, train, "encdec_forward")
+    memory, cache = encoder_forward(params, src_ids, c, key_mask=key_mask, rng=rng, train=train)
+    logits, dec = decoder_forward(params, tgt_ids, memory, c, key_mask=key_mask, rng=rng,
+                                  train=train)
+    cache.update(dec)
+    cache.update(dtype=dtype, memory=memory, logits_shape=logits.shape)
     return logits, cache
 
 
@@ -258,12 +273,10 @@ def encdec_backward(dlogits, cache):
     Decoder first (final linear, norm, blocks in reverse, embeddings), collecting the
     gradient of ``memory`` from every cross-attention; then the encoder in reverse.
     """
-    where = "encdec_backward"
-    c = cache["config"]
-    dlogits = v.upstream(dlogits, "dlogits", where, cache["logits_shape"], cache["dtype"],
-                         what="the logits'")
-    grads, dmemory = _decoder_backward(dlogits, cache["dec"], c)
-    return _add_grads(grads, _encoder_backward(dmemory, cache["enc"], c))
+    dlogits = check_dlogits(dlogits, cache, "encdec_backward")
+    dmemory, grads = decoder_backward(dlogits, cache)          # logits = decoder(tgt, memory)
+    grads.update(encoder_backward(dmemory, cache))             # memory = encoder(src)
+    return grads
 
 
 def encdec_loss(params, batch, *, config, label_smoothing=0.0, rng=None, train=False):
@@ -277,15 +290,11 @@ def encdec_loss(params, batch, *, config, label_smoothing=0.0, rng=None, train=F
     ``tgt_ids[:, 1:]`` where ``loss_mask[:, 1:]`` (003 eq. 2.2). loss is a Python float;
     grads a dict with the keys of ``params``.
     """
-    where = "encdec_loss"
-    tgt = v.seq2seq_targets(batch, where)
-    loss_mask = batch.get("loss_mask")
-    loss_mask = None if loss_mask is None else np.asarray(loss_mask)[:, 1:]
-    targets, ignore = _masked_targets(tgt[:, 1:], loss_mask, None, where)
-    logits, cache = encdec_forward(params, batch["src_ids"], tgt[:, :-1], config=config,
+    tgt_in, targets = teacher_forcing(batch, "encdec_loss")
+    logits, cache = encdec_forward(params, batch["src_ids"], tgt_in, config=config,
                                    src_mask=batch.get("src_mask"), rng=rng, train=train)
     loss, c_loss = cross_entropy_forward(logits, targets, label_smoothing=label_smoothing,
-                                         ignore_index=ignore)
+                                         ignore_index=IGNORE)
     dlogits, _ = cross_entropy_backward(1.0, c_loss)
     return float(loss), encdec_backward(dlogits, cache)
 
@@ -309,18 +318,18 @@ def encdec_generate(params, src_ids, *, config, max_new_tokens, bos_id, eos_id=N
     output, each (B, n_heads, n_steps, S) (row t: where the model looked to choose token t+1).
     """
     where = "encdec_generate"
-    c = _check_config(config, where, EncDecConfig)
-    _check_params(params, encdec_param_shapes(c), where)
-    src_ids = _check_ids(src_ids, "src_ids", c.src_vocab_size, c, where)
-    max_new_tokens = _count_arg(max_new_tokens, "max_new_tokens", where)
-    bos_id = int(v.int_array(np.asarray(bos_id), "bos_id", where, low=0, high=c.tgt_vocab_size))
+    c = check_config(config, EncDecConfig, where)
+    check_params(params, encdec_param_shapes(c), where)
+    src_ids = check_ids(src_ids, "src_ids", c.src_vocab_size, c, where)
+    max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
+    bos_id = token_id(bos_id, "bos_id", c.tgt_vocab_size, where)
     if eos_id is not None:
-        eos_id = int(v.int_array(np.asarray(eos_id), "eos_id", where, low=0, high=c.tgt_vocab_size))
+        eos_id = token_id(eos_id, "eos_id", c.tgt_vocab_size, where)
     if c.positional == "learned" and max_new_tokens > c.max_len:
         raise ValueError(f"{where}: max_new_tokens is {max_new_tokens} but max_len={c.max_len}; "
                          "the decoder would read positions beyond the learned table")
-    key_mask = _key_mask(src_mask, src_ids, where)
-    memory, _ = _encoder_forward(params, src_ids, c, key_mask=key_mask, rng=None, train=False)
+    key_mask = source_key_mask(src_mask, src_ids, where)
+    memory, _ = encoder_forward(params, src_ids, c, key_mask=key_mask)
 
     B = src_ids.shape[0]
     out = np.full((B, 1 + max_new_tokens), bos_id, dtype=np.int64)
@@ -329,8 +338,8 @@ def encdec_generate(params, src_ids, *, config, max_new_tokens, bos_id, eos_id=N
     n = 1
     for _ in range(max_new_tokens):
         new = out[:, :n] if (kv is None or not use_cache) else out[:, n - 1:n]
-        logits, dec = _decoder_forward(params, new, memory, c, key_mask=key_mask,
-                                       kv_cache=kv if use_cache else None, rng=None, train=False)
+        logits, dec = decoder_forward(params, new, memory, c, key_mask=key_mask,
+                                      kv_cache=kv if use_cache else None)
         if use_cache:
             kv = dec["kv_cache"]
         weights.append([w[..., -1:, :] for w in dec["cross_weights"]])   # the newest query row

@@ -38,26 +38,22 @@ kv_cache of that layer, holding keys and values of shape (B, n_kv_heads, T, d_he
 ``cache["kv_cache"]``; pass it back as ``kv_cache=`` with only the new token ids to
 decode one step.
 """
-from dataclasses import asdict, dataclass, fields
-import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate as v
-from .blocks import _layer_cache_length, decoder_block_backward, decoder_block_forward
-from .dropout import dropout_backward, dropout_forward
-from .embedding import embedding_backward, embedding_forward
-from .ffn import FFN_ACTIVATIONS
-from .linear import linear_backward, linear_forward
+from .blocks import decoder_block_backward, decoder_block_forward, norm_backward, norm_forward
+from .contract import generator
 from .losses import cross_entropy_backward, cross_entropy_forward
-from .norms import layernorm_backward, layernorm_forward, rmsnorm_backward, rmsnorm_forward
-from .positional import rope_frequencies, sinusoidal_encoding
+from .transformer import (block_kwargs, block_param_shapes, check_config, check_config_fields,
+                          check_dlogits, check_ids, check_model, check_params, check_sampling,
+                          config_from_dict, config_to_dict, embed_backward, embed_forward,
+                          float_dtype, init_params, kv_cache_length, lm_head_backward,
+                          lm_head_forward, masked_targets, next_token, norm_param_shapes,
+                          rope_option, token_count, token_id)
 
 __all__ = ["GPTConfig", "init_gpt", "gpt_param_shapes", "gpt_forward", "gpt_backward",
            "gpt_loss", "generate", "kv_cache_size"]
-
-POSITIONALS = ("learned", "sinusoidal", "rope")
-ACTIVATIONS = FFN_ACTIVATIONS + ("swiglu",)   # "relu", "gelu", "gelu_tanh" (GPT-2), "swiglu" (LLaMA)
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,7 +100,7 @@ class GPTConfig:
     rope_scaling: dict = None
 
     def __post_init__(self):
-        _check_fields(self, "GPTConfig", ("vocab_size", "n_layers"))
+        check_config_fields(self, "GPTConfig", ("vocab_size", "n_layers"))
 
     @property
     def d_head(self):
@@ -112,150 +108,30 @@ class GPTConfig:
 
     def to_dict(self):
         """A plain dict (JSON-ready) of every field."""
-        return _config_to_dict(self)
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, d):
         """Inverse of :meth:`to_dict`; unknown keys are an error (a typo would be ignored otherwise)."""
-        return _config_from_dict(cls, d)
-
-
-def _check_fields(c, where, sizes):
-    """Validate a model config (shared by GPTConfig and EncDecConfig); fills the defaults
-    n_kv_heads = n_heads and d_ff = 4 d_model."""
-    for name in sizes + ("d_model", "n_heads", "max_len"):
-        v.positive_int(getattr(c, name), name, where)
-    if c.n_kv_heads is None:
-        object.__setattr__(c, "n_kv_heads", c.n_heads)
-    if c.d_ff is None:
-        object.__setattr__(c, "d_ff", 4 * c.d_model)
-    v.positive_int(c.n_kv_heads, "n_kv_heads", where)
-    v.positive_int(c.d_ff, "d_ff", where)
-    if c.d_model % c.n_heads:
-        raise ValueError(f"{where}: d_model is {c.d_model} and n_heads is {c.n_heads}; "
-                         "expected d_model divisible by n_heads (d_head = d_model / n_heads)")
-    if c.n_heads % c.n_kv_heads:
-        raise ValueError(f"{where}: n_heads is {c.n_heads} and n_kv_heads is {c.n_kv_heads}; "
-                         "expected n_heads divisible by n_kv_heads (each key/value head serves "
-                         "a whole group of query heads)")
-    v.choice(c.positional, "positional", where, POSITIONALS)
-    v.choice(c.norm, "norm", where, ("pre", "post"))
-    v.choice(c.norm_type, "norm_type", where, ("layernorm", "rmsnorm"))
-    v.choice(c.activation, "activation", where, ACTIVATIONS)
-    if c.activation == "swiglu" and c.bias:
-        raise ValueError(f"{where}: activation is 'swiglu' and bias is True; the SwiGLU FFN has no "
-                         "biases: pass bias=False (as LLaMA)")
-    v.choice(c.rope_layout, "rope_layout", where, ("interleaved", "half"))
-    for name in ("tie_embeddings", "bias"):
-        if not isinstance(getattr(c, name), (bool, np.bool_)):
-            raise TypeError(f"{where}: {name} is {getattr(c, name)!r}; expected True or False")
-    v.number(c.dropout, "dropout", where, low=0.0, high=1.0, high_open=True)
-    v.number(c.norm_eps, "norm_eps", where, low=0.0, low_open=True)
-    v.number(c.rope_base, "rope_base", where, low=1.0, low_open=True)
-    if c.positional == "rope":
-        if c.d_head % 2:
-            raise ValueError(f"{where}: positional is 'rope' but d_head = d_model / n_heads = "
-                             f"{c.d_head} is odd; expected an even d_head (RoPE rotates pairs)")
-        rope_frequencies(c.d_head, base=c.rope_base, scaling=c.rope_scaling)
-    elif c.rope_scaling is not None:
-        raise ValueError(f"{where}: rope_scaling is {c.rope_scaling!r} but positional is "
-                         f"{c.positional!r}; expected rope_scaling=None unless positional='rope'")
-
-
-def _config_to_dict(c):
-    d = asdict(c)
-    if d.get("rope_scaling") is not None:
-        d["rope_scaling"] = dict(d["rope_scaling"])
-    return d
-
-
-def _config_from_dict(cls, d):
-    if not isinstance(d, dict):
-        raise TypeError(f"{cls.__name__}.from_dict: d is a {type(d).__name__}; expected a dict")
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise ValueError(f"{cls.__name__}.from_dict: unknown keys {unknown}; expected keys "
-                         f"among {sorted(names)}")
-    return cls(**d)
-
-
-def _check_config(config, where, cls=GPTConfig):
-    if not isinstance(config, cls):
-        raise TypeError(f"{where}: config is a {type(config).__name__}; expected a {cls.__name__}")
-    return config
-
+        return config_from_dict(cls, d)
 
 # ---------------------------------------------------------------------------------------
 # Parameters
 # ---------------------------------------------------------------------------------------
 
-def _block_shapes(prefix, c, *, cross=False):
-    """Shapes of one block's parameters (keys as in blocks.py)."""
-    d, hd, kvd = c.d_model, c.n_heads * c.d_head, c.n_kv_heads * c.d_head
-    s = {}
-    sublayers = ("attn", "cross", "mlp") if cross else ("attn", "mlp")
-    for sub in sublayers:
-        s[f"{prefix}{sub}_norm.gamma"] = (d,)
-        if c.norm_type == "layernorm" and c.bias:
-            s[f"{prefix}{sub}_norm.beta"] = (d,)
-        if sub == "mlp":
-            if c.activation == "swiglu":
-                s.update({f"{prefix}mlp.W_gate": (d, c.d_ff), f"{prefix}mlp.W_up": (d, c.d_ff),
-                          f"{prefix}mlp.W_down": (c.d_ff, d)})
-                continue    # no biases (checked by the config)
-            s.update({f"{prefix}mlp.W1": (d, c.d_ff), f"{prefix}mlp.W2": (c.d_ff, d)})
-            if c.bias:
-                s.update({f"{prefix}mlp.b1": (c.d_ff,), f"{prefix}mlp.b2": (d,)})
-        else:
-            s.update({f"{prefix}{sub}.Wq": (d, hd), f"{prefix}{sub}.Wk": (d, kvd),
-                      f"{prefix}{sub}.Wv": (d, kvd), f"{prefix}{sub}.Wo": (hd, d)})
-            if c.bias:
-                s.update({f"{prefix}{sub}.bq": (hd,), f"{prefix}{sub}.bk": (kvd,),
-                          f"{prefix}{sub}.bv": (kvd,), f"{prefix}{sub}.bo": (d,)})
-    return s
-
-
-def _final_norm_shapes(key, c):
-    s = {f"{key}.gamma": (c.d_model,)}
-    if c.norm_type == "layernorm" and c.bias:
-        s[f"{key}.beta"] = (c.d_model,)
-    return s
-
-
 def gpt_param_shapes(config):
     """``{key: shape}`` of every parameter of a GPT with this config (module docstring)."""
-    c = _check_config(config, "gpt_param_shapes")
+    c = check_config(config, GPTConfig, "gpt_param_shapes")
     s = {"wte": (c.vocab_size, c.d_model)}
     if c.positional == "learned":
         s["wpe"] = (c.max_len, c.d_model)
     for l in range(c.n_layers):
-        s.update(_block_shapes(f"h{l}.", c))
+        s.update(block_param_shapes(f"h{l}.", c))
     if c.norm == "pre":
-        s.update(_final_norm_shapes("norm_f", c))
+        s.update(norm_param_shapes("norm_f", c))
     if not c.tie_embeddings:
         s["lm_head.W"] = (c.d_model, c.vocab_size)
     return s
-
-
-def _init_from_shapes(shapes, n_layers, rng, dtype):
-    """GPT-2 initialisation: N(0, 0.02) weights and tables, zero biases and betas, unit
-    gammas; the projections that write into the residual stream (attn/cross ``Wo``,
-    ``mlp.W2``) scaled by 1/sqrt(2 n_layers) so the stream's variance does not grow
-    with depth."""
-    params = {}
-    for key, shape in shapes.items():
-        name = key.rsplit(".", 1)[-1]
-        if name == "gamma":
-            params[key] = np.ones(shape, dtype=dtype)
-        elif name == "beta" or name.startswith("b"):
-            params[key] = np.zeros(shape, dtype=dtype)
-        else:
-            std = 0.02
-            if key.endswith(("attn.Wo", "cross.Wo", "mlp.W2", "mlp.W_down")):
-                std = 0.02 / math.sqrt(2 * n_layers)
-            params[key] = (std * rng.standard_normal(shape)).astype(dtype)
-    return params
 
 
 def init_gpt(config, *, rng, dtype=np.float32):
@@ -266,150 +142,9 @@ def init_gpt(config, *, rng, dtype=np.float32):
     rng: np.random.Generator;  dtype: np.float32 (default) or np.float64
     """
     where = "init_gpt"
-    c = _check_config(config, where)
-    v.rng_arg(rng, where)
-    dtype = _dtype_arg(dtype, where)
-    return _init_from_shapes(gpt_param_shapes(c), c.n_layers, rng, dtype)
-
-
-def _dtype_arg(dtype, where):
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"{where}: dtype is {dtype!r}; expected np.float32 or np.float64")
-    return dt
-
-
-def _check_params(params, shapes, where):
-    """Every expected key present with its shape, one float dtype; returns that dtype."""
-    if not isinstance(params, dict):
-        raise TypeError(f"{where}: params is a {type(params).__name__}; expected a dict of arrays")
-    missing = [k for k in shapes if k not in params]
-    if missing:
-        more = " ..." if len(missing) > 5 else ""
-        raise ValueError(f"{where}: params is missing {missing[:5]}{more}; expected the keys of "
-                         "init for this config")
-    extra = [k for k in params if k not in shapes]
-    if extra:
-        raise ValueError(f"{where}: params has unexpected keys {extra[:5]}; they do not belong to a "
-                         "model with this config")
-    dtypes = set()
-    for k, shape in shapes.items():
-        p = v.float_array(params[k], f"params[{k!r}]", where)
-        if p.shape != shape:
-            raise ValueError(f"{where}: params[{k!r}] has shape {p.shape}; expected {shape} for "
-                             "this config")
-        dtypes.add(p.dtype)
-    if len(dtypes) > 1:
-        raise TypeError(f"{where}: params mix dtypes {sorted(map(str, dtypes))}; expected one "
-                        "float dtype for every parameter")
-    return dtypes.pop()
-
-
-# ---------------------------------------------------------------------------------------
-# Shared pieces of GPT and the encoder-decoder: embeddings in, logits out
-# ---------------------------------------------------------------------------------------
-
-def _embed_forward(params, ids, positions, c, *, tok_key, pos_key, rng, train):
-    """x = E[ids] + P[positions] (004 eq. 12), or + PE (sinusoids), or E[ids] alone (RoPE
-    rotates inside attention); then dropout when training.
-
-    ids: (B, T) ints;  positions: (T,) absolute positions of these tokens
-    """
-    x, c_tok = embedding_forward(ids, params[tok_key])                # (B, T, d) rows of E
-    if c.positional == "learned":
-        p, c_pos = embedding_forward(positions, params[pos_key])      # (T, d) rows of P
-        x = x + p                                                     # broadcast over the batch
-    else:
-        c_pos = None
-        if c.positional == "sinusoidal":
-            pe = sinusoidal_encoding(int(positions[-1]) + 1, c.d_model, dtype=x.dtype)
-            x = x + pe[positions]                                     # fixed, no parameters
-    c_drop = None
-    if train and c.dropout > 0.0:
-        x, c_drop = dropout_forward(x, p=c.dropout, rng=rng, train=True)
-    return x, {"tok_key": tok_key, "pos_key": pos_key, "tok": c_tok, "pos": c_pos, "dropout": c_drop}
-
-
-def _embed_backward(dx, cache):
-    """Gradients of the embedding tables, as a dict."""
-    if cache["dropout"] is not None:
-        dx = dropout_backward(dx, cache["dropout"])
-    grads = {cache["tok_key"]: embedding_backward(dx, cache["tok"])[1]}   # repeated ids accumulate
-    if cache["pos"] is not None:
-        # P[positions] was broadcast over the batch: its gradient sums the batch axis
-        grads[cache["pos_key"]] = embedding_backward(dx.sum(axis=0), cache["pos"])[1]
-    return grads
-
-
-def _final_norm_forward(x, params, key, c):
-    if c.norm_type == "layernorm":
-        return layernorm_forward(x, params[key + ".gamma"], params.get(key + ".beta"), eps=c.norm_eps)
-    return rmsnorm_forward(x, params[key + ".gamma"], eps=c.norm_eps)
-
-
-def _final_norm_backward(dy, cache, key, c):
-    if c.norm_type == "layernorm":
-        dx, dgamma, dbeta = layernorm_backward(dy, cache)
-    else:
-        (dx, dgamma), dbeta = rmsnorm_backward(dy, cache), None
-    grads = {key + ".gamma": dgamma}
-    if dbeta is not None:
-        grads[key + ".beta"] = dbeta
-    return dx, grads
-
-
-def _head_forward(x, params, tok_key, tied):
-    """The final linear layer (004 "The Final Linear and Softmax Layer"): logits = x W_out,
-    with W_out = E^T when the embeddings are tied."""
-    W_out = params[tok_key].T if tied else params["lm_head.W"]       # (d_model, vocab)
-    logits, c = linear_forward(x, W_out)
-    return logits, c
-
-
-def _head_backward(dlogits, cache, tok_key, tied):
-    dx, dW, _ = linear_backward(dlogits, cache)
-    if tied:
-        return dx, {tok_key: dW.T}         # W_out = E^T  ->  dE = dW_out^T
-    return dx, {"lm_head.W": dW}
-
-
-def _add_grads(total, grads):
-    """Sum gradient dicts (a tied table gets the embedding and the output contributions)."""
-    for k, g in grads.items():
-        total[k] = total[k] + g if k in total else g
-    return total
-
-
-def _block_options(c, *, rng, train):
-    """The keyword options every block of this model gets."""
-    return dict(n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, norm=c.norm, norm_type=c.norm_type,
-                eps=c.norm_eps, activation=c.activation, dropout=c.dropout, rng=rng, train=train)
-
-
-def _rope_option(c):
-    """mha_forward's rope option, or None. mha places the new queries and keys at positions
-    n_past, n_past + 1, ... after the n_past cached ones."""
-    if c.positional != "rope":
-        return None
-    freqs = rope_frequencies(c.d_head, base=c.rope_base, scaling=c.rope_scaling)
-    return {"freqs": freqs, "layout": c.rope_layout}
-
-
-# ---------------------------------------------------------------------------------------
-# KV cache
-# ---------------------------------------------------------------------------------------
-
-def _cache_length(kv_cache, n_layers, where):
-    """Number of positions already in a model's KV cache (a list, one entry per layer)."""
-    if not isinstance(kv_cache, (list, tuple)) or len(kv_cache) != n_layers:
-        got = f"a {type(kv_cache).__name__}" + (f" of length {len(kv_cache)}"
-                                                if isinstance(kv_cache, (list, tuple)) else "")
-        raise ValueError(f"{where}: kv_cache is {got}; expected a list of {n_layers} per-layer "
-                         "caches (cache['kv_cache'] of an earlier call)")
-    return _layer_cache_length(kv_cache[0], where)
+    c = check_config(config, GPTConfig, where)
+    generator(rng, "rng", where)
+    return init_params(gpt_param_shapes(c), c.n_layers, rng=rng, dtype=float_dtype(dtype, where))
 
 
 def kv_cache_size(kv_cache):
@@ -425,6 +160,20 @@ def kv_cache_size(kv_cache):
 # Forward / backward
 # ---------------------------------------------------------------------------------------
 
+def check_gpt_inputs(params, ids, config, kv_cache, rng, train, where):
+    """The checks at the GPT's entry: ``(config, dtype of the params, ids, n_past)``.
+
+    config a GPTConfig; params with the keys and shapes of :func:`gpt_param_shapes`, one
+    float dtype; a KV cache of n_past positions (0 without one); ids (B, T) in the
+    vocabulary, at positions the model has (learned positions stop at max_len); an rng
+    when dropout is on.
+    """
+    c, dtype = check_model(params, config, GPTConfig, gpt_param_shapes, where, rng=rng, train=train)
+    n_past = 0 if kv_cache is None else kv_cache_length(kv_cache, c.n_layers, where)
+    ids = check_ids(ids, "ids", c.vocab_size, c, where, n_past=n_past)
+    return c, dtype, ids, n_past
+
+
 def gpt_forward(params, ids, *, config, kv_cache=None, rng=None, train=False):
     """Forward pass of a GPT: token ids to next-token logits (module docstring).
 
@@ -439,48 +188,31 @@ def gpt_forward(params, ids, *, config, kv_cache=None, rng=None, train=False):
     rng, train: dropout (rng required when train and config.dropout > 0)
     returns logits (B, T, vocab_size), cache
 
-    cache keys used by readers: "kv_cache" (list per layer of {"k", "v"} of shape
-    (B, n_kv_heads, n_past + T, d_head): pass it back to continue decoding),
-    "attn_weights" (list per layer of (B, n_heads, T, n_past + T)), "positions" (T,).
-    Raises ValueError for ids outside the vocabulary and, with learned positions, for
-    positions beyond max_len - 1 (sinusoidal and RoPE positions are computed for any
-    position). ``gpt_backward`` also works after a cached forward: the cached keys and
-    values are constants, the gradient reaches only the new positions.
+    cache: a flat dict of the steps' caches, named like the parameters: "embed", "h0" ..
+    "h{L-1}" (the blocks' caches; ``cache["h0"]["attn"]["weights"]`` are layer 0's
+    attention weights), "norm_f" (pre-norm), "lm_head"; and for readers "kv_cache" (list
+    per layer of {"k", "v"} of shape (B, n_kv_heads, n_past + T, d_head): pass it back to
+    continue decoding), "attn_weights" (list per layer of (B, n_heads, T, n_past + T)),
+    "positions" (T,). Raises ValueError for ids outside the vocabulary and, with learned
+    positions, for positions beyond max_len - 1 (sinusoidal and RoPE positions are
+    computed for any position). ``gpt_backward`` also works after a cached forward: the
+    cached keys and values are constants, the gradient reaches only the new positions.
     """
-    where = "gpt_forward"
-    c = _check_config(config, where)
-    dtype = _check_params(params, gpt_param_shapes(c), where)
-    ids = v.int_array(ids, "ids", where, low=0, high=c.vocab_size)
-    if ids.ndim != 2 or ids.shape[1] == 0:
-        raise ValueError(f"{where}: ids has shape {ids.shape}; expected (batch, T) with T >= 1")
-    if train and c.dropout > 0.0:
-        v.rng_arg(rng, where)
-    B, T = ids.shape
-    n_past = 0 if kv_cache is None else _cache_length(kv_cache, c.n_layers, where)
-    if c.positional == "learned" and n_past + T > c.max_len:
-        raise ValueError(f"{where}: positions {n_past}..{n_past + T - 1} reach beyond max_len="
-                         f"{c.max_len} (ids has T={T}, kv_cache holds {n_past}); learned positions "
-                         f"have rows 0..{c.max_len - 1} only")
-    positions = np.arange(n_past, n_past + T)
-    rope = _rope_option(c)
-
-    cache = {"config": c, "dtype": dtype, "positions": positions, "blocks": [],
-             "kv_cache": [], "attn_weights": []}
-    # x = E[ids] + P[positions]                           (004 eq. 12)
-    x, cache["embed"] = _embed_forward(params, ids, positions, c, tok_key="wte", pos_key="wpe",
-                                       rng=rng, train=train)
-    opts = _block_options(c, rng=rng, train=train)
-    for l in range(c.n_layers):
-        # x = x + attn(N(x));  x = x + ffn(N(x))           (decoder block, no cross-attention)
-        x, cb = decoder_block_forward(x, None, params, prefix=f"h{l}.", rope=rope,
-                                      kv_cache=None if kv_cache is None else kv_cache[l], **opts)
-        cache["blocks"].append(cb)
-        cache["kv_cache"].append(cb["kv_cache"])
-        cache["attn_weights"].append(cb["attn_weights"])
+    c, dtype, ids, n_past = check_gpt_inputs(params, ids, config, kv_cache, rng, train,
+                                             "gpt_forward")
+    positions = np.arange(n_past, n_past + ids.shape[1])          # absolute positions of ids
+    o, rope = block_kwargs(c, rng=rng, train=train), rope_option(c)
+    past = [None] * c.n_layers if kv_cache is None else kv_cache
+    cache = {"config": c, "options": o, "dtype": dtype, "positions": positions}
+    x, cache["embed"] = embed_forward(params, ids, positions, c, rng=rng, train=train)  # E[ids] + P
+    for l in range(c.n_layers):                                            # x = block_l(x)
+        x, cache[f"h{l}"] = decoder_block_forward(x, None, params, prefix=f"h{l}.", rope=rope,
+                                                  kv_cache=past[l], **o)
     if c.norm == "pre":
-        x, cache["norm_f"] = _final_norm_forward(x, params, "norm_f", c)   # x = N_f(x)
-    # logits = x W_out                                    (004 "The Final Linear ... Layer")
-    logits, cache["head"] = _head_forward(x, params, "wte", c.tie_embeddings)
+        x, cache["norm_f"] = norm_forward(x, params, "norm_f", o)          # x = N_f(x)
+    logits, cache["lm_head"] = lm_head_forward(x, params, c)               # logits = x W_out
+    cache["kv_cache"] = [cache[f"h{l}"]["kv_cache"] for l in range(c.n_layers)]
+    cache["attn_weights"] = [cache[f"h{l}"]["attn_weights"] for l in range(c.n_layers)]
     cache["logits_shape"] = logits.shape
     return logits, cache
 
@@ -491,32 +223,16 @@ def gpt_backward(dlogits, cache):
     The forward read bottom to top: final linear, final norm, blocks L-1..0, embeddings.
     With tied embeddings ``wte`` gets both the output-layer and the lookup contribution.
     """
-    where = "gpt_backward"
-    c = cache["config"]
-    dlogits = v.upstream(dlogits, "dlogits", where, cache["logits_shape"], cache["dtype"],
-                         what="the logits'")
-    dx, grads = _head_backward(dlogits, cache["head"], "wte", c.tie_embeddings)   # logits = x W_out
+    dlogits = check_dlogits(dlogits, cache, "gpt_backward")
+    c, o, grads = cache["config"], cache["options"], {}
+    dx = lm_head_backward(dlogits, cache["lm_head"], grads, c)             # logits = x W_out
     if c.norm == "pre":
-        dx, g = _final_norm_backward(dx, cache["norm_f"], "norm_f", c)            # x = N_f(x)
+        dx = norm_backward(dx, cache["norm_f"], grads, "norm_f", o)        # x = N_f(x)
+    for l in reversed(range(c.n_layers)):
+        dx, _, g = decoder_block_backward(dx, cache[f"h{l}"])              # x = block_l(x)
         grads.update(g)
-    for cb in reversed(cache["blocks"]):
-        dx, _, g = decoder_block_backward(dx, cb)                                  # x = block(x)
-        grads.update(g)
-    return _add_grads(grads, _embed_backward(dx, cache["embed"]))                  # x = E[ids] + P
-
-
-def _masked_targets(targets, loss_mask, ignore_index, where):
-    """targets with the positions where ``loss_mask`` is False set to the ignored value."""
-    if loss_mask is None:
-        return targets, ignore_index
-    targets = v.int_array(targets, "targets", where, low=-(2 ** 62))
-    loss_mask = np.asarray(loss_mask)
-    if loss_mask.dtype != np.bool_ or loss_mask.shape != targets.shape:
-        raise ValueError(f"{where}: loss_mask has dtype {loss_mask.dtype} and shape "
-                         f"{loss_mask.shape}; expected a bool array of the targets' shape "
-                         f"{targets.shape} (True = scored)")
-    ignore_index = -1 if ignore_index is None else ignore_index
-    return np.where(loss_mask, targets, ignore_index), ignore_index
+    embed_backward(dx, cache["embed"], grads)                              # x = E[ids] + P
+    return grads
 
 
 def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
@@ -530,7 +246,7 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
     False, or whose target is ``ignore_index``, are left out of the mean (prompt, padding).
     loss: a Python float; grads: dict with the keys of ``params``.
     """
-    targets, ignore_index = _masked_targets(targets, loss_mask, ignore_index, "gpt_loss")
+    targets, ignore_index = masked_targets(targets, loss_mask, ignore_index, "gpt_loss")
     logits, cache = gpt_forward(params, ids, config=config, rng=rng, train=train)
     loss, c_loss = cross_entropy_forward(logits, targets, label_smoothing=label_smoothing,
                                          ignore_index=ignore_index)
@@ -541,48 +257,6 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
 # ---------------------------------------------------------------------------------------
 # Generation (000 §2.5, 003 §6.1-6.2)
 # ---------------------------------------------------------------------------------------
-
-def _next_token(logits, *, temperature, top_k, rng):
-    """One token per row from last-position logits (B, V): greedy or sampled.
-
-        greedy:  argmax_v logits[v]           (temperature == 0 or top_k == 1)
-        sample:  p = softmax(logits / temperature) restricted to the top_k largest
-    """
-    if temperature == 0.0 or top_k == 1:
-        return np.argmax(logits, axis=-1)
-    z = logits.astype(np.float64) / temperature
-    if top_k is not None and top_k < z.shape[-1]:
-        kth = np.partition(z, -top_k, axis=-1)[:, -top_k][:, None]   # k-th largest per row
-        z = np.where(z >= kth, z, -np.inf)                           # ties at the k-th may keep more
-    z = z - z.max(axis=-1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=-1, keepdims=True)
-    # inverse-CDF sampling, all rows at once: first v with cumsum(p)[v] > u
-    u = rng.random((p.shape[0], 1))
-    idx = np.sum(np.cumsum(p, axis=-1) <= u, axis=-1)
-    return np.minimum(idx, p.shape[-1] - 1)
-
-
-def _count_arg(n, name, where):
-    """An integer >= 0 (a number of tokens)."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"{where}: {name} is {n!r}; expected an integer >= 0")
-    return int(n)
-
-
-def _check_sampling(where, temperature, top_k, rng):
-    temperature = v.number(temperature, "temperature", where, low=0.0)
-    if top_k is not None:
-        top_k = v.positive_int(top_k, "top_k", where)
-    greedy = temperature == 0.0 or top_k == 1
-    if not greedy and rng is None:
-        raise ValueError(f"{where}: rng is None but sampling needs randomness (temperature="
-                         f"{temperature}, top_k={top_k}); pass rng=np.random.default_rng(seed), "
-                         "or use greedy decoding with top_k=1 or temperature=0")
-    if not greedy:
-        v.rng_arg(rng, where)
-    return temperature, top_k
-
 
 def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top_k=None,
              rng=None, use_cache=True, eos_id=None, return_logits=False):
@@ -607,15 +281,13 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     T + max_new_tokens - 1 > max_len is a ValueError (no silent sliding window).
     """
     where = "generate"
-    c = _check_config(config, where)
-    prompt_ids = v.int_array(prompt_ids, "prompt_ids", where, low=0, high=c.vocab_size)
-    if prompt_ids.ndim != 2 or prompt_ids.shape[1] == 0:
-        raise ValueError(f"{where}: prompt_ids has shape {prompt_ids.shape}; expected (batch, T) "
-                         "with T >= 1")
-    max_new_tokens = _count_arg(max_new_tokens, "max_new_tokens", where)
-    temperature, top_k = _check_sampling(where, temperature, top_k, rng)
+    c = check_config(config, GPTConfig, where)
+    dtype = check_params(params, gpt_param_shapes(c), where)
+    prompt_ids = check_ids(prompt_ids, "prompt_ids", c.vocab_size, c, where)
+    max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
+    temperature, top_k = check_sampling(temperature, top_k, rng, where)
     if eos_id is not None:
-        eos_id = int(v.int_array(np.asarray(eos_id), "eos_id", where, low=0, high=c.vocab_size))
+        eos_id = token_id(eos_id, "eos_id", c.vocab_size, where)
     B, T = prompt_ids.shape
     if c.positional == "learned" and T + max_new_tokens - 1 > c.max_len:
         raise ValueError(f"{where}: T + max_new_tokens - 1 = {T + max_new_tokens - 1} positions "
@@ -638,7 +310,7 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
             logits, _ = gpt_forward(params, out[:, :n], config=c)   # the whole sequence again
         last = logits[:, -1]                                           # (B, V) next-token logits
         step_logits.append(last)
-        token = _next_token(last, temperature=temperature, top_k=top_k, rng=rng)
+        token = next_token(last, temperature=temperature, top_k=top_k, rng=rng)
         if eos_id is not None:
             token = np.where(done, eos_id, token)
             done = done | (token == eos_id)
@@ -649,7 +321,6 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
             break
     if return_logits:
         if not step_logits:   # max_new_tokens = 0
-            dtype = _check_params(params, gpt_param_shapes(c), where)
             return out, np.empty((B, 0, c.vocab_size), dtype=dtype)
         return out, np.stack(step_logits, axis=1)
     return out

@@ -17,7 +17,9 @@ import math
 
 import numpy as np
 
-from . import _validate as v
+from .contract import (FLOAT_DTYPES, backward_of, count, flag, float_array, fraction, generator,
+                       one_of, op, positive)
+from .dropout import dropout_backward, dropout_forward, generator_when_dropping
 
 __all__ = [
     "lora_scale",
@@ -37,32 +39,14 @@ def lora_scale(alpha, r, *, rank_stabilized=False):
     keeps learning instead of being damped by ``1/r``. Returns a Python float (so it never
     upcasts a float32 array).
     """
-    return _scale(alpha, v.positive_int(r, "r", "lora_scale"), rank_stabilized, "lora_scale")
-
-
-def _scale(alpha, r, rank_stabilized, where):
-    alpha = v.number(alpha, "alpha", where, low=0.0, low_open=True)
+    alpha = positive(alpha, "alpha", "lora_scale")
+    r = count(r, "r", "lora_scale")
     return alpha / math.sqrt(r) if rank_stabilized else alpha / r
 
 
-def _check_factors(W, A, B, where, W_name="W"):
-    """Check ``W (d, k)``, ``A (d, r)``, ``B (r, k)``; return ``r``."""
-    for name, M in ((W_name, W), ("A", A), ("B", B)):
-        if M.ndim != 2:
-            raise ValueError(f"{where}: {name} has shape {M.shape}; expected a matrix (2 axes)")
-    d, k = W.shape
-    if A.shape[0] != d:
-        raise ValueError(f"{where}: A has shape {A.shape} but {W_name} has shape {W.shape}; "
-                         f"expected A of shape ({d}, r) (A.shape[0] = d_in)")
-    r = A.shape[1]
-    if r < 1:
-        raise ValueError(f"{where}: A has shape {A.shape}; expected a rank r = A.shape[1] >= 1")
-    if B.shape != (r, k):
-        raise ValueError(f"{where}: B has shape {B.shape} but A has shape {A.shape} and {W_name} "
-                         f"has shape {W.shape}; expected B of shape ({r}, {k}) = (r, d_out)")
-    return r
-
-
+@op("x: (..., d_in)", "W: (d_in, d_out)", "A: (d_in, r)", "B: (r, d_out)", "b: (d_out,)?",
+    alpha=positive, rank_stabilized=flag, dropout=fraction, train=flag,
+    rng=generator_when_dropping("dropout"))
 def lora_linear_forward(x, W, A, B, b=None, *, alpha, rank_stabilized=False, dropout=0.0,
                         rng=None, train=True):
     """LoRA-adapted linear layer (000 §2.7.2, "Forward Pass Computation").
@@ -82,73 +66,37 @@ def lora_linear_forward(x, W, A, B, b=None, *, alpha, rank_stabilized=False, dro
     ``np.random.Generator``, required when ``dropout > 0`` and ``train``; train: False
     turns dropout off.
 
-    cache keys: "x", "W", "A", "B", "xd" (the dropped input of the branch), "u" (= xd A,
-    (..., r)), "mask" (kept/(1-p) as x.dtype, or None), "scale" (s), "has_bias".
+    cache keys: "W", "A", "B", "xd" (the dropped input of the branch), "u" (= xd A,
+    (..., r)), "drop" (the cache of :func:`dropout_forward` on the branch: its "mask" is None
+    without dropout), "scale" (s).
     """
-    where = "lora_linear_forward"
-    x = v.float_array(x, "x", where)
-    W = v.float_array(W, "W", where)
-    A = v.float_array(A, "A", where)
-    B = v.float_array(B, "B", where)
-    b = v.optional_float_array(b, "b", where)
-    v.min_ndim(x, 1, "x", where, "(..., d_in)")
-    r = _check_factors(W, A, B, where)
-    if x.shape[-1] != W.shape[0]:
-        raise ValueError(f"{where}: x has shape {x.shape} but W has shape {W.shape}; "
-                         f"the last axis of x must equal W.shape[0] = d_in = {W.shape[0]}")
-    if b is not None and b.shape != (W.shape[1],):
-        raise ValueError(f"{where}: b has shape {b.shape}; expected ({W.shape[1]},) = (d_out,)")
-    s = _scale(alpha, r, rank_stabilized, where)
-    p = v.number(dropout, "dropout", where, low=0.0, high=1.0, high_open=True)
-    dtype = v.result_dtype(x, W, A, B, b)
-    x, W, A, B = (M.astype(dtype, copy=False) for M in (x, W, A, B))
-
-    # Frozen path, exactly as a plain linear layer computes it.
-    y = x @ W
-    if b is not None:
-        y = y + b.astype(dtype, copy=False)
-
-    # LoRA branch: inverted dropout on its input only.
-    mask = None
-    xd = x
-    if train and p > 0.0:
-        rng = v.rng_arg(rng, where)
-        keep = rng.random(x.shape) >= p
-        mask = keep.astype(dtype) * (1.0 / (1.0 - p))
-        xd = x * mask
-    u = xd @ A                           # (..., r): the input projected onto the r directions
-    y = y + s * (u @ B)                  # (..., d_out): B = 0 adds exact zeros
-    cache = {"x": x, "W": W, "A": A, "B": B, "xd": xd, "u": u, "mask": mask, "scale": s,
-             "has_bias": b is not None}
-    return y, cache
+    s = lora_scale(alpha, A.shape[1], rank_stabilized=rank_stabilized)   # s = alpha / r
+    xd, drop = dropout_forward(x, p=dropout, rng=rng, train=train)   # drop(x), the branch's input
+    u = xd @ A                                       # u = drop(x) A: x projected on r directions
+    y = x @ W if b is None else x @ W + b            # frozen path  x W + b
+    y = y + s * (u @ B)                              #   + s (x A) B   (B = 0 adds exact zeros)
+    return y, {"W": W, "A": A, "B": B, "xd": xd, "u": u, "drop": drop, "scale": s}
 
 
+@backward_of(lora_linear_forward)
 def lora_linear_backward(dout, cache):
-    """Backward of :func:`lora_linear_forward`.
+    """Gradient of :func:`lora_linear_forward`; the leading (batch) axes are summed for dA, dB.
+
+        du = s dy B^T,   dB = s u^T dy,   dA = drop(x)^T du,   dx = dy W^T + drop'(du A^T)
 
     dout: (..., d_out)  ->  (dx (..., d_in), None, dA (d_in, r), dB (r, d_out), None);
     ``W`` and ``b`` are frozen, so their gradients are None.
     """
-    x, W, A, B = cache["x"], cache["W"], cache["A"], cache["B"]
-    xd, u, mask, s = cache["xd"], cache["u"], cache["mask"], cache["scale"]
-    dout = v.float_array(dout, "dout", "lora_linear_backward").astype(x.dtype, copy=False)
-    expected = x.shape[:-1] + (W.shape[1],)
-    if dout.shape != expected:
-        raise ValueError(f"lora_linear_backward: dout has shape {dout.shape}; expected {expected}, "
-                         "the shape of the forward's output")
+    W, A, B, s = cache["W"], cache["A"], cache["B"], cache["scale"]
     r = A.shape[1]
-    # Flatten the leading batch axes so the weight gradients are single matmuls.
-    dout2 = dout.reshape(-1, W.shape[1])              # (N, d_out)
-    u2 = u.reshape(-1, r)                             # (N, r)
-    xd2 = xd.reshape(-1, W.shape[0])                  # (N, d_in)
-
-    dB = s * (u2.T @ dout2)                           # dB = s u^T dy        (y = s u B)
-    du = s * (dout @ B.T)                             # du = s dy B^T        (..., r)
-    dA = xd2.T @ du.reshape(-1, r)                    # dA = xd^T du         (u = xd A)
-    dxd = du @ A.T                                    # dxd = du A^T         (..., d_in)
-    if mask is not None:
-        dxd = dxd * mask                              # dx = dxd * mask      (xd = x * mask)
-    dx = dout @ W.T + dxd                             # frozen path dy W^T, plus the branch
+    # rows (N, d_out), (N, r), (N, d_in): the leading axes flattened for the weight gradients
+    dy = dout.reshape(-1, B.shape[1])
+    u, xd = cache["u"].reshape(-1, r), cache["xd"].reshape(-1, A.shape[0])
+    du = s * (dout @ B.T)                            # y = s u B:  du = s dy B^T     (..., r)
+    dB = s * (u.T @ dy)                              #             dB = s u^T dy
+    dA = xd.T @ du.reshape(-1, r)                    # u = xd A:   dA = xd^T du
+    dxd = du @ A.T                                   #             dxd = du A^T    (..., d_in)
+    dx = dout @ W.T + dropout_backward(dxd, cache["drop"])  # frozen path dy W^T, plus the branch
     return dx, None, dA, dB, None
 
 
@@ -170,12 +118,10 @@ def lora_init(d_in, d_out, r, *, rng, init="kaiming_uniform", dtype=np.float64):
     while ``dA = s x^T dy B^T`` is zero at the first step.
     """
     where = "lora_init"
-    d_in = v.positive_int(d_in, "d_in", where)
-    d_out = v.positive_int(d_out, "d_out", where)
-    r = v.positive_int(r, "r", where)
-    rng = v.rng_arg(rng, where)
-    v.choice(init, "init", where, ("kaiming_uniform", "gaussian"))
-    if np.dtype(dtype) not in v.FLOAT_DTYPES:
+    d_in, d_out, r = (count(v, n, where) for v, n in ((d_in, "d_in"), (d_out, "d_out"), (r, "r")))
+    rng = generator(rng, "rng", where)
+    one_of("kaiming_uniform", "gaussian")(init, "init", where)
+    if np.dtype(dtype) not in FLOAT_DTYPES:
         raise TypeError(f"{where}: dtype is {dtype!r}; expected np.float32 or np.float64")
     if init == "kaiming_uniform":
         bound = 1.0 / math.sqrt(d_in)
@@ -186,17 +132,32 @@ def lora_init(d_in, d_out, r, *, rng, init="kaiming_uniform", dtype=np.float64):
     return A.astype(dtype), B.astype(dtype)
 
 
+def _factors(W, A, B, where, W_name="W"):
+    """``W (d, k)``, ``A (d, r)``, ``B (r, k)`` as float arrays, checked; and ``r``."""
+    W, A, B = (float_array(M, n, where) for M, n in ((W, W_name), (A, "A"), (B, "B")))
+    for name, M in ((W_name, W), ("A", A), ("B", B)):
+        if M.ndim != 2:
+            raise ValueError(f"{where}: {name} has shape {M.shape}; expected a matrix (2 axes)")
+    d, k = W.shape
+    r = A.shape[1]
+    if A.shape[0] != d or r < 1:
+        raise ValueError(f"{where}: A has shape {A.shape} but {W_name} has shape {W.shape}; "
+                         f"expected A of shape ({d}, r) with r >= 1 (A.shape[0] = d_in)")
+    if B.shape != (r, k):
+        raise ValueError(f"{where}: B has shape {B.shape} but A has shape {A.shape} and {W_name} "
+                         f"has shape {W.shape}; expected B of shape ({r}, {k}) = (r, d_out)")
+    return W, A, B, r
+
+
 def lora_merge(W, A, B, *, alpha, rank_stabilized=False):
     """Fold the adapter into the weight: ``W' = W + s A B`` (000 §2.7.1, §2.7.2).
 
     After merging, ``x W' + b`` gives the adapted layer's output with no extra latency.
     W: (d_in, d_out), A: (d_in, r), B: (r, d_out) -> W': (d_in, d_out). ``W`` is not modified.
     """
-    where = "lora_merge"
-    W, A, B = (v.float_array(M, n, where) for M, n in ((W, "W"), (A, "A"), (B, "B")))
-    r = _check_factors(W, A, B, where)
-    s = _scale(alpha, r, rank_stabilized, where)
-    return W + s * (A @ B)
+    W, A, B, r = _factors(W, A, B, "lora_merge")
+    s = lora_scale(positive(alpha, "alpha", "lora_merge"), r, rank_stabilized=rank_stabilized)
+    return W + s * (A @ B)                           # W' = W + s A B
 
 
 def lora_unmerge(W_merged, A, B, *, alpha, rank_stabilized=False):
@@ -205,12 +166,9 @@ def lora_unmerge(W_merged, A, B, *, alpha, rank_stabilized=False):
     Lets one base weight serve several adapters: merge one, unmerge it, merge another.
     W_merged: (d_in, d_out), A: (d_in, r), B: (r, d_out) -> W: (d_in, d_out).
     """
-    where = "lora_unmerge"
-    W_merged, A, B = (v.float_array(M, n, where)
-                      for M, n in ((W_merged, "W_merged"), (A, "A"), (B, "B")))
-    r = _check_factors(W_merged, A, B, where, W_name="W_merged")
-    s = _scale(alpha, r, rank_stabilized, where)
-    return W_merged - s * (A @ B)
+    W_merged, A, B, r = _factors(W_merged, A, B, "lora_unmerge", W_name="W_merged")
+    s = lora_scale(positive(alpha, "alpha", "lora_unmerge"), r, rank_stabilized=rank_stabilized)
+    return W_merged - s * (A @ B)                    # W = W' - s A B
 
 
 def lora_parameter_count(d_in, d_out, r):
@@ -222,9 +180,7 @@ def lora_parameter_count(d_in, d_out, r):
     65,536 trainable parameters instead of 16,777,216, a fraction of 1/256.
     """
     where = "lora_parameter_count"
-    d = v.positive_int(d_in, "d_in", where)
-    k = v.positive_int(d_out, "d_out", where)
-    r = v.positive_int(r, "r", where)
+    d, k, r = (count(v, n, where) for v, n in ((d_in, "d_in"), (d_out, "d_out"), (r, "r")))
     lora = d * r + r * k
     full = d * k
     return {"lora": lora, "full": full, "fraction": lora / full}

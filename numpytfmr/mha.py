@@ -8,14 +8,17 @@ inside attention), 000 §2.1.3, §2.2, §2.5, 001 §2.1-2.2 (the (B, h, T, d_k) 
     head_h = softmax(Q_h K_{g(h)}^T / sqrt(d_head) + M) V_{g(h)},   g(h) = h // (n_heads / n_kv_heads)
     MultiHead = Concat(head_1, ..., head_H) Wo + bo
 
+The forward is the block diagram as a sequence of op calls (linear, split into heads, RoPE,
+KV-cache append, attention, merge, linear) and the backward is the same sequence reversed.
 The heads are not computed in a loop: projections are split into a head axis by a reshape
 (``split_heads``), and for GQA the query heads are grouped as (n_kv_heads, group) so each
 group broadcasts against its one key/value head -- the repeated keys are never built.
 """
 import numpy as np
 
-from . import _validate as v
-from .attention import _check_broadcast, _check_dout, attention_backward, attention_forward
+from .attention import attention_backward, attention_forward
+from .contract import backward_of, count, describe, float_array, op, optional, real
+from .linear import linear_backward, linear_forward
 from .positional import rope_backward, rope_forward, rope_frequencies
 
 __all__ = ["split_heads", "merge_heads", "mha_forward", "mha_backward"]
@@ -23,13 +26,9 @@ __all__ = ["split_heads", "merge_heads", "mha_forward", "mha_backward"]
 _ROPE_KEYS = ("layout", "base", "freqs", "scaling", "positions_q", "positions_k")
 
 
-def _matmul_rows(x, W):
-    return (x.reshape(-1, x.shape[-1]) @ W).reshape(x.shape[:-1] + (W.shape[-1],))
-
-
-def _column_sums(g):
-    return g.reshape(-1, g.shape[-1]).sum(axis=0)
-
+# ---------------------------------------------------------------------------------------
+# Heads: split, merge, group (GQA)
+# ---------------------------------------------------------------------------------------
 
 def split_heads(x, n_heads):
     """Split the last axis into heads (004 "Sequence-Tensor Form").
@@ -41,13 +40,15 @@ def split_heads(x, n_heads):
     """
     where = "split_heads"
     x = np.asarray(x)
-    n_heads = v.positive_int(n_heads, "n_heads", where)
-    v.min_ndim(x, 2, "x", where, "(..., n, n_heads * d_head)")
+    n_heads = count(n_heads, "n_heads", where)
+    if x.ndim < 2:
+        raise ValueError(f"{where}: x has shape {x.shape}; expected at least 2 axes "
+                         "(..., n, n_heads * d_head)")
     if x.shape[-1] % n_heads:
         raise ValueError(f"{where}: x has shape {x.shape}; its last axis {x.shape[-1]} is not "
                          f"divisible by n_heads={n_heads}")
     d_head = x.shape[-1] // n_heads
-    return np.swapaxes(x.reshape(x.shape[:-1] + (n_heads, d_head)), -3, -2)
+    return x.reshape(x.shape[:-1] + (n_heads, d_head)).swapaxes(-3, -2)
 
 
 def merge_heads(x):
@@ -56,28 +57,143 @@ def merge_heads(x):
         (..., h, n, d)  --swap-->  (..., n, h, d)  --reshape-->  (..., n, h*d)
     """
     x = np.asarray(x)
-    v.min_ndim(x, 3, "x", "merge_heads", "(..., n_heads, n, d_head)")
-    x = np.swapaxes(x, -3, -2)
+    if x.ndim < 3:
+        raise ValueError(f"merge_heads: x has shape {x.shape}; expected at least 3 axes "
+                         "(..., n_heads, n, d_head)")
+    x = x.swapaxes(-3, -2)
     return x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
 
 
-def _to_groups(m, n_kv, group):
-    """Reshape a mask/bias (..., n_heads or 1, n_q, n_k) to (..., n_kv or 1, group or 1, n_q, n_k).
+def group_heads(x, n_kv_heads):
+    """Group the query heads for GQA (003 §5.2): (..., H, n, m) -> (..., n_kv_heads, group, n, m).
 
-    Query head h = kv * group + j, so splitting the head axis as (n_kv, group) puts the heads
-    sharing one key/value head side by side.
+    Query head h = g * group + j lands at [g, j], beside the other heads that share key/value
+    head g. Also takes a mask or bias whose head axis has size 1 (or that has no head axis):
+    it becomes (..., 1, 1, n, m) and broadcasts over both. None stays None.
     """
+    if x is None:
+        return None
+    if x.ndim < 3:
+        x = x.reshape((1,) * (3 - x.ndim) + x.shape)       # add a head axis of size 1
+    if x.shape[-3] == 1:
+        return x[..., None, :, :]                           # (..., 1, 1, n, m)
+    return x.reshape(x.shape[:-3] + (n_kv_heads, x.shape[-3] // n_kv_heads) + x.shape[-2:])
+
+
+def ungroup_heads(x):
+    """The inverse of :func:`group_heads`: (..., n_kv_heads, group, n, m) -> (..., H, n, m)."""
+    return x.reshape(x.shape[:-4] + (x.shape[-4] * x.shape[-3],) + x.shape[-2:])
+
+
+# ---------------------------------------------------------------------------------------
+# Option checks of mha_forward (validators: value, name, where, checked args -> value)
+# ---------------------------------------------------------------------------------------
+
+def _same_batch_as_x_q(x_kv, name, where, args):
+    """x_kv has exactly the leading (batch) axes of x_q."""
+    x_q = args["x_q"]
+    if x_kv.shape[:-2] != x_q.shape[:-2]:
+        raise ValueError(f"{where}: x_kv has shape {x_kv.shape} but x_q has shape {x_q.shape}; "
+                         "the leading (batch) axes must match")
+    return x_kv
+
+
+def _heads_of_Wq(H, name, where, args):
+    """A positive integer dividing the n_heads * d_head columns of Wq."""
+    H = count(H, name, where)
+    Wq = args["Wq"]
+    if Wq.shape[1] % H:
+        raise ValueError(f"{where}: Wq has shape {Wq.shape}; its {Wq.shape[1]} columns are not "
+                         f"divisible by n_heads={H} (expected n_heads*d_head columns)")
+    return H
+
+
+def _kv_heads(H_kv, name, where, args):
+    """None (= n_heads) or a divisor of n_heads; Wk and Wv then have n_kv_heads*d_head columns."""
+    H = args["n_heads"]
+    H_kv = H if H_kv is None else count(H_kv, name, where)
+    if H % H_kv:
+        raise ValueError(f"{where}: n_heads={H} is not divisible by n_kv_heads={H_kv}; each "
+                         "key/value head must serve the same number of query heads")
+    d_head = args["Wq"].shape[1] // H
+    expected = (args["x_kv"].shape[-1], H_kv * d_head)
+    if args["Wk"].shape != expected:                        # Wv has Wk's shape (the contract)
+        raise ValueError(f"{where}: Wk has shape {args['Wk'].shape}; expected {expected} = (d_kv, "
+                         f"n_kv_heads*d_head) with d_kv from x_kv and d_head={d_head} from Wq")
+    return H_kv
+
+
+def _kv_cache_option(kv, name, where, args):
+    """None, or {"k", "v"}: past keys (after RoPE) and values (..., n_kv_heads, T_past, d_head),
+    returned as a new dict in the inputs' dtype."""
+    if kv is None:
+        return None
+    if not isinstance(kv, dict) or set(kv) != {"k", "v"}:
+        raise TypeError(f"{where}: kv_cache is {describe(kv)}; expected None or a dict with keys "
+                        "'k' and 'v'")
+    batch, H_kv = args["x_q"].shape[:-2], args["n_kv_heads"]
+    d_head = args["Wq"].shape[1] // args["n_heads"]
+    past = {n: float_array(kv[n], f"kv_cache['{n}']", where) for n in ("k", "v")}
+    for n, a in past.items():
+        if a.ndim != len(batch) + 3 or a.shape[:-2] != batch + (H_kv,) or a.shape[-1] != d_head:
+            raise ValueError(f"{where}: kv_cache['{n}'] has shape {a.shape}; expected "
+                             f"{batch + (H_kv, 'T_past', d_head)} (batch, n_kv_heads, T_past, "
+                             "d_head)")
+    if past["k"].shape != past["v"].shape:
+        raise ValueError(f"{where}: kv_cache['k'] has shape {past['k'].shape} but kv_cache['v'] "
+                         f"has shape {past['v'].shape}; they must match")
+    return {n: a.astype(args["x_q"].dtype, copy=False) for n, a in past.items()}
+
+
+def _past_length(args):
+    """T_past: the number of cached positions (0 without a cache)."""
+    return 0 if args["kv_cache"] is None else args["kv_cache"]["k"].shape[-2]
+
+
+def _scores_shaped(m, name, where, args):
+    """None, or an array broadcastable to the scores (..., n_heads, n_q, n_k) without enlarging
+    them; n_k counts the cached keys too."""
     if m is None:
         return None
-    if m.ndim < 3:
-        m = m.reshape((1,) * (3 - m.ndim) + m.shape)   # add a head axis of size 1
-    if m.shape[-3] == 1:
-        return m[..., None, :, :]                      # (..., 1, 1, n_q, n_k)
-    return m.reshape(m.shape[:-3] + (n_kv, group) + m.shape[-2:])
+    x_q, n_k = args["x_q"], _past_length(args) + args["x_kv"].shape[-2]
+    target = x_q.shape[:-2] + (args["n_heads"], x_q.shape[-2], n_k)
+    try:
+        ok = np.broadcast_shapes(m.shape, target) == target
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{where}: {name} has shape {m.shape}, which does not broadcast to the "
+                         f"scores' shape {target} (..., n_heads, n_q, n_k); expected a shape "
+                         "broadcastable to it")
+    return m
 
 
-def _read_rope(rope, where):
-    """The rope option as a dict (a bare string is the layout)."""
+def _score_bias(bias, name, where, args):
+    """None, or a float bias broadcastable to the scores, in the inputs' dtype."""
+    if bias is None:
+        return None
+    bias = _scores_shaped(float_array(bias, name, where), name, where, args)
+    return bias.astype(args["x_q"].dtype, copy=False)
+
+
+def _head_positions(pos, default, n, name, where):
+    """Positions for a (..., heads, n, d) tensor: (n,) as given, (..., n) gets a head axis."""
+    if pos is None:
+        return default
+    pos = np.asarray(pos)
+    if pos.ndim == 0 or pos.shape[-1] != n:
+        raise ValueError(f"{where}: rope['{name}'] has shape {pos.shape}; expected ({n},) or "
+                         f"(..., {n}) per batch item")
+    return pos if pos.ndim == 1 else pos[..., None, :]      # (..., n) -> (..., 1, n): one per head
+
+
+def _rope_option(rope, name, where, args):
+    """None, a layout string ("interleaved" or "half") or a dict with keys among _ROPE_KEYS.
+
+    Returns the keyword arguments of ``rope_forward`` for the queries ("q") and for the new
+    keys ("k"): positions T_past + 0, 1, ... unless given; frequencies from "scaling" when
+    "freqs" is absent.
+    """
     if rope is None:
         return None
     if isinstance(rope, str):
@@ -89,48 +205,28 @@ def _read_rope(rope, where):
     if unknown:
         raise ValueError(f"{where}: rope has unknown keys {unknown}; expected keys among "
                          + ", ".join(_ROPE_KEYS))
-    return rope
+    base, freqs = rope.get("base", 10000.0), rope.get("freqs")
+    if freqs is None and rope.get("scaling") is not None:
+        freqs = rope_frequencies(args["Wq"].shape[1] // args["n_heads"], base=base,
+                                 scaling=rope["scaling"])
+    common = {"freqs": freqs, "base": base, "layout": rope.get("layout", "interleaved")}
+    T_past, n_q, n_new = _past_length(args), args["x_q"].shape[-2], args["x_kv"].shape[-2]
+    pos_q = _head_positions(rope.get("positions_q"), T_past + np.arange(n_q), n_q, "positions_q",
+                            where)
+    pos_k = _head_positions(rope.get("positions_k"), T_past + np.arange(n_new), n_new,
+                            "positions_k", where)
+    return {"q": dict(common, positions=pos_q), "k": dict(common, positions=pos_k)}
 
 
-def _rope_positions(pos, default, n, name, where):
-    """Positions for a (..., h, n, d) head tensor: (n,) as given, (..., n) gets a head axis."""
-    if pos is None:
-        return default
-    pos = np.asarray(pos)
-    if pos.ndim == 0 or pos.shape[-1] != n:
-        raise ValueError(f"{where}: rope['{name}'] has shape {pos.shape}; expected ({n},) or "
-                         f"(..., {n}) per batch item")
-    return pos if pos.ndim == 1 else pos[..., None, :]   # (..., n) -> (..., 1, n): one per head
+# ---------------------------------------------------------------------------------------
+# Multi-head attention
+# ---------------------------------------------------------------------------------------
 
-
-def _check_weight(W, name, where, shape, what):
-    if W.ndim != 2 or W.shape != shape:
-        raise ValueError(f"{where}: {name} has shape {W.shape}; expected {shape} {what}")
-
-
-def _check_vector(b, name, where, n, what):
-    if b is not None and b.shape != (n,):
-        raise ValueError(f"{where}: {name} has shape {b.shape}; expected ({n},) {what}")
-
-
-def _sum_rows(x, g):
-    """sum over all leading axes of x^T g: the weight gradient of y = x W for batched x."""
-    return x.reshape(-1, x.shape[-1]).T @ g.reshape(-1, g.shape[-1])
-
-
-def _project(x, W, b):
-    """x W + b (b may be None): one matrix product over all rows, the bias added in place."""
-    y = _matmul_rows(x, W)
-    if b is not None:
-        y += b
-    return y
-
-
-def _bias_grad(g, has_bias):
-    """Gradient of a bias added to every row of g's last axis: the sum over all rows."""
-    return _column_sums(g) if has_bias else None
-
-
+@op("x_q: (..., n_q, d_model)", "x_kv: (..., n_k, d_kv)", "Wq: (d_model, hd_q)",
+    "Wk: (d_kv, hd_kv)", "Wv: (d_kv, hd_kv)", "Wo: (hd_q, d_out)", "bq: (hd_q,)?", "bk: (hd_kv,)?",
+    "bv: (hd_kv,)?", "bo: (d_out,)?", "mask: bool (...)?", "bias: any (...)?",
+    x_kv=_same_batch_as_x_q, n_heads=_heads_of_Wq, n_kv_heads=_kv_heads, kv_cache=_kv_cache_option,
+    mask=_scores_shaped, bias=_score_bias, rope=_rope_option, scale=optional(real))
 def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *,
                 n_heads, n_kv_heads=None, mask=None, bias=None, rope=None, kv_cache=None,
                 scale=None):
@@ -166,156 +262,61 @@ def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *
 
     cache keys: "weights" (..., n_heads, n_q, n_k) attention weights; "kv_cache" a new dict
     {"k", "v"} with the past and the new keys/values (..., n_kv_heads, T_past + n_k_new,
-    d_head) for the next decoding step (also returned when ``kv_cache`` is None); and what
-    the backward needs: "x_q", "x_kv", "Wq", "Wk", "Wv", "Wo", "has_bias", "concat",
-    "attn", "rope_q", "rope_k", "T_past", "n_heads", "n_kv_heads", "dtype", "out_shape".
+    d_head) for the next decoding step (also returned when ``kv_cache`` is None);
+    "x_q", "x_kv" (the inputs), "concat" (the merged heads, (..., n_q, n_heads*d_head));
+    and the caches of the steps, for the backward: "q", "k", "v", "o" (linear_forward),
+    "rope" (None or the rope_forward caches of queries and keys), "attn" (attention_forward),
+    "T_past", "n_heads", "n_kv_heads".
     The backward works after a cached forward too: the cached keys/values are constants.
     """
-    where = "mha_forward"
-    x_q = v.float_array(x_q, "x_q", where)
-    x_kv = v.float_array(x_kv, "x_kv", where)
-    Wq, Wk, Wv, Wo = (v.float_array(W, n, where) for W, n in
-                      ((Wq, "Wq"), (Wk, "Wk"), (Wv, "Wv"), (Wo, "Wo")))
-    bq, bk, bv, bo = (v.optional_float_array(b, n, where) for b, n in
-                      ((bq, "bq"), (bk, "bk"), (bv, "bv"), (bo, "bo")))
-    v.min_ndim(x_q, 2, "x_q", where, "(..., n_q, d_model)")
-    v.min_ndim(x_kv, 2, "x_kv", where, "(..., n_k, d_kv)")
-    if x_q.shape[:-2] != x_kv.shape[:-2]:
-        raise ValueError(f"{where}: x_kv has shape {x_kv.shape} but x_q has shape {x_q.shape}; "
-                         "the leading (batch) axes must match")
-    H = v.positive_int(n_heads, "n_heads", where)
-    H_kv = H if n_kv_heads is None else v.positive_int(n_kv_heads, "n_kv_heads", where)
-    if H % H_kv:
-        raise ValueError(f"{where}: n_heads={H} is not divisible by n_kv_heads={H_kv}; each "
-                         "key/value head must serve the same number of query heads")
-    group = H // H_kv
-    if Wq.ndim != 2 or Wq.shape[0] != x_q.shape[-1]:
-        raise ValueError(f"{where}: Wq has shape {Wq.shape} but x_q has shape {x_q.shape}; "
-                         f"expected Wq of shape (d_model={x_q.shape[-1]}, n_heads*d_head)")
-    if Wq.shape[1] % H:
-        raise ValueError(f"{where}: Wq has shape {Wq.shape}; its {Wq.shape[1]} columns are not "
-                         f"divisible by n_heads={H} (expected n_heads*d_head columns)")
-    d_head = Wq.shape[1] // H
-    kv_shape = (x_kv.shape[-1], H_kv * d_head)
-    what_kv = f"= (d_kv, n_kv_heads*d_head) with d_kv from x_kv and d_head={d_head} from Wq"
-    _check_weight(Wk, "Wk", where, kv_shape, what_kv)
-    _check_weight(Wv, "Wv", where, kv_shape, what_kv)
-    if Wo.ndim != 2 or Wo.shape[0] != H * d_head:
-        raise ValueError(f"{where}: Wo has shape {Wo.shape}; expected (n_heads*d_head={H * d_head},"
-                         " d_out)")
-    _check_vector(bq, "bq", where, H * d_head, "= (n_heads*d_head,)")
-    _check_vector(bk, "bk", where, H_kv * d_head, "= (n_kv_heads*d_head,)")
-    _check_vector(bv, "bv", where, H_kv * d_head, "= (n_kv_heads*d_head,)")
-    _check_vector(bo, "bo", where, Wo.shape[1], "= (d_out,)")
-
-    batch = x_q.shape[:-2]
-    past_k = past_v = None
-    if kv_cache is not None:
-        if not isinstance(kv_cache, dict) or set(kv_cache) != {"k", "v"}:
-            raise TypeError(f"{where}: kv_cache must be None or a dict with keys 'k' and 'v'")
-        past_k = v.float_array(kv_cache["k"], "kv_cache['k']", where)
-        past_v = v.float_array(kv_cache["v"], "kv_cache['v']", where)
-        for arr, n in ((past_k, "k"), (past_v, "v")):
-            if arr.ndim != len(batch) + 3 or arr.shape[:-3] != batch or \
-                    arr.shape[-3] != H_kv or arr.shape[-1] != d_head:
-                raise ValueError(f"{where}: kv_cache['{n}'] has shape {arr.shape}; expected "
-                                 f"{batch + (H_kv, 'T_past', d_head)} (batch, n_kv_heads, T_past, "
-                                 "d_head)")
-        if past_k.shape != past_v.shape:
-            raise ValueError(f"{where}: kv_cache['k'] has shape {past_k.shape} but kv_cache['v'] "
-                             f"has shape {past_v.shape}; they must match")
-    T_past = 0 if past_k is None else past_k.shape[-2]
-    n_q, n_new = x_q.shape[-2], x_kv.shape[-2]
-    n_k = T_past + n_new
-    scores_shape = batch + (H, n_q, n_k)
-    if mask is not None:
-        mask = v.bool_mask(mask, "mask", where, scores_shape)
-    bias = v.optional_float_array(bias, "bias", where)
-    if bias is not None:
-        _check_broadcast(bias.shape, "bias", where, scores_shape)
-    rope = _read_rope(rope, where)
-
-    # the options (bias, kv_cache) take the dtype of the inputs, never upcasting float32
-    dt = v.result_dtype(x_q, x_kv, Wq, Wk, Wv, Wo, bq, bk, bv, bo)
-    if bias is not None:
-        bias = bias.astype(dt, copy=False)
-    x_q, x_kv, Wq, Wk, Wv, Wo = (a.astype(dt, copy=False) for a in (x_q, x_kv, Wq, Wk, Wv, Wo))
-    bq, bk, bv, bo = (None if b is None else b.astype(dt, copy=False) for b in (bq, bk, bv, bo))
-
-    # projections, split into heads: (..., n, heads*d_head) -> (..., heads, n, d_head)
-    Q, K, V = _project(x_q, Wq, bq), _project(x_kv, Wk, bk), _project(x_kv, Wv, bv)
-    Q, K, V = split_heads(Q, H), split_heads(K, H_kv), split_heads(V, H_kv)
-
-    rope_q = rope_k = None
-    if rope is not None:
-        freqs = rope.get("freqs")
-        base = rope.get("base", 10000.0)
-        if freqs is None and rope.get("scaling") is not None:
-            freqs = rope_frequencies(d_head, base=base, scaling=rope["scaling"])
-        opts = {"freqs": freqs, "base": base, "layout": rope.get("layout", "interleaved")}
-        pos_q = _rope_positions(rope.get("positions_q"), np.arange(T_past, T_past + n_q), n_q,
-                                "positions_q", where)
-        pos_k = _rope_positions(rope.get("positions_k"), np.arange(T_past, T_past + n_new), n_new,
-                                "positions_k", where)
-        Q, rope_q = rope_forward(Q, positions=pos_q, **opts)   # rotate every query head
-        K, rope_k = rope_forward(K, positions=pos_k, **opts)   # rotate the new keys only
-
-    if past_k is not None:  # append along time: (..., n_kv, T_past + n_new, d_head)
-        K = np.concatenate([past_k.astype(dt, copy=False), K], axis=-2)
-        V = np.concatenate([past_v.astype(dt, copy=False), V], axis=-2)
-    new_cache = {"k": K, "v": V}
-
-    # group the query heads: (..., H, n_q, d) -> (..., H_kv, group, n_q, d); keys and values
-    # get a group axis of size 1 and broadcast over it (no repeated copies)
-    Qg = Q.reshape(batch + (H_kv, group, n_q, d_head))
-    Kg, Vg = K[..., :, None, :, :], V[..., :, None, :, :]
-    heads, attn = attention_forward(Qg, Kg, Vg, mask=_to_groups(mask, H_kv, group),
-                                    bias=_to_groups(bias, H_kv, group), scale=scale)
-    heads = heads.reshape(batch + (H, n_q, d_head))           # undo the grouping
-    concat = merge_heads(heads)                                # (..., n_q, H*d_head)
-    out = _project(concat, Wo, bo)                             # (..., n_q, d_out)
-
-    cache = {"weights": attn["weights"].reshape(scores_shape), "kv_cache": new_cache,
-             "x_q": x_q, "x_kv": x_kv, "Wq": Wq, "Wk": Wk, "Wv": Wv, "Wo": Wo,
-             "has_bias": tuple(b is not None for b in (bq, bk, bv, bo)), "concat": concat,
-             "attn": attn, "rope_q": rope_q, "rope_k": rope_k, "T_past": T_past,
-             "n_heads": H, "n_kv_heads": H_kv, "dtype": dt, "out_shape": out.shape}
-    return out, cache
+    H, H_kv = n_heads, n_kv_heads
+    Q, c_q = linear_forward(x_q, Wq, bq)            # Q = x_q W^Q + b^Q      (003 §5.1.3)
+    K, c_k = linear_forward(x_kv, Wk, bk)           # K = x_kv W^K + b^K
+    V, c_v = linear_forward(x_kv, Wv, bv)           # V = x_kv W^V + b^V
+    Q, K, V = split_heads(Q, H), split_heads(K, H_kv), split_heads(V, H_kv)  # (..., heads, n, d_head)
+    c_rope = None
+    if rope is not None:                            # RoPE (003 §7.3): q~_i = R(theta_i) q_i
+        Q, c_rope_q = rope_forward(Q, **rope["q"])
+        K, c_rope_k = rope_forward(K, **rope["k"])  # k~_j = R(theta_j) k_j, the new keys only
+        c_rope = (c_rope_q, c_rope_k)
+    T_past = 0
+    if kv_cache is not None:                        # K = [K_past; K], V = [V_past; V]  (003 §6.2)
+        T_past = kv_cache["k"].shape[-2]
+        K = np.concatenate([kv_cache["k"], K], axis=-2)
+        V = np.concatenate([kv_cache["v"], V], axis=-2)
+    # head_h = softmax(Q_h K_g^T / sqrt(d_head) + M) V_g (003 §5.1.3). GQA (003 §5.2): the query
+    # heads grouped as (..., H_kv, group, n_q, d); each group's K_g, V_g broadcast over it
+    heads, c_attn = attention_forward(group_heads(Q, H_kv), K[..., None, :, :], V[..., None, :, :],
+                                      mask=group_heads(mask, H_kv), bias=group_heads(bias, H_kv),
+                                      scale=scale)
+    concat = merge_heads(ungroup_heads(heads))      # Concat(head_1, ..., head_H): (..., n_q, H*d_head)
+    out, c_o = linear_forward(concat, Wo, bo)       # out = Concat(...) W^O + b^O
+    return out, {"weights": ungroup_heads(c_attn["weights"]), "kv_cache": {"k": K, "v": V},
+                 "x_q": x_q, "x_kv": x_kv, "concat": concat, "q": c_q, "k": c_k, "v": c_v,
+                 "rope": c_rope, "attn": c_attn, "o": c_o, "T_past": T_past,
+                 "n_heads": H, "n_kv_heads": H_kv}
 
 
+@backward_of(mha_forward)
 def mha_backward(dout, cache):
-    """Backward of :func:`mha_forward`.
+    """Backward of :func:`mha_forward`: the forward's steps, reversed.
 
     Returns ``(dx_q, dx_kv, dWq, dWk, dWv, dWo, dbq, dbk, dbv, dbo)``, with ``None`` for a
     bias that was not given. The key/value gradient of a GQA group is the sum over the
     query heads of the group (the broadcast's backward). After a cached forward, the
     gradient reaches only the new tokens; the cached keys and values are constants.
     """
-    dout = _check_dout(dout, cache, "mha_backward")
-    c = cache
-    H, H_kv, T_past = c["n_heads"], c["n_kv_heads"], c["T_past"]
-    x_q, x_kv = c["x_q"], c["x_kv"]
-    batch, n_q = x_q.shape[:-2], x_q.shape[-2]
-    d_head = c["Wq"].shape[1] // H
-    has_bq, has_bk, has_bv, has_bo = c["has_bias"]
-
-    dWo = _sum_rows(c["concat"], dout)                         # out = concat Wo + bo
-    dbo = _bias_grad(dout, has_bo)
-    dconcat = _matmul_rows(dout, c["Wo"].T)                    # d concat = dout Wo^T
-    dheads = split_heads(dconcat, H)                           # (..., H, n_q, d_head)
-    dheads = dheads.reshape(batch + (H_kv, H // H_kv, n_q, d_head))
-    dQg, dKg, dVg = attention_backward(dheads, c["attn"])      # dK, dV summed over the group
-    dQ = dQg.reshape(batch + (H, n_q, d_head))
-    dK = dKg[..., :, 0, T_past:, :]                            # drop group axis and cached keys
-    dV = dVg[..., :, 0, T_past:, :]
-    if c["rope_q"] is not None:                                # RoPE backward: rotate back
-        dQ = rope_backward(dQ, c["rope_q"])
-        dK = rope_backward(dK, c["rope_k"])
-    dQ, dK, dV = merge_heads(dQ), merge_heads(dK), merge_heads(dV)  # (..., n, heads*d_head)
-
-    dx_q = _matmul_rows(dQ, c["Wq"].T)                         # Q = x_q Wq + bq
-    dx_kv = _matmul_rows(dK, c["Wk"].T)                        # K, V = x_kv Wk + bk, x_kv Wv + bv:
-    dx_kv += _matmul_rows(dV, c["Wv"].T)                       #   both paths add up (in place)
-    dWq, dWk, dWv = _sum_rows(x_q, dQ), _sum_rows(x_kv, dK), _sum_rows(x_kv, dV)
-    dbq, dbk, dbv = _bias_grad(dQ, has_bq), _bias_grad(dK, has_bk), _bias_grad(dV, has_bv)
+    H, H_kv, T_past = cache["n_heads"], cache["n_kv_heads"], cache["T_past"]
+    dconcat, dWo, dbo = linear_backward(dout, cache["o"])   # out = concat W^O + b^O
+    dheads = group_heads(split_heads(dconcat, H), H_kv)      # concat = Concat(heads), grouped
+    dQ, dK, dV = attention_backward(dheads, cache["attn"])   # dK, dV summed over each group
+    dQ = ungroup_heads(dQ)                                   # (..., H, n_q, d_head)
+    dK, dV = dK[..., 0, T_past:, :], dV[..., 0, T_past:, :]  # drop the group axis, the cached keys
+    if cache["rope"] is not None:                            # RoPE backward: dq = R(theta)^T dq~
+        dQ = rope_backward(dQ, cache["rope"][0])
+        dK = rope_backward(dK, cache["rope"][1])
+    dx_q, dWq, dbq = linear_backward(merge_heads(dQ), cache["q"])    # Q = x_q W^Q + b^Q
+    dx_k, dWk, dbk = linear_backward(merge_heads(dK), cache["k"])    # K = x_kv W^K + b^K
+    dx_v, dWv, dbv = linear_backward(merge_heads(dV), cache["v"])    # V = x_kv W^V + b^V
+    dx_kv = dx_k + dx_v                                      # x_kv feeds both K and V
     return dx_q, dx_kv, dWq, dWk, dWv, dWo, dbq, dbk, dbv, dbo

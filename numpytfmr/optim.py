@@ -34,7 +34,7 @@ import numbers
 
 import numpy as np
 
-from ._validate import float_array, number
+from .contract import float_array, real
 
 __all__ = [
     "sgd_init", "sgd_step",
@@ -138,7 +138,7 @@ def _no_decay_set(params, no_decay, where):
 
 
 def _lr(lr, where):
-    return number(lr, "lr", where, low=0.0)
+    return real(lr, "lr", where, low=0.0)
 
 
 def _step_array(t):
@@ -205,8 +205,8 @@ def sgd_step(params, grads, state, *, lr, momentum=0.0, nesterov=False, weight_d
     _check_params(params, where)
     _check_grads(params, grads, where)
     lr = _lr(lr, where)
-    momentum = number(momentum, "momentum", where, low=0.0, high=1.0, high_open=True)
-    weight_decay = number(weight_decay, "weight_decay", where, low=0.0)
+    momentum = real(momentum, "momentum", where, low=0.0, high=1.0, high_open=True)
+    weight_decay = real(weight_decay, "weight_decay", where, low=0.0)
     if not isinstance(nesterov, (bool, np.bool_)):
         raise TypeError(f"{where}: nesterov is {nesterov!r}; expected True or False")
     if nesterov and momentum == 0.0:
@@ -255,46 +255,28 @@ def _adam_common(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_d
     _check_params(params, where)
     _check_grads(params, grads, where)
     lr = _lr(lr, where)
-    beta1 = number(beta1, "beta1", where, low=0.0, high=1.0, high_open=True)
-    beta2 = number(beta2, "beta2", where, low=0.0, high=1.0, high_open=True)
-    eps = number(eps, "eps", where, low=0.0)
-    weight_decay = number(weight_decay, "weight_decay", where, low=0.0)
+    beta1 = real(beta1, "beta1", where, low=0.0, high=1.0, high_open=True)
+    beta2 = real(beta2, "beta2", where, low=0.0, high=1.0, high_open=True)
+    eps = real(eps, "eps", where, low=0.0)
+    weight_decay = real(weight_decay, "weight_decay", where, low=0.0)
     _check_state(params, state, ("m/", "v/"), where)
     exempt = _no_decay_set(params, no_decay, where)
 
     t = state_step(state) + 1
-    # Python floats, so float32 parameters stay float32 (a NumPy float64 scalar would upcast).
-    bias1 = 1.0 - beta1 ** t            # 1 - beta1^t   corrects m's bias towards its zero start
-    bias2 = 1.0 - beta2 ** t            # 1 - beta2^t
-    sqrt_bias2 = math.sqrt(bias2)
-
     new_params = {}
     new_state = {STEP_KEY: _step_array(t)}
-    # Each new array (m, v, the update, the new parameter) is computed in place after it is
-    # allocated (*=, +=, out=): the same arithmetic as the formulas, without a temporary
-    # array for every operation.
     for k, p in params.items():
         g = grads[k]
         decay = weight_decay if k not in exempt else 0.0
         if decay and not decoupled:
             g = g + decay * p                             # Adam: L2 term joins the gradient
-        m = beta1 * state["m/" + k]                       # m_t = beta1 m_{t-1} + (1-beta1) g
-        m += (1.0 - beta1) * g
-        v = g * g                                         # v_t = beta2 v + (1-beta2) g^2
-        v *= 1.0 - beta2
-        v += beta2 * state["v/" + k]
-        # theta <- theta - eta * m_hat / (sqrt(v_hat) + eps), m_hat = m/bias1, v_hat = v/bias2
-        update = np.sqrt(v)
-        update /= sqrt_bias2
-        update += eps                                     # sqrt(v_hat) + eps
-        np.divide(m, update, out=update)                  # m / (sqrt(v_hat) + eps)
-        update *= lr / bias1                              # eta m_hat / (sqrt(v_hat) + eps)
         if decay and decoupled:
-            new_p = p * (1.0 - lr * decay)                # AdamW: theta <- theta - eta lambda theta
-            new_p -= update
-        else:
-            new_p = np.subtract(p, update, out=update)
-        new_params[k] = new_p
+            p = p * (1 - lr * decay)                      # AdamW: theta <- theta - eta lambda theta
+        m = beta1 * state["m/" + k] + (1 - beta1) * g     # m_t = beta1 m_{t-1} + (1 - beta1) g
+        v = beta2 * state["v/" + k] + (1 - beta2) * g**2  # v_t = beta2 v_{t-1} + (1 - beta2) g^2
+        m_hat = m / (1 - beta1**t)                        # bias corrections (Python floats keep
+        v_hat = v / (1 - beta2**t)                        #   float32 parameters float32)
+        new_params[k] = p - lr * m_hat / (np.sqrt(v_hat) + eps)   # theta - eta m_hat/(sqrt v_hat + eps)
         new_state["m/" + k] = m
         new_state["v/" + k] = v
     return new_params, new_state
@@ -369,7 +351,7 @@ def clip_grad_norm(grads, max_norm, *, eps=1e-6):
     where = "clip_grad_norm"
     if not isinstance(grads, dict):
         raise TypeError(f"{where}: grads is a {type(grads).__name__}; expected a dict of arrays")
-    max_norm = number(max_norm, "max_norm", where, low=0.0, low_open=True)
+    max_norm = real(max_norm, "max_norm", where, low=0.0, low_open=True)
     for k, g in grads.items():
         g = float_array(g, f"grads[{k!r}]", where)
         if not np.all(np.isfinite(g)):
@@ -401,8 +383,8 @@ def lr_schedule(step, *, base_lr, warmup_steps, total_steps, min_lr=0.0):
     if total_steps <= warmup_steps:
         raise ValueError(f"{where}: total_steps is {total_steps} but warmup_steps is "
                          f"{warmup_steps}; expected total_steps > warmup_steps")
-    base_lr = number(base_lr, "base_lr", where, low=0.0)
-    min_lr = number(min_lr, "min_lr", where, low=0.0, high=base_lr)
+    base_lr = real(base_lr, "base_lr", where, low=0.0)
+    min_lr = real(min_lr, "min_lr", where, low=0.0, high=base_lr)
     if step < warmup_steps:
         return base_lr * (step + 1) / (warmup_steps + 1)
     if step > total_steps:

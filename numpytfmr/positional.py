@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ._validate import choice, float_array, number, positive_int
+from .contract import backward_of, count, flag, float_array, one_of, op, real
 
 __all__ = ["sinusoidal_encoding", "rope_frequencies", "yarn_correction_range",
            "yarn_attention_scale", "rope_forward", "rope_backward", "alibi_slopes",
@@ -56,9 +56,9 @@ def sinusoidal_encoding(n_positions, d_model, *, base=10000.0, dtype=np.float64)
     n_positions, d_model: positive ints     ->  PE: (n_positions, d_model), ``dtype``
     """
     where = "sinusoidal_encoding"
-    n_positions = positive_int(n_positions, "n_positions", where)
-    d_model = positive_int(d_model, "d_model", where)
-    base = number(base, "base", where, low=1.0, low_open=True)
+    n_positions = count(n_positions, "n_positions", where)
+    d_model = count(d_model, "d_model", where)
+    base = real(base, "base", where, low=1.0, low_open=True)
     dt = _dtype_arg(dtype, where)
     # omega_i for the even column 2i; the odd column 2i+1 reuses omega_i
     omega = base ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)   # (ceil(d/2),)
@@ -82,7 +82,7 @@ _KEY_ALIASES = {"rope_type": "type", "original_max_position_embeddings": "origin
 
 
 def _even_dim(d, where, name="d"):
-    d = positive_int(d, name, where)
+    d = count(d, name, where)
     if d % 2:
         raise ValueError(f"{where}: {name} is {d}; expected an even number (RoPE rotates pairs "
                          "of dimensions)")
@@ -103,7 +103,7 @@ def _read_scaling(scaling, where):
     if "type" not in spec:
         raise ValueError(f"{where}: scaling has no 'type'; expected one of "
                          f"{', '.join(map(repr, _SCALING_KEYS))}")
-    kind = choice(spec.pop("type"), "scaling['type']", where, tuple(_SCALING_KEYS))
+    kind = one_of(*_SCALING_KEYS)(spec.pop("type"), "scaling['type']", where)
     unknown = set(spec) - _SCALING_KEYS[kind]
     if unknown:
         raise ValueError(f"{where}: scaling of type {kind!r} has unknown key(s) "
@@ -112,17 +112,17 @@ def _read_scaling(scaling, where):
     if "factor" not in spec:
         raise ValueError(f"{where}: scaling of type {kind!r} needs a 'factor' (the extension "
                          "factor s = L'/L >= 1)")
-    spec["factor"] = number(spec["factor"], "scaling['factor']", where, low=1.0)
+    spec["factor"] = real(spec["factor"], "scaling['factor']", where, low=1.0)
     if kind == "yarn":
         if "original_max_positions" not in spec:
             raise ValueError(f"{where}: scaling of type 'yarn' needs 'original_max_positions' "
                              "(the training context L)")
-        spec["original_max_positions"] = positive_int(
+        spec["original_max_positions"] = count(
             spec["original_max_positions"], "scaling['original_max_positions']", where)
-        spec["beta_fast"] = number(spec.get("beta_fast", 32.0), "scaling['beta_fast']", where,
-                                   low=0.0, low_open=True)
-        spec["beta_slow"] = number(spec.get("beta_slow", 1.0), "scaling['beta_slow']", where,
-                                   low=0.0, low_open=True)
+        spec["beta_fast"] = real(spec.get("beta_fast", 32.0), "scaling['beta_fast']", where,
+                                 low=0.0, low_open=True)
+        spec["beta_slow"] = real(spec.get("beta_slow", 1.0), "scaling['beta_slow']", where,
+                                 low=0.0, low_open=True)
         if spec["beta_fast"] <= spec["beta_slow"]:
             raise ValueError(f"{where}: scaling has beta_fast={spec['beta_fast']} and beta_slow="
                              f"{spec['beta_slow']}; expected beta_fast > beta_slow (rotation counts "
@@ -153,10 +153,10 @@ def yarn_correction_range(d, *, base=10000.0, original_max_positions, beta_fast=
     """
     where = "yarn_correction_range"
     d = _even_dim(d, where)
-    base = number(base, "base", where, low=1.0, low_open=True)
-    L = positive_int(original_max_positions, "original_max_positions", where)
-    beta_fast = number(beta_fast, "beta_fast", where, low=0.0, low_open=True)
-    beta_slow = number(beta_slow, "beta_slow", where, low=0.0, low_open=True)
+    base = real(base, "base", where, low=1.0, low_open=True)
+    L = count(original_max_positions, "original_max_positions", where)
+    beta_fast = real(beta_fast, "beta_fast", where, low=0.0, low_open=True)
+    beta_slow = real(beta_slow, "beta_slow", where, low=0.0, low_open=True)
 
     def plane_turning(n_rot):
         return d * math.log(L / (2 * math.pi * n_rot)) / (2 * math.log(base))
@@ -201,7 +201,7 @@ def rope_frequencies(d, *, base=10000.0, scaling=None):
     """
     where = "rope_frequencies"
     d = _even_dim(d, where)
-    base = number(base, "base", where, low=1.0, low_open=True)
+    base = real(base, "base", where, low=1.0, low_open=True)
     k = np.arange(d // 2, dtype=np.float64)
     if scaling is None:
         return base ** (-2.0 * k / d)
@@ -231,7 +231,7 @@ def yarn_attention_scale(factor):
     Multiply both the rotated queries and keys by it (i.e. the logits by its square,
     ``1/t``). ``yarn_attention_scale(4) = 1.1386...``.
     """
-    s = number(factor, "factor", "yarn_attention_scale", low=0.0, low_open=True)
+    s = real(factor, "factor", "yarn_attention_scale", low=0.0, low_open=True)
     return 1.0 if s <= 1.0 else 0.1 * math.log(s) + 1.0
 
 
@@ -259,29 +259,55 @@ def _rotate_pairs(x, cos, sin, layout):
     return np.concatenate([new_first, new_second], axis=-1)
 
 
-def _positions_arg(positions, x, where):
+def _even_pairs(x, name, where, args=None):
+    """An array whose last axis d is even (RoPE rotates pairs of dimensions)."""
+    if x.shape[-1] % 2:
+        raise ValueError(f"{where}: {name} has shape {x.shape}; its last axis d={x.shape[-1]} must "
+                         "be even and positive (RoPE rotates pairs of dimensions)")
+    return x
+
+
+def _positions_of_x(positions, name, where, args):
+    """Positions, as float64: shape (n,), or a shape ending in n that broadcasts to x.shape[:-1]."""
     if isinstance(positions, (bool, np.bool_)) or positions is None:
-        raise TypeError(f"{where}: positions is {positions!r}; expected an array of positions")
+        raise TypeError(f"{where}: {name} is {positions!r}; expected an array of positions")
     pos = np.asarray(positions)
     if pos.dtype.kind not in "iuf":
-        raise TypeError(f"{where}: positions has dtype {pos.dtype}; expected integer or float "
+        raise TypeError(f"{where}: {name} has dtype {pos.dtype}; expected integer or float "
                         "positions")
     if pos.dtype.kind == "f" and not np.all(np.isfinite(pos)):
-        raise ValueError(f"{where}: positions contains non-finite values")
+        raise ValueError(f"{where}: {name} contains non-finite values")
+    x = args["x"]
     target = x.shape[:-1]
-    ok = pos.ndim >= 1 and pos.ndim <= len(target) and pos.shape[-1] == target[-1]
+    ok = 1 <= pos.ndim <= len(target) and pos.shape[-1] == target[-1]
     if ok:
         try:
             ok = np.broadcast_shapes(pos.shape, target) == target
         except ValueError:
             ok = False
     if not ok:
-        raise ValueError(f"{where}: positions has shape {pos.shape} but x has shape {x.shape}; "
+        raise ValueError(f"{where}: {name} has shape {pos.shape} but x has shape {x.shape}; "
                          f"expected shape ({target[-1]},) or a shape ending in {target[-1]} that "
                          f"broadcasts to x.shape[:-1] = {target}")
     return pos.astype(np.float64)
 
 
+def _frequencies_of_x(freqs, name, where, args):
+    """None, or (d/2,) finite frequencies alpha_k, kept in float64 (never rounded to x's dtype)."""
+    if freqs is None:
+        return None
+    alpha = float_array(freqs, name, where)
+    d = args["x"].shape[-1]
+    if alpha.shape != (d // 2,):
+        raise ValueError(f"{where}: {name} has shape {alpha.shape} but x has d={d}; expected "
+                         f"shape ({d // 2},), one frequency per plane")
+    if not np.all(np.isfinite(alpha)):
+        raise ValueError(f"{where}: {name} contains non-finite values")
+    return alpha.astype(np.float64)
+
+
+@op("x: (..., n, d)", x=_even_pairs, positions=_positions_of_x, freqs=_frequencies_of_x,
+    layout=one_of("interleaved", "half"))
 def rope_forward(x, *, positions, freqs=None, base=10000.0, layout="interleaved"):
     """Rotary position embedding (003 §7.3, 000 §2.3.3, 001 §3.1, 004 eq. 1-3).
 
@@ -301,39 +327,20 @@ def rope_forward(x, *, positions, freqs=None, base=10000.0, layout="interleaved"
                step passes its absolute positions, e.g. ``[t]``
     freqs:     (d/2,) the ``alpha_k`` (e.g. from :func:`rope_frequencies` with a
                ``scaling``); when None, ``base^(-2k/d)`` with ``base``
-    returns    out (..., n, d) of x's dtype, cache {"cos", "sin": (..., n, d/2) in x's
-               dtype, "layout": str, "shape": x.shape}
+    returns    out (..., n, d) of x's dtype, cache {"cos", "sin": (..., n, d/2) float64,
+               "layout": str}
 
-    Angles are formed in float64 and only their cosines and sines cast to x's dtype,
-    so large positions stay accurate in float32.
+    Angles, their cosines and sines are formed in float64 and only the output is cast to
+    x's dtype, so large positions stay accurate in float32.
     """
-    where = "rope_forward"
-    x = float_array(x, "x", where)
-    if x.ndim < 2:
-        raise ValueError(f"{where}: x has shape {x.shape}; expected at least 2 axes (..., n, d)")
-    d = x.shape[-1]
-    if d == 0 or d % 2:
-        raise ValueError(f"{where}: x has shape {x.shape}; its last axis d={d} must be even and "
-                         "positive (RoPE rotates pairs of dimensions)")
-    layout = choice(layout, "layout", where, ("interleaved", "half"))
-    pos = _positions_arg(positions, x, where)
-    if freqs is None:
-        alpha = rope_frequencies(d, base=base)
-    else:
-        alpha = float_array(freqs, "freqs", where)
-        if alpha.shape != (d // 2,):
-            raise ValueError(f"{where}: freqs has shape {alpha.shape} but x has d={d}; expected "
-                             f"shape ({d // 2},), one frequency per plane")
-        if not np.all(np.isfinite(alpha)):
-            raise ValueError(f"{where}: freqs contains non-finite values")
-        alpha = alpha.astype(np.float64)
-    theta = pos[..., None] * alpha                  # (..., n, d/2): theta_{i,k} = i alpha_k
-    cos = np.cos(theta).astype(x.dtype)
-    sin = np.sin(theta).astype(x.dtype)
-    out = _rotate_pairs(x, cos, sin, layout)
-    return out, {"cos": cos, "sin": sin, "layout": layout, "shape": x.shape}
+    alpha = rope_frequencies(x.shape[-1], base=base) if freqs is None else freqs  # alpha_k
+    theta = positions[..., None] * alpha            # (..., n, d/2): theta_{i,k} = i alpha_k
+    cos, sin = np.cos(theta), np.sin(theta)
+    out = _rotate_pairs(x, cos, sin, layout)        # x~_i = R(theta_i) x_i, plane by plane
+    return out, {"cos": cos, "sin": sin, "layout": layout}
 
 
+@backward_of(rope_forward)
 def rope_backward(dout, cache):
     """Gradient of :func:`rope_forward`: rotate ``dout`` back by ``-theta``.
 
@@ -342,10 +349,6 @@ def rope_backward(dout, cache):
 
     dout: (..., n, d) like the forward's output   ->  dx: (..., n, d)
     """
-    dout = float_array(dout, "dout", "rope_backward")
-    if dout.shape != cache["shape"]:
-        raise ValueError(f"rope_backward: dout has shape {dout.shape}; expected the forward "
-                         f"output's shape {cache['shape']}")
     # dx = R(-theta) dout: cos(-theta) = cos(theta), sin(-theta) = -sin(theta)
     return _rotate_pairs(dout, cache["cos"], -cache["sin"], cache["layout"])
 
@@ -369,7 +372,7 @@ def alibi_slopes(n_heads):
 
     Returns (n_heads,) float64.
     """
-    n = positive_int(n_heads, "n_heads", "alibi_slopes")
+    n = count(n_heads, "n_heads", "alibi_slopes")
     n_pow2 = 1 << (n.bit_length() - 1)          # largest power of two <= n
     slopes = _slopes_power_of_two(n_pow2)
     if n_pow2 == n:
@@ -395,11 +398,10 @@ def alibi_bias(n_heads, n_q, n_k, *, causal=True, dtype=np.float64):
     Returns (n_heads, n_q, n_k) of ``dtype``.
     """
     where = "alibi_bias"
-    slopes = alibi_slopes(positive_int(n_heads, "n_heads", where))
-    n_q = positive_int(n_q, "n_q", where)
-    n_k = positive_int(n_k, "n_k", where)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"{where}: causal is {causal!r}; expected True or False")
+    slopes = alibi_slopes(count(n_heads, "n_heads", where))
+    n_q = count(n_q, "n_q", where)
+    n_k = count(n_k, "n_k", where)
+    causal = flag(causal, "causal", where)
     dt = _dtype_arg(dtype, where)
     p_q = np.arange(n_k - n_q, n_k)[:, None]       # (n_q, 1) absolute query positions
     p_k = np.arange(n_k)[None, :]                  # (1, n_k)

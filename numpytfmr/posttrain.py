@@ -35,16 +35,17 @@ policy has moved from the reference.
 """
 import numpy as np
 
-from . import _validate as v
 from .activations import log_softmax
-from .blocks import decoder_block_backward
-from .data import EOS_ID, PAD_ID, prompt_batches
-from .gpt import (GPTConfig, _add_grads, _embed_backward, _final_norm_backward, generate,
-                  gpt_backward, gpt_forward, gpt_param_shapes)
+from .blocks import decoder_block_backward, decoder_block_forward, norm_backward, norm_forward
+from .contract import backward_of, count, describe, float_array, generator, one_of, op
+from .gpt import GPTConfig, generate, gpt_backward, gpt_forward, gpt_param_shapes, init_gpt
 from .lora import lora_init, lora_merge, lora_scale, lora_unmerge
+from .losses import cross_entropy_backward, cross_entropy_forward
 from .preference import (bradley_terry_loss_backward, bradley_terry_loss_forward, dpo_loss_backward,
                          dpo_loss_forward, dpo_metrics, sequence_logprobs_backward,
                          sequence_logprobs_forward)
+from .transformer import (block_kwargs, check_config, check_ids, check_params, embed_backward,
+                          embed_forward, rope_option)
 
 __all__ = [
     "LORA_TARGETS", "lora_target_keys", "add_lora", "merge_lora", "unmerge_lora",
@@ -67,12 +68,6 @@ POOLINGS = ("last", "mean")
 # LoRA in the model (000 §2.7)
 # ---------------------------------------------------------------------------------------
 
-def _config(config, where):
-    if not isinstance(config, GPTConfig):
-        raise TypeError(f"{where}: config is a {type(config).__name__}; expected a GPTConfig")
-    return config
-
-
 def lora_target_keys(config, targets=("Wq", "Wv")):
     """The parameter keys LoRA adapts: ``h{l}.attn.Wq`` etc. for every block ``l``.
 
@@ -80,7 +75,7 @@ def lora_target_keys(config, targets=("Wq", "Wv")):
     ``"W1", "W2"`` (FFN). Returns a list of keys, block by block.
     """
     where = "lora_target_keys"
-    c = _config(config, where)
+    c = check_config(config, GPTConfig, where)
     if isinstance(targets, str):
         targets = (targets,)
     targets = tuple(targets)
@@ -88,7 +83,7 @@ def lora_target_keys(config, targets=("Wq", "Wv")):
         raise ValueError(f"{where}: targets is empty; expected projection names among "
                          f"{', '.join(LORA_TARGETS)}")
     for t in targets:
-        v.choice(t, "targets", where, tuple(LORA_TARGETS))
+        one_of(*LORA_TARGETS)(t, "targets", where)
     if len(set(targets)) != len(targets):
         raise ValueError(f"{where}: targets {targets} repeats a name; expected each once")
     return [f"h{l}.{LORA_TARGETS[t]}" for l in range(c.n_layers) for t in targets]
@@ -104,9 +99,9 @@ def add_lora(params, config, *, r, rng, targets=("Wq", "Wv"), init="kaiming_unif
     The scaling ``alpha`` is an option of the functions that use the adapters.
     """
     where = "add_lora"
-    c = _config(config, where)
-    r = v.positive_int(r, "r", where)
-    v.rng_arg(rng, where)
+    c = check_config(config, GPTConfig, where)
+    r = count(r, "r", where)
+    generator(rng, "rng", where)
     dtype = _base_dtype(params, c, where)
     adapters = {}
     for key in lora_target_keys(c, targets):
@@ -120,24 +115,18 @@ def add_lora(params, config, *, r, rng, targets=("Wq", "Wv"), init="kaiming_unif
 
 
 def _base_dtype(params, c, where):
-    """Check ``params`` against the config (keys and shapes); return its float dtype."""
+    """Check the GPT's parameters in ``params`` against the config (keys and shapes; other
+    keys, such as a reward head's, are let through); return their float dtype."""
     if not isinstance(params, dict):
         raise TypeError(f"{where}: params is a {type(params).__name__}; expected a dict of arrays")
     shapes = gpt_param_shapes(c)
-    missing = [k for k in shapes if k not in params]
-    if missing:
-        raise ValueError(f"{where}: params is missing {missing[:3]}; expected the parameters of "
-                         "a GPT with this config")
-    dtypes = {v.float_array(params[k], f"params[{k!r}]", where).dtype for k in shapes}
-    if len(dtypes) != 1:
-        raise TypeError(f"{where}: params mix dtypes {sorted(map(str, dtypes))}")
-    return dtypes.pop()
+    return check_params({k: a for k, a in params.items() if k in shapes}, shapes, where)
 
 
 def _adapter_pairs(params, adapters, where):
     """``[(key, A, B)]`` of an adapter dict, checked against ``params``."""
     if not isinstance(adapters, dict) or not adapters:
-        raise TypeError(f"{where}: adapters is {v._describe(adapters)}; expected the non-empty "
+        raise TypeError(f"{where}: adapters is {describe(adapters)}; expected the non-empty "
                         "dict of add_lora")
     pairs = []
     for name in adapters:
@@ -152,9 +141,9 @@ def _adapter_pairs(params, adapters, where):
             raise ValueError(f"{where}: adapters has {name!r} but no {key + '.B'!r}")
         if key not in params:
             raise ValueError(f"{where}: adapters adapt {key!r}, which is not a key of params")
-        W = v.float_array(params[key], f"params[{key!r}]", where)
-        A = v.float_array(adapters[name], f"adapters[{name!r}]", where)
-        B = v.float_array(adapters[key + ".B"], f"adapters[{key + '.B'!r}]", where)
+        W = float_array(params[key], f"params[{key!r}]", where)
+        A = float_array(adapters[name], f"adapters[{name!r}]", where)
+        B = float_array(adapters[key + ".B"], f"adapters[{key + '.B'!r}]", where)
         if W.ndim != 2 or A.ndim != 2 or B.ndim != 2 or A.shape[0] != W.shape[0] or \
                 B.shape != (A.shape[1], W.shape[1]):
             raise ValueError(f"{where}: adapters for {key!r} have shapes A {A.shape}, B {B.shape} "
@@ -229,7 +218,7 @@ def gpt_lora_forward(params, adapters, ids, *, config, alpha, rank_stabilized=Fa
     "pairs" (list of (key, A, B)), "scale" (dict key -> s).
     """
     where = "gpt_lora_forward"
-    c = _config(config, where)
+    c = check_config(config, GPTConfig, where)
     pairs = _adapter_pairs(params, adapters, where)
     effective = dict(params)
     scale = {}
@@ -264,7 +253,6 @@ def gpt_lora_loss(params, adapters, ids, targets, *, config, alpha, rank_stabili
     ids, targets: (B, T) ints; positions whose target is ``ignore_index``, or where the
     optional (B, T) bool ``loss_mask`` is False, are left out of the mean.
     """
-    from .losses import cross_entropy_backward, cross_entropy_forward
     if loss_mask is not None:
         loss_mask = np.asarray(loss_mask, dtype=bool)
         ignore_index = -1 if ignore_index is None else ignore_index
@@ -280,73 +268,75 @@ def gpt_lora_loss(params, adapters, ids, targets, *, config, alpha, rank_stabili
 # Reward head and reward model (003 §9.1.2)
 # ---------------------------------------------------------------------------------------
 
+def _scalar_bias(b_r, name, where, args):
+    """None, or a scalar of shape () or (1,)."""
+    if b_r is not None and b_r.shape not in ((), (1,)):
+        raise ValueError(f"{where}: b_r has shape {b_r.shape}; expected a scalar, shape () or (1,)")
+    return b_r
+
+
+def _token_mask(mask, name, where, args):
+    """None, or one bool per token of h: the shape of h without its last axis."""
+    h = args["h"]
+    if mask is not None and mask.shape != h.shape[:-1]:
+        raise ValueError(f"{where}: mask is {describe(mask)}; expected a bool array of "
+                         f"shape {h.shape[:-1]} (True = token of the sequence)")
+    return mask
+
+
+@op("h: (..., T, d)", "w_r: (d,)", "b_r: (...)?", "mask: bool (..., T)?", b_r=_scalar_bias,
+    mask=_token_mask, pooling=one_of(*POOLINGS))
 def reward_head_forward(h, w_r, b_r=None, *, mask=None, pooling="last"):
     """Scalar reward head (003 §9.1.2): one score per sequence from its hidden states.
 
         "last":  r = h_t* w_r + b_r,                         t* = last position where mask
         "mean":  r = (sum_t mask_t h_t / sum_t mask_t) w_r + b_r
 
-    "last" reads the final token (the ``<eos>`` of ``<bos> x <sep> y <eos>``), whose state
-    has attended to the whole sequence through the causal mask: the usual choice of
-    reward models (InstructGPT). "mean" pools every counted token.
+    Both are ``r = (sum_t a_t h_t) w_r + b_r`` with pooling weights ``a_t``: one-hot at t*
+    for "last", ``mask_t / sum mask`` for "mean". "last" reads the final token (the
+    ``<eos>`` of ``<bos> x <sep> y <eos>``), whose state has attended to the whole
+    sequence through the causal mask: the usual choice of reward models (InstructGPT).
+    "mean" pools every counted token.
 
     h: (..., T, d) hidden states   w_r: (d,)   b_r: () or (1,), or None
     mask: (..., T) bool, True at the tokens of the sequence (not padding); None = all T
     -> r: (...,)
 
-    cache keys: "h_shape", "pooled" (..., d), "weights" (..., T) the pooling weights
-    (one-hot for "last", mask / count for "mean"), "w_r", "b_shape".
+    cache keys: "pooled" (..., d), "weights" (..., T) the pooling weights a_t, "w_r",
+    "b_shape".
     """
-    where = "reward_head_forward"
-    h = v.float_array(h, "h", where)
-    w_r = v.float_array(w_r, "w_r", where)
-    b_r = v.optional_float_array(b_r, "b_r", where)
-    v.min_ndim(h, 2, "h", where, "(..., T, d)")
-    v.vector_arg(w_r, h.shape[-1], "w_r", where, "h", h.shape, "the last axis of h")
-    if b_r is not None and b_r.shape not in ((), (1,)):
-        raise ValueError(f"{where}: b_r has shape {b_r.shape}; expected a scalar, shape () or (1,)")
-    v.choice(pooling, "pooling", where, POOLINGS)
-    dtype = v.result_dtype(h, w_r, b_r)
-    h, w_r = h.astype(dtype, copy=False), w_r.astype(dtype, copy=False)
-    T = h.shape[-2]
     if mask is None:
-        mask = np.ones(h.shape[:-1], dtype=bool)
-    else:
-        mask = np.asarray(mask)
-        if mask.dtype != np.bool_ or mask.shape != h.shape[:-1]:
-            raise ValueError(f"{where}: mask is {v._describe(mask)}; expected a bool array of "
-                             f"shape {h.shape[:-1]} (True = token of the sequence)")
-    count = mask.sum(axis=-1)
-    if np.any(count == 0):
-        raise ValueError(f"{where}: mask has a row with no True entry; expected at least one "
-                         "token per sequence")
+        mask = np.ones(h.shape[:-1], bool)                       # every token counts
+    n = mask.sum(axis=-1)                                        # tokens per sequence
+    if np.any(n == 0):
+        raise ValueError("reward_head_forward: mask has a row with no True entry; expected at "
+                         "least one token per sequence")
+    T = h.shape[-2]
     if pooling == "last":
-        last = T - 1 - np.argmax(mask[..., ::-1], axis=-1)            # (...,) last True
-        weights = (np.arange(T) == last[..., None]).astype(dtype)     # one-hot (..., T)
+        last = T - 1 - np.argmax(mask[..., ::-1], axis=-1)       # t*: the last True of each row
+        a = (np.arange(T) == last[..., None]) * 1.0              # a_t one-hot at t*
     else:
-        weights = (mask / count[..., None]).astype(dtype)             # mask / count
-    pooled = np.einsum("...t,...td->...d", weights, h)                # (..., d)
-    r = pooled @ w_r                                                  # (...,)
+        a = mask / n[..., None]                                  # a_t = mask_t / sum mask
+    pooled = np.einsum("...t,...td->...d", a, h)                 # sum_t a_t h_t
+    r = pooled @ w_r                                             # r = pooled w_r
     if b_r is not None:
-        r = r + b_r.astype(dtype).reshape(())
-    cache = {"h_shape": h.shape, "pooled": pooled, "weights": weights, "w_r": w_r,
-             "b_shape": None if b_r is None else b_r.shape}
-    return r, cache
+        r = r + b_r.reshape(())                                  #     + b_r
+    return r, {"pooled": pooled, "weights": a, "w_r": w_r,
+               "b_shape": None if b_r is None else b_r.shape}
 
 
+@backward_of(reward_head_forward)
 def reward_head_backward(dr, cache):
-    """Backward of :func:`reward_head_forward` -> ``(dh, dw_r, db_r)`` (db_r None without b_r)."""
-    pooled, weights, w_r = cache["pooled"], cache["weights"], cache["w_r"]
-    dr = v.float_array(dr, "dr", "reward_head_backward").astype(w_r.dtype, copy=False)
-    if dr.shape != pooled.shape[:-1]:
-        raise ValueError(f"reward_head_backward: dr has shape {dr.shape}; expected "
-                         f"{pooled.shape[:-1]}, one value per sequence")
-    dpooled = dr[..., None] * w_r                                     # r = pooled w_r
-    dw = pooled.reshape(-1, pooled.shape[-1]).T @ dr.reshape(-1)      # dw = sum pooled^T dr
-    db = None
-    if cache["b_shape"] is not None:
-        db = np.full(cache["b_shape"], dr.sum(), dtype=w_r.dtype)   # dr/db = 1 per sequence
-    dh = weights[..., :, None] * dpooled[..., None, :]                # pooled = sum_t a_t h_t
+    """Backward of :func:`reward_head_forward` -> ``(dh, dw_r, db_r)`` (db_r None without b_r).
+
+        dpooled = dr w_r,   dw_r = sum over sequences dr pooled,   db_r = sum dr
+        dh_t = a_t dpooled
+    """
+    pooled, a, w_r = cache["pooled"], cache["weights"], cache["w_r"]
+    dpooled = dr[..., None] * w_r                                      # r = pooled w_r
+    dw = pooled.reshape(-1, pooled.shape[-1]).T @ dr.reshape(-1)       # dw = sum pooled^T dr
+    db = None if cache["b_shape"] is None else np.full(cache["b_shape"], dr.sum())   # dr/db = 1
+    dh = a[..., :, None] * dpooled[..., None, :]                       # pooled = sum_t a_t h_t
     return dh, dw, db
 
 
@@ -358,10 +348,9 @@ def init_reward_model(config, *, rng, params=None, dtype=np.float32):
     The GPT's own vocabulary head (``lm_head.W``, or the tied table's output role) is
     unused by the reward. Returns a new dict; ``params`` is not modified.
     """
-    from .gpt import init_gpt
     where = "init_reward_model"
-    c = _config(config, where)
-    v.rng_arg(rng, where)
+    c = check_config(config, GPTConfig, where)
+    generator(rng, "rng", where)
     if params is None:
         params = init_gpt(c, rng=rng, dtype=dtype)
     dtype = _base_dtype(params, c, where)
@@ -369,61 +358,71 @@ def init_reward_model(config, *, rng, params=None, dtype=np.float32):
     return {**params, "reward.w": w.astype(dtype), "reward.b": np.zeros(1, dtype=dtype)}
 
 
-def reward_model_forward(params, ids, *, config, mask=None, pooling="last"):
-    """Reward of each sequence: ``r = head(N_f(trunk(ids)))`` (003 §9.1.2).
-
-    params: GPT parameters plus ``"reward.w"``, ``"reward.b"`` (:func:`init_reward_model`)
-    ids: (B, T) ints;  mask: (B, T) bool, True at real tokens (default ``ids != <pad>``)
-    -> r: (B,), cache (keys "gpt", "head")
-    """
-    where = "reward_model_forward"
-    c = _config(config, where)
+def check_reward_inputs(params, ids, config, where):
+    """The checks at the reward model's entry: ``(config, dtype, trunk, ids)``, trunk the
+    GPT's parameters (``params`` without the head, checked against the config)."""
+    c = check_config(config, GPTConfig, where)
     missing = [k for k in REWARD_KEYS if k not in params]
     if missing:
         raise ValueError(f"{where}: params has no {missing}; expected the dict of "
                          "init_reward_model")
-    gpt_params = {k: p for k, p in params.items() if k not in REWARD_KEYS}
-    ids = np.asarray(ids)
-    if mask is None:
-        mask = ids != PAD_ID
-    _, gcache = gpt_forward(gpt_params, ids, config=c)
-    h = gcache["head"]["x"]                                 # (B, T, d) final hidden states
-    r, hcache = reward_head_forward(h, params["reward.w"], params["reward.b"], mask=mask,
-                                    pooling=pooling)
-    return r, {"gpt": gcache, "head": hcache, "keys": tuple(params)}
+    trunk = {k: p for k, p in params.items() if k not in REWARD_KEYS}
+    dtype = check_params(trunk, gpt_param_shapes(c), where)
+    return c, dtype, trunk, check_ids(ids, "ids", c.vocab_size, c, where)
+
+
+def reward_model_forward(params, ids, *, config, mask=None, pooling="last", pad_id=0):
+    """Reward of each sequence (003 §9.1.2): the GPT's trunk, then the scalar head.
+
+        x = E[ids] + P;  x = block_l(x) for l = 0..L-1;  h = N_f(x);  r = head(h)
+
+    params: GPT parameters plus ``"reward.w"``, ``"reward.b"`` (:func:`init_reward_model`)
+    ids: (B, T) ints;  mask: (B, T) bool, True at real tokens (default ``ids != pad_id``,
+    the tokenizers' ``<pad>`` is 0)
+    -> r: (B,), cache: the steps' caches "embed", "h0" .. "h{L-1}", "norm_f" (pre-norm),
+    "reward" (the head's), as in ``gpt_forward``
+    """
+    c, dtype, trunk, ids = check_reward_inputs(params, ids, config, "reward_model_forward")
+    mask = ids != pad_id if mask is None else mask
+    o, rope = block_kwargs(c, rng=None, train=False), rope_option(c)
+    cache = {"config": c, "options": o, "dtype": dtype, "shapes": gpt_param_shapes(c)}
+    x, cache["embed"] = embed_forward(trunk, ids, np.arange(ids.shape[1]), c)        # E[ids] + P
+    for l in range(c.n_layers):
+        x, cache[f"h{l}"] = decoder_block_forward(x, None, trunk, prefix=f"h{l}.", rope=rope,
+                                                  **o)                                # x = block_l(x)
+    if c.norm == "pre":
+        x, cache["norm_f"] = norm_forward(x, trunk, "norm_f", o)                     # h = N_f(x)
+    r, cache["reward"] = reward_head_forward(x, params["reward.w"], params["reward.b"],
+                                             mask=mask, pooling=pooling)              # r = head(h)
+    return r, cache
 
 
 def reward_model_backward(dr, cache):
     """Backward of :func:`reward_model_forward`: a dict with every key of ``params``
     (zeros for the unused vocabulary head ``lm_head.W``)."""
-    dh, dw, db = reward_head_backward(dr, cache["head"])
-    g = cache["gpt"]
-    c = g["config"]
-    grads = {"reward.w": dw, "reward.b": db}
-    dx = dh
+    c, o, grads = cache["config"], cache["options"], {}
+    dx, grads["reward.w"], grads["reward.b"] = reward_head_backward(dr, cache["reward"])  # head(h)
     if c.norm == "pre":
-        dx, gn = _final_norm_backward(dx, g["norm_f"], "norm_f", c)     # h = N_f(x)
-        grads.update(gn)
-    for cb in reversed(g["blocks"]):
-        dx, _, gb = decoder_block_backward(dx, cb)                     # x = block(x)
-        grads.update(gb)
-    grads = _add_grads(grads, _embed_backward(dx, g["embed"]))         # x = E[ids] + P
-    shapes = gpt_param_shapes(c)
-    for k in cache["keys"]:
+        dx = norm_backward(dx, cache["norm_f"], grads, "norm_f", o)                  # h = N_f(x)
+    for l in reversed(range(c.n_layers)):
+        dx, _, g = decoder_block_backward(dx, cache[f"h{l}"])                        # x = block_l(x)
+        grads.update(g)
+    embed_backward(dx, cache["embed"], grads)                                        # E[ids] + P
+    for k, shape in cache["shapes"].items():
         if k not in grads:                  # the vocabulary head takes no part in the reward
-            grads[k] = np.zeros(shapes[k], dtype=g["dtype"])
+            grads[k] = np.zeros(shape, grads["reward.w"].dtype)
     return grads
 
 
 def reward_model_loss(params, chosen_ids, rejected_ids, *, config, chosen_mask=None,
-                      rejected_mask=None, pooling="last"):
+                      rejected_mask=None, pooling="last", pad_id=0):
     """Bradley-Terry loss of a reward model on preference pairs (003 §9.1.2):
     ``(loss, grads, metrics)``.
 
         loss = mean_i -log sigma(r(x_i, y_c,i) - r(x_i, y_r,i))
 
     chosen_ids, rejected_ids: (B, T) whole sequences ``<bos> x <sep> y <eos> <pad>...``;
-    masks: True at the tokens the reward reads (default: not padding). Both halves go
+    masks: True at the tokens the reward reads (default: ``ids != pad_id``). Both halves go
     through the model in one batch. metrics: "accuracy" (fraction with r_c > r_r),
     "margin" (mean r_c - r_r).
     """
@@ -432,8 +431,8 @@ def reward_model_loss(params, chosen_ids, rejected_ids, *, config, chosen_mask=N
         raise ValueError(f"reward_model_loss: rejected_ids has shape {rejected_ids.shape} but "
                          f"chosen_ids has shape {chosen_ids.shape}; expected the same shape")
     n = chosen_ids.shape[0]
-    cm = chosen_ids != PAD_ID if chosen_mask is None else np.asarray(chosen_mask)
-    rm = rejected_ids != PAD_ID if rejected_mask is None else np.asarray(rejected_mask)
+    cm = chosen_ids != pad_id if chosen_mask is None else np.asarray(chosen_mask)
+    rm = rejected_ids != pad_id if rejected_mask is None else np.asarray(rejected_mask)
     r, cache = reward_model_forward(params, np.concatenate([chosen_ids, rejected_ids]),
                                     config=config, mask=np.concatenate([cm, rm]), pooling=pooling)
     loss, lcache = bradley_terry_loss_forward(r[:n], r[n:])
@@ -545,34 +544,42 @@ def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_
 
 
 def complete_prompts(params, ids, prompt_lengths, *, config, max_new_tokens, temperature=0.0,
-                     top_k=None, rng=None, batch_size=256):
+                     top_k=None, rng=None, batch_size=256, eos_id=2, pad_id=0):
     """Continue the prompts ``ids[i, :L_i]`` until ``<eos>`` (``generate`` with the KV cache):
     greedy by default, or sampled with ``temperature``/``top_k`` and ``rng``.
 
     ids: (n, T) rows starting with a prompt of length ``prompt_lengths[i]`` (e.g. a
-    ``make_task`` dict's "ids" and "prompt_lengths"). Returns ``(seqs, mask)``: (n, W) ids
+    ``make_task`` dict's "ids" and "prompt_lengths"). Prompts of one length are generated
+    together, ``batch_size`` at a time. eos_id, pad_id: the ``<eos>`` and ``<pad>`` ids
+    (2 and 0 in the package's tokenizers). Returns ``(seqs, mask)``: (n, W) ids
     ``prompt, completion`` then ``<pad>``, ``W = max(L_i) + max_new_tokens``, and the bool
     mask of the completion tokens up to and including the first ``<eos>`` (all
     ``max_new_tokens`` of them when none came) -- the layout that
     :func:`completion_logprobs_forward` and :func:`completion_kl` read.
     """
+    where = "complete_prompts"
+    batch_size = count(batch_size, "batch_size", where)
     ids, prompt_lengths = np.asarray(ids), np.asarray(prompt_lengths)
+    if ids.ndim != 2 or prompt_lengths.shape != (ids.shape[0],):
+        raise ValueError(f"{where}: ids has shape {ids.shape} and prompt_lengths "
+                         f"{prompt_lengths.shape}; expected (n, T) and (n,)")
     n = ids.shape[0]
     width = int(prompt_lengths.max()) + max_new_tokens
-    seqs = np.full((n, width), PAD_ID, dtype=np.int64)
+    seqs = np.full((n, width), pad_id, dtype=np.int64)
     mask = np.zeros((n, width), dtype=bool)
-    for idx, prompt in prompt_batches(ids, prompt_lengths, batch_size):
-        L = prompt.shape[1]
-        out = generate(params, prompt, config=config, max_new_tokens=max_new_tokens,
-                       temperature=temperature, top_k=top_k, rng=rng, eos_id=EOS_ID)
-        new = out[:, L:]
-        # keep the tokens up to and including the first <eos>
-        is_eos = new == EOS_ID
-        first = np.where(is_eos.any(axis=1), is_eos.argmax(axis=1), new.shape[1] - 1)
-        keep = np.arange(new.shape[1]) <= first[:, None]
-        seqs[idx, :L] = prompt
-        seqs[idx, L:L + new.shape[1]] = np.where(keep, new, PAD_ID)
-        mask[idx, L:L + new.shape[1]] = keep
+    for L in np.unique(prompt_lengths).tolist():      # generate takes prompts of one length
+        rows = np.flatnonzero(prompt_lengths == L)
+        for idx in (rows[i:i + batch_size] for i in range(0, rows.size, batch_size)):
+            out = generate(params, ids[idx, :L], config=config, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_k=top_k, rng=rng, eos_id=eos_id)
+            new = out[:, L:]
+            # keep the tokens up to and including the first <eos>
+            is_eos = new == eos_id
+            first = np.where(is_eos.any(axis=1), is_eos.argmax(axis=1), new.shape[1] - 1)
+            keep = np.arange(new.shape[1]) <= first[:, None]
+            seqs[idx, :L] = ids[idx, :L]
+            seqs[idx, L:L + new.shape[1]] = np.where(keep, new, pad_id)
+            mask[idx, L:L + new.shape[1]] = keep
     return seqs, mask
 
 

@@ -14,8 +14,8 @@ gradient exact, for any finite margin (the notes' listing computes
 """
 import numpy as np
 
-from . import _validate as v
-from .activations import log_softmax
+from .activations import log_softmax, sigmoid
+from .contract import backward_of, float_array, int_array, one_of, op, positive, probability
 
 __all__ = [
     "log_sigmoid",
@@ -43,35 +43,88 @@ def log_sigmoid(x):
     return np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
 
 
-def _sigmoid(x):
-    """Stable ``sigma(x)`` with full relative precision in both tails.
+# ---------------------------------------------------------------------------------------
+# validators of the arguments these ops alone take
 
-        sigma(x) = 1 / (1 + e^{-x})  for x >= 0,     e^{x} / (1 + e^{x})  for x < 0
-    """
-    e = np.exp(-np.abs(x))          # in (0, 1]: never overflows
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+def token_targets(targets, name, where, args):
+    """Integer token ids of shape ``logits.shape[:-1]`` (their range is checked with the mask)."""
+    targets = int_array(targets, name, where, low=-np.inf)
+    if targets.shape != args["logits"].shape[:-1]:
+        raise ValueError(f"{where}: {name} has shape {targets.shape} but logits has shape "
+                         f"{args['logits'].shape}; expected {name} of shape "
+                         f"{args['logits'].shape[:-1]} (..., T)")
+    return targets
 
 
-def _as_bool_mask(mask, shape, where):
-    """A completion mask as booleans: bool, or 0/1 numbers (True/1 = token counted)."""
-    if isinstance(mask, np.matrix):
-        mask = np.asarray(mask).view(np.ndarray)
+def completion_mask(mask, name, where, args):
+    """The completion mask as booleans (bool, or 0/1 numbers; True = token counted), of the
+    targets' shape; the targets it counts must be token ids in ``[0, V)``."""
+    targets, V = args["targets"], args["logits"].shape[-1]
     mask = np.asarray(mask)
-    if mask.shape != tuple(shape):
-        raise ValueError(f"{where}: mask has shape {mask.shape}; expected {tuple(shape)}, "
+    if mask.shape != targets.shape:
+        raise ValueError(f"{where}: {name} has shape {mask.shape}; expected {targets.shape}, "
                          "the shape of targets")
-    if mask.dtype == np.bool_:
-        return mask
-    if mask.dtype.kind not in "iuf":
-        raise TypeError(f"{where}: mask has dtype {mask.dtype}; expected a boolean array "
-                        "(or 0/1 numbers), True = completion token counted")
-    if not np.all((mask == 0) | (mask == 1)):
-        bad = mask[(mask != 0) & (mask != 1)].ravel()[0]
-        raise ValueError(f"{where}: mask holds the value {bad}; expected only 0 and 1 "
-                         "(True = completion token counted, False = prompt or padding)")
-    return mask == 1
+    if mask.dtype != np.bool_:
+        if mask.dtype.kind not in "iuf":
+            raise TypeError(f"{where}: {name} has dtype {mask.dtype}; expected a boolean array "
+                            "(or 0/1 numbers), True = completion token counted")
+        bad = mask[(mask != 0) & (mask != 1)]
+        if bad.size:
+            raise ValueError(f"{where}: {name} holds the value {bad[0]}; expected only 0 and 1 "
+                             "(True = completion token counted, False = prompt or padding)")
+        mask = mask == 1
+    counted = targets[mask]
+    if counted.size and (counted.min() < 0 or counted.max() >= V):
+        raise ValueError(f"{where}: targets at counted ({name}=True) positions have values in "
+                         f"[{counted.min()}, {counted.max()}]; expected values in [0, {V})")
+    return mask
 
 
+def pairs(v, name, where, args):
+    """One value per preference pair: at least one pair."""
+    if v.size == 0:
+        raise ValueError(f"{where}: {name} is empty; expected at least one pair")
+    return v
+
+
+def pairs_like(first):
+    """A validator: one value per pair, the same shape as the argument ``first``."""
+    def check(v, name, where, args):
+        if v.shape != args[first].shape:
+            raise ValueError(f"{where}: {name} has shape {v.shape} but {first} has shape "
+                             f"{args[first].shape}; expected one value per pair, the same shape")
+        return v
+    check.__doc__ = f"one value per pair, the shape of {first}"
+    return check
+
+
+def label_smoothing_of_pairs(eps, name, where, args):
+    """A number in [0, 1], or one per pair (an array of policy_chosen's shape); non-zero only
+    for loss_type "sigmoid" (validated before it). An array is cast to the pairs' dtype."""
+    pc = args["policy_chosen"]
+    if isinstance(eps, (list, tuple, np.ndarray)):
+        eps = float_array(eps, name, where)
+        if eps.shape != pc.shape:
+            raise ValueError(f"{where}: {name} has shape {eps.shape}; expected a number or one "
+                             f"value per pair, shape {pc.shape}")
+        if not np.all((eps >= 0) & (eps <= 1)):
+            raise ValueError(f"{where}: {name} has values in [{eps.min()}, {eps.max()}]; "
+                             "expected values in [0, 1]")
+        eps = eps.astype(pc.dtype, copy=False)
+    else:
+        eps = probability(eps, name, where)
+    if np.any(eps != 0) and args["loss_type"] != "sigmoid":
+        raise ValueError(f"{where}: {name} is non-zero but loss_type is {args['loss_type']!r}; "
+                         "label smoothing is defined for loss_type 'sigmoid' only (conservative "
+                         "DPO); expected label_smoothing=0.0")
+    return eps
+
+
+# ---------------------------------------------------------------------------------------
+# sequence log-probabilities
+
+@op("logits: (..., T, V)", "targets: any (..., T)", "mask: any (..., T)",
+    targets=token_targets, mask=completion_mask)
 def sequence_logprobs_forward(logits, targets, mask):
     """Log-probability of each completion: ``log pi(y | x) = sum_t mask_t log softmax(z_t)[y_t]``.
 
@@ -88,66 +141,33 @@ def sequence_logprobs_forward(logits, targets, mask):
     cache keys: "probs" (softmax(logits), (..., T, V)), "targets" (ids, masked positions
     set to 0), "mask" (bool, (..., T)).
     """
-    where = "sequence_logprobs_forward"
-    logits = v.float_array(logits, "logits", where)
-    v.min_ndim(logits, 2, "logits", where, "(..., T, V)")
-    targets = np.asarray(targets)
-    if targets.dtype.kind not in "iu":
-        raise TypeError(f"{where}: targets has dtype {targets.dtype}; expected an integer array "
-                        "of token ids")
-    if targets.shape != logits.shape[:-1]:
-        raise ValueError(f"{where}: targets has shape {targets.shape} but logits has shape "
-                         f"{logits.shape}; expected targets of shape {logits.shape[:-1]} (..., T)")
-    mask = _as_bool_mask(mask, targets.shape, where)
-    V = logits.shape[-1]
-    counted = targets[mask]
-    if counted.size and (counted.min() < 0 or counted.max() >= V):
-        raise ValueError(f"{where}: targets at counted (mask=True) positions have values in "
-                         f"[{counted.min()}, {counted.max()}]; expected values in [0, {V})")
-    t = np.where(mask, targets, 0)                       # safe ids: masked positions read id 0
-    logp_all = log_softmax(logits, axis=-1)              # (..., T, V)
-    picked = np.take_along_axis(logp_all, t[..., None], axis=-1)[..., 0]   # (..., T)
-    logp = np.sum(np.where(mask, picked, 0.0).astype(logits.dtype, copy=False), axis=-1)
-    cache = {"probs": np.exp(logp_all), "targets": t, "mask": mask}
-    return logp, cache
+    y = np.where(mask, targets, 0)                           # masked positions read id 0
+    logp = log_softmax(logits, axis=-1)                      # log pi(v | x, y_<t), every v
+    logp_y = np.take_along_axis(logp, y[..., None], axis=-1)[..., 0]   # log pi(y_t | x, y_<t)
+    out = (logp_y * mask).sum(-1)                            # sum over the completion's tokens
+    with np.errstate(under="ignore"):
+        probs = np.exp(logp)                                 # pi(v | x, y_<t), for the backward
+    return out, {"probs": probs, "targets": y, "mask": mask}
 
 
+@backward_of(sequence_logprobs_forward)
 def sequence_logprobs_backward(dout, cache):
-    """Backward of :func:`sequence_logprobs_forward`.
+    """Gradient of :func:`sequence_logprobs_forward`.
+
+        dlogits_t = dout * mask_t * (onehot(y_t) - softmax(z_t))
 
     dout: (...,)  ->  (dlogits (..., T, V), None, None)
     """
-    probs, t, mask = cache["probs"], cache["targets"], cache["mask"]
-    dout = v.float_array(dout, "dout", "sequence_logprobs_backward").astype(probs.dtype, copy=False)
-    if dout.shape != probs.shape[:-2]:
-        raise ValueError(f"sequence_logprobs_backward: dout has shape {dout.shape}; expected "
-                         f"{probs.shape[:-2]}, one value per sequence")
-    # w_t = dout * mask_t: each counted position gets the sequence's upstream gradient.
-    w = np.where(mask, dout[..., None], 0.0).astype(probs.dtype, copy=False)     # (..., T)
-    onehot = (np.arange(probs.shape[-1]) == t[..., None]).astype(probs.dtype)    # (..., T, V)
-    # d log softmax(z)[y] / dz_j = [j == y] - p_j
-    dlogits = w[..., None] * (onehot - probs)
-    return dlogits, None, None
+    probs, y, mask = cache["probs"], cache["targets"], cache["mask"]
+    onehot = np.arange(probs.shape[-1]) == y[..., None]     # [v = y_t]
+    w = dout[..., None] * mask                               # counted tokens get their sequence's dout
+    return w[..., None] * (onehot - probs), None, None       # d log softmax(z)_y / dz_v = [v=y] - p_v
 
 
-def _same_shape(arrays, names, where):
-    first, name0 = arrays[0], names[0]
-    for a, n in zip(arrays[1:], names[1:]):
-        if a.shape != first.shape:
-            raise ValueError(f"{where}: {n} has shape {a.shape} but {name0} has shape "
-                             f"{first.shape}; expected one value per pair, the same shape")
-    if first.size == 0:
-        raise ValueError(f"{where}: {name0} is empty; expected at least one pair")
+# ---------------------------------------------------------------------------------------
+# Bradley-Terry
 
-
-def _scalar_dout(dout, dtype, where):
-    dout = np.asarray(dout)
-    if dout.shape != () or dout.dtype.kind not in "iuf":
-        raise ValueError(f"{where}: dout is {v._describe(dout)}; expected a single number "
-                         "(the loss is a scalar)")
-    return dout.astype(dtype)
-
-
+@op("r_chosen: (...)", "r_rejected: (...)", r_chosen=pairs, r_rejected=pairs_like("r_chosen"))
 def bradley_terry_loss_forward(r_chosen, r_rejected):
     """Bradley-Terry reward-model loss (003 §9.1.2).
 
@@ -156,28 +176,31 @@ def bradley_terry_loss_forward(r_chosen, r_rejected):
     (the notes' ``P(i > j) = p_i / (p_i + p_j)`` with ``p = exp(r)``). Maximising the
     likelihood of the human preferences is minimising this loss.
 
-    r_chosen, r_rejected: (...) one reward per pair, same shape -> loss: 0-d, input dtype.
-    cache keys: "d" (r_c - r_r), "n" (number of pairs).
+    r_chosen, r_rejected: (...) one reward per pair, same shape -> loss: a scalar, input dtype.
+    cache keys: "d" (r_c - r_r).
     """
-    where = "bradley_terry_loss_forward"
-    r_chosen = v.float_array(r_chosen, "r_chosen", where)
-    r_rejected = v.float_array(r_rejected, "r_rejected", where)
-    _same_shape((r_chosen, r_rejected), ("r_chosen", "r_rejected"), where)
-    dtype = v.result_dtype(r_chosen, r_rejected)
-    d = (r_chosen - r_rejected).astype(dtype, copy=False)
-    loss = np.asarray(np.mean(-log_sigmoid(d)), dtype=dtype)
-    return loss, {"d": d, "n": d.size}
+    d = r_chosen - r_rejected                       # r_c - r_r
+    return np.mean(-log_sigmoid(d)), {"d": d}       # mean -log sigma(r_c - r_r)
 
 
+@backward_of(bradley_terry_loss_forward)
 def bradley_terry_loss_backward(dout, cache):
-    """Backward of :func:`bradley_terry_loss_forward` -> ``(dr_chosen, dr_rejected)``."""
-    d, n = cache["d"], cache["n"]
-    dout = _scalar_dout(dout, d.dtype, "bradley_terry_loss_backward")
-    # d(-log sigma(d))/dd = -sigma(-d);  the mean divides by n
-    dd = -_sigmoid(-d) * (dout / n)
-    return dd, -dd                                    # d = r_c - r_r
+    """Gradient of :func:`bradley_terry_loss_forward` -> ``(dr_chosen, dr_rejected)``.
+
+        d(-log sigma(d))/dd = -sigma(-d),   averaged over the n pairs
+    """
+    d = cache["d"]
+    dd = -sigmoid(-d) * dout / d.size               # d/dd [-log sigma(d)] = -sigma(-d); mean: 1/n
+    return dd, -dd                                  # d = r_c - r_r
 
 
+# ---------------------------------------------------------------------------------------
+# DPO
+
+@op("policy_chosen: (...)", "policy_rejected: (...)", "ref_chosen: (...)", "ref_rejected: (...)",
+    policy_chosen=pairs, policy_rejected=pairs_like("policy_chosen"),
+    ref_chosen=pairs_like("policy_chosen"), ref_rejected=pairs_like("policy_chosen"),
+    beta=positive, loss_type=one_of(*DPO_LOSS_TYPES), label_smoothing=label_smoothing_of_pairs)
 def dpo_loss_forward(policy_chosen, policy_rejected, ref_chosen, ref_rejected, *, beta=0.1,
                      label_smoothing=0.0, loss_type="sigmoid"):
     """DPO loss (003 §9.2, eq. 9.1) and its conservative, hinge and IPO forms.
@@ -199,83 +222,52 @@ def dpo_loss_forward(policy_chosen, policy_rejected, ref_chosen, ref_rejected, *
     label smoothing: TRL ignores it for them with a warning, so a non-zero value is refused.
 
     policy_chosen, policy_rejected, ref_chosen, ref_rejected: (...) sequence log-probs, one
-    per pair, same shape (e.g. from :func:`sequence_logprobs_forward`) -> loss: 0-d.
+    per pair, same shape (e.g. from :func:`sequence_logprobs_forward`) -> loss: a scalar.
     The reference log-probs are constants: the backward returns None for them.
 
     cache keys: "chosen_rewards" (r_c), "rejected_rewards" (r_r), "margins" (r_c - r_r),
     "accuracy" (fraction of pairs with r_c > r_r), "z", "h", "beta", "eps", "loss_type",
     "n" (number of pairs). See :func:`dpo_metrics`.
     """
-    where = "dpo_loss_forward"
-    names = ("policy_chosen", "policy_rejected", "ref_chosen", "ref_rejected")
-    arrays = [v.float_array(a, n, where) for a, n in
-              zip((policy_chosen, policy_rejected, ref_chosen, ref_rejected), names)]
-    _same_shape(arrays, names, where)
-    beta = v.number(beta, "beta", where, low=0.0, low_open=True)
-    v.choice(loss_type, "loss_type", where, DPO_LOSS_TYPES)
-    dtype = v.result_dtype(*arrays)
-    pc, pr, rc, rr = (a.astype(dtype, copy=False) for a in arrays)
-    eps = _label_smoothing(label_smoothing, pc.shape, dtype, loss_type, where)
-
-    chosen_rewards = beta * (pc - rc)              # r_c = beta log(pi_theta / pi_ref)(y_c)
-    rejected_rewards = beta * (pr - rr)            # r_r
-    h = (pc - rc) - (pr - rr)                      # difference of log-ratios
-    z = beta * h
+    eps = label_smoothing
+    chosen_rewards = beta * (policy_chosen - ref_chosen)     # r_c = beta log(pi_theta/pi_ref)(y_c)
+    rejected_rewards = beta * (policy_rejected - ref_rejected)   # r_r
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)   # difference of log-ratios
+    z = beta * h                                             # z = r_c - r_r   (003 eq. 9.1)
     if loss_type == "sigmoid":
-        losses = -(1.0 - eps) * log_sigmoid(z) - eps * log_sigmoid(-z)
+        losses = -(1 - eps) * log_sigmoid(z) - eps * log_sigmoid(-z)   # conservative DPO
     elif loss_type == "hinge":
-        losses = np.maximum(1.0 - z, 0.0)
-    else:  # "ipo"
-        losses = (h - 1.0 / (2.0 * beta)) ** 2
-    loss = np.asarray(np.mean(losses), dtype=dtype)
+        losses = np.maximum(0, 1 - z)                        # SLiC
+    else:
+        losses = (h - 1 / (2 * beta)) ** 2                   # IPO
     margins = chosen_rewards - rejected_rewards
     cache = {"chosen_rewards": chosen_rewards, "rejected_rewards": rejected_rewards,
-             "margins": margins, "accuracy": float(np.mean(chosen_rewards > rejected_rewards)),
+             "margins": margins, "accuracy": float(np.mean(margins > 0)),
              "z": z, "h": h, "beta": beta, "eps": eps, "loss_type": loss_type, "n": z.size}
-    return loss, cache
+    return losses.mean(), cache                              # mean over pairs
 
 
-def _label_smoothing(eps, shape, dtype, loss_type, where):
-    """``label_smoothing`` as a float in [0, 1], or a float array of that shape."""
-    if isinstance(eps, (list, tuple, np.ndarray)):
-        eps = v.float_array(eps, "label_smoothing", where)
-        if eps.shape != tuple(shape):
-            raise ValueError(f"{where}: label_smoothing has shape {eps.shape}; expected a number "
-                             f"or one value per pair, shape {tuple(shape)}")
-        if not np.all((eps >= 0) & (eps <= 1)):
-            raise ValueError(f"{where}: label_smoothing has values in [{eps.min()}, {eps.max()}]; "
-                             "expected values in [0, 1]")
-        nonzero = bool(np.any(eps != 0))
-        eps = eps.astype(dtype, copy=False)
-    else:
-        eps = v.number(eps, "label_smoothing", where, low=0.0, high=1.0)
-        nonzero = eps != 0.0
-    if nonzero and loss_type != "sigmoid":
-        raise ValueError(f"{where}: label_smoothing is non-zero but loss_type is {loss_type!r}; "
-                         "label smoothing is defined for loss_type 'sigmoid' only (conservative "
-                         "DPO); expected label_smoothing=0.0")
-    return eps
-
-
+@backward_of(dpo_loss_forward)
 def dpo_loss_backward(dout, cache):
-    """Backward of :func:`dpo_loss_forward`.
+    """Gradient of :func:`dpo_loss_forward`.
+
+        sigmoid: dh = beta (-(1 - eps) sigma(-z) + eps sigma(z))
+        hinge:   dh = -beta [z < 1]
+        ipo:     dh = 2 (h - 1/(2 beta))
+        (each times dout / n), and h = pc - pr - (rc - rr)
 
     -> ``(d_policy_chosen, d_policy_rejected, None, None)`` (the reference is frozen).
     """
-    z, h, beta, eps, n = cache["z"], cache["h"], cache["beta"], cache["eps"], cache["n"]
-    dout = _scalar_dout(dout, z.dtype, "dpo_loss_backward")
-    g = dout / n                                         # d mean / d loss_i
+    z, h, beta, eps = cache["z"], cache["h"], cache["beta"], cache["eps"]
+    g = dout / cache["n"]                                    # d mean / d loss_i
     if cache["loss_type"] == "sigmoid":
-        # d/dz[-log sigma(z)] = -sigma(-z),  d/dz[-log sigma(-z)] = sigma(z);  dz/dh = beta
-        dh = (-(1.0 - eps) * _sigmoid(-z) + eps * _sigmoid(z)) * (beta * g)
+        dz = -(1 - eps) * sigmoid(-z) + eps * sigmoid(z)     # d/dz -log sigma(z) = -sigma(-z)
+        dh = beta * dz * g                                   # dz/dh = beta
     elif cache["loss_type"] == "hinge":
-        # d/dz max(0, 1 - z) = -1 where z < 1, else 0 (0 at the kink, as ReLU'(0) = 0)
-        dh = np.where(z < 1.0, -beta, 0.0).astype(z.dtype, copy=False) * g
-    else:  # "ipo"
-        # d/dh (h - 1/(2 beta))^2 = 2 (h - 1/(2 beta))
-        dh = 2.0 * (h - 1.0 / (2.0 * beta)) * g
-    dh = dh.astype(z.dtype, copy=False)
-    return dh, -dh, None, None                           # h = pc - pr - (rc - rr)
+        dh = -beta * (z < 1) * g                             # d/dz max(0, 1 - z) = -[z < 1]
+    else:
+        dh = 2 * (h - 1 / (2 * beta)) * g                    # d/dh (h - 1/(2 beta))^2
+    return dh, -dh, None, None                               # h = pc - pr - (rc - rr)
 
 
 def dpo_metrics(cache):

@@ -56,11 +56,14 @@ import math
 
 import numpy as np
 
-from . import _validate as v
+from .contract import (backward_of, bool_array, count, float_array, flag, generator, int_array,
+                       op)
 from .embedding import embedding_backward, embedding_forward
 from .linear import linear_backward, linear_forward
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .scoring import additive_attention_backward, additive_attention_forward
+from .seq2seq import IGNORE, teacher_forcing
+from .transformer import check_dlogits, float_dtype, token_count, token_id
 
 __all__ = [
     "gru_cell_forward", "gru_cell_backward",
@@ -83,28 +86,81 @@ def _rows(x):
 # The GRU cell with the context term (002 "Hidden state of the decoder")
 # ---------------------------------------------------------------------------------------
 
-def _gru_cell(e, h_prev, W_e, W_h, b, c, W_c):
-    """The cell's arithmetic, inputs already checked and of one dtype."""
+def _three_gate_blocks(W, name, where, args):
+    """A matrix of three gate blocks [r | z | h~] side by side: 3d columns, d = h_prev's size."""
+    h_prev = args["h_prev"]
     d = h_prev.shape[-1]
-    P = e @ W_e                                   # (..., 3d): e_t [W_re | W_ze | W_he]
+    if W.shape[1] != 3 * d:
+        raise ValueError(f"{where}: {name} has shape {W.shape} but h_prev has shape {h_prev.shape}; "
+                         f"expected {name} of shape ({W.shape[0]}, {3 * d}) = (.., 3d), the gate "
+                         "blocks [r | z | h~]")
+    return W
+
+
+def _rows_of_h_prev(x, name, where, args):
+    """None, or an array with exactly h_prev's leading (batch) axes."""
+    h_prev = args["h_prev"]
+    if x is not None and x.shape[:-1] != h_prev.shape[:-1]:
+        raise ValueError(f"{where}: {name} has shape {x.shape} but h_prev has shape {h_prev.shape}; "
+                         "expected the same leading (batch) axes")
+    return x
+
+
+def _with_context(W_c, name, where, args):
+    """Given exactly when the context c is given."""
+    if (args["c"] is None) != (W_c is None):
+        raise ValueError(f"{where}: c is {'None' if args['c'] is None else 'given'} but W_c is "
+                         f"{'None' if W_c is None else 'given'}; expected both or neither")
+    return W_c
+
+
+@op("e: (..., d_e)", "h_prev: (..., d)", "W_e: (d_e, 3d)", "W_h: (d, *)", "b: (3d,)?",
+    "c: (..., d_c)?", "W_c: (d_c, 3d)?", e=_rows_of_h_prev, c=_rows_of_h_prev,
+    W_e=_three_gate_blocks, W_h=_three_gate_blocks, W_c=_with_context)
+def gru_cell_forward(e, h_prev, W_e, W_h, b=None, c=None, W_c=None):
+    """One GRU step with an optional context term (002 "Hidden state of the decoder";
+    Cho et al. 2014; the decoder of Bahdanau et al. 2014).
+
+        R_t  = sigma(h_{t-1} W_rh + e_t W_re + c_t W_rc + b_r)
+        Z_t  = sigma(h_{t-1} W_zh + e_t W_ze + c_t W_zc + b_z)
+        h~_t = tanh((R_t * h_{t-1}) W_hh + e_t W_he + c_t W_hc + b_h)
+        h_t  = Z_t * h_{t-1} + (1 - Z_t) * h~_t
+
+    The gates' weights are stacked in column blocks [r | z | h~], so that the input terms
+    of all three gates are one product P = e_t W_e + c_t W_c + b:
+    e: (..., d_e)   h_prev: (..., d)   W_e: (d_e, 3d) = [W_re | W_ze | W_he]
+    W_h: (d, 3d) = [W_rh | W_zh | W_hh]   b: (3d,) or None
+    c: (..., d_c) or None (no context: the encoder's GRU)   W_c: (d_c, 3d) or None
+    ->  h: (..., d).   e, h_prev and c share their leading axes.
+
+    cache keys: "e", "h_prev", "c", "W_e", "W_h", "W_c", "has_b", "R", "Z", "Rh" (R * h_prev),
+    "h_tilde".
+    """
+    d = h_prev.shape[-1]
+    P = e @ W_e                                               # e_t [W_re | W_ze | W_he]
     if b is not None:
-        P = P + b
+        P = P + b                                             #   + [b_r | b_z | b_h]
     if c is not None:
-        P = P + c @ W_c                           # + c_t [W_rc | W_zc | W_hc]
-    P_rz = P[..., :2 * d] + h_prev @ W_h[:, :2 * d]   # + h_{t-1} [W_rh | W_zh]
-    R = _sigmoid(P_rz[..., :d])                   # reset gate R_t
-    Z = _sigmoid(P_rz[..., d:])                   # update gate Z_t
-    Rh = R * h_prev                               # R_t * h_{t-1}
+        P = P + c @ W_c                                       #   + c_t [W_rc | W_zc | W_hc]
+    R = _sigmoid(P[..., :d] + h_prev @ W_h[:, :d])            # reset gate R_t
+    Z = _sigmoid(P[..., d:2 * d] + h_prev @ W_h[:, d:2 * d])  # update gate Z_t
+    Rh = R * h_prev                                           # R_t * h_{t-1}
     h_tilde = np.tanh(P[..., 2 * d:] + Rh @ W_h[:, 2 * d:])   # candidate h~_t
-    h = Z * h_prev + (1.0 - Z) * h_tilde          # h_t = Z h_{t-1} + (1 - Z) h~_t
-    cache = {"e": e, "h_prev": h_prev, "c": c, "W_e": W_e, "W_h": W_h, "W_c": W_c,
-             "has_b": b is not None, "R": R, "Z": Z, "Rh": Rh, "h_tilde": h_tilde,
-             "dtype": h.dtype, "out_shape": h.shape}
-    return h, cache
+    h = Z * h_prev + (1.0 - Z) * h_tilde                      # h_t = Z h_{t-1} + (1 - Z) h~_t
+    return h, {"e": e, "h_prev": h_prev, "c": c, "W_e": W_e, "W_h": W_h, "W_c": W_c,
+               "has_b": b is not None, "R": R, "Z": Z, "Rh": Rh, "h_tilde": h_tilde}
 
 
-def _gru_cell_backward(dh, cache):
-    """Gradients (de, dh_prev, dW_e, dW_h, db, dc, dW_c) of one step, dh already checked."""
+@backward_of(gru_cell_forward)
+def gru_cell_backward(dh, cache):
+    """Gradient of :func:`gru_cell_forward`: ``(de, dh_prev, dW_e, dW_h, db, dc, dW_c)``,
+    ``db`` None without b and ``dc``, ``dW_c`` None without a context.
+
+        dZ = dh (h_prev - h~),  dP_z = dZ Z (1 - Z),  dP_h = dh (1 - Z)(1 - h~^2)
+        d(R h_prev) = dP_h W_hh^T,  dP_r = d(R h_prev) h_prev R (1 - R)
+        dh_prev = dh Z + d(R h_prev) R + [dP_r | dP_z] [W_rh | W_zh]^T
+        then every input x of the stacked pre-activation P: dx = dP W_x^T, dW_x = x^T dP
+    """
     e, h_prev, c, W_e, W_h, W_c = (cache[k] for k in ("e", "h_prev", "c", "W_e", "W_h", "W_c"))
     R, Z, Rh, h_tilde = cache["R"], cache["Z"], cache["Rh"], cache["h_tilde"]
     d = h_prev.shape[-1]
@@ -124,85 +180,9 @@ def _gru_cell_backward(dh, cache):
     dW_h = np.concatenate([_rows(h_prev).T @ _rows(dP_rz),    # [W_rh | W_zh]: h_prev^T dP_rz
                            _rows(Rh).T @ _rows(dP_h)], axis=-1)  # W_hh: (R h_prev)^T dP_h
     db = _rows(dP).sum(axis=0) if cache["has_b"] else None   # db = dP summed over rows
-    dc = dW_c = None
-    if c is not None:
-        dc = dP @ W_c.T                           # P has c W_c  ->  dc = dP W_c^T
-        dW_c = _rows(c).T @ _rows(dP)             #              ->  dW_c = c^T dP
+    dc = None if c is None else dP @ W_c.T                  # P has c W_c  ->  dc = dP W_c^T
+    dW_c = None if c is None else _rows(c).T @ _rows(dP)    #              ->  dW_c = c^T dP
     return de, dh_prev, dW_e, dW_h, db, dc, dW_c
-
-
-def gru_cell_forward(e, h_prev, W_e, W_h, b=None, c=None, W_c=None):
-    """One GRU step with an optional context term (002 "Hidden state of the decoder";
-    Cho et al. 2014; the decoder of Bahdanau et al. 2014).
-
-        R_t  = sigma(h_{t-1} W_rh + e_t W_re + c_t W_rc + b_r)
-        Z_t  = sigma(h_{t-1} W_zh + e_t W_ze + c_t W_zc + b_z)
-        h~_t = tanh((R_t * h_{t-1}) W_hh + e_t W_he + c_t W_hc + b_h)
-        h_t  = Z_t * h_{t-1} + (1 - Z_t) * h~_t
-
-    The gates' weights are stacked in column blocks [r | z | h~]:
-    e: (..., d_e)   h_prev: (..., d)   W_e: (d_e, 3d) = [W_re | W_ze | W_he]
-    W_h: (d, 3d) = [W_rh | W_zh | W_hh]   b: (3d,) or None
-    c: (..., d_c) or None (no context: the encoder's GRU)   W_c: (d_c, 3d) or None
-    ->  h: (..., d).   e, h_prev and c share their leading axes.
-
-    cache keys: "e", "h_prev", "c", "W_e", "W_h", "W_c", "has_b", "R", "Z", "Rh" (R * h_prev),
-    "h_tilde", "dtype", "out_shape".
-    """
-    where = "gru_cell_forward"
-    e = v.float_array(e, "e", where)
-    h_prev = v.float_array(h_prev, "h_prev", where)
-    W_e = v.float_array(W_e, "W_e", where)
-    W_h = v.float_array(W_h, "W_h", where)
-    b = v.optional_float_array(b, "b", where)
-    c = v.optional_float_array(c, "c", where)
-    W_c = v.optional_float_array(W_c, "W_c", where)
-    v.min_ndim(e, 1, "e", where, "(..., d_e)")
-    v.min_ndim(h_prev, 1, "h_prev", where, "(..., d)")
-    d = h_prev.shape[-1]
-    if W_h.shape != (d, 3 * d):
-        raise ValueError(f"{where}: W_h has shape {W_h.shape} but h_prev has shape {h_prev.shape}; "
-                         f"expected W_h of shape ({d}, {3 * d}) = (d, 3d), the blocks [W_rh | W_zh | W_hh]")
-    if W_e.shape != (e.shape[-1], 3 * d):
-        raise ValueError(f"{where}: W_e has shape {W_e.shape}; expected ({e.shape[-1]}, {3 * d}) = "
-                         f"(d_e, 3d) for e of shape {e.shape} and h_prev of shape {h_prev.shape}")
-    if e.shape[:-1] != h_prev.shape[:-1]:
-        raise ValueError(f"{where}: e has shape {e.shape} but h_prev has shape {h_prev.shape}; "
-                         "expected the same leading (batch) axes")
-    if b is not None and b.shape != (3 * d,):
-        raise ValueError(f"{where}: b has shape {b.shape}; expected ({3 * d},) = (3d,), the blocks "
-                         "[b_r | b_z | b_h]")
-    if (c is None) != (W_c is None):
-        raise ValueError(f"{where}: c is {'None' if c is None else 'given'} but W_c is "
-                         f"{'None' if W_c is None else 'given'}; expected both or neither")
-    if c is not None:
-        v.min_ndim(c, 1, "c", where, "(..., d_c)")
-        if c.shape[:-1] != h_prev.shape[:-1]:
-            raise ValueError(f"{where}: c has shape {c.shape} but h_prev has shape {h_prev.shape}; "
-                             "expected the same leading (batch) axes")
-        if W_c.shape != (c.shape[-1], 3 * d):
-            raise ValueError(f"{where}: W_c has shape {W_c.shape}; expected ({c.shape[-1]}, {3 * d}) "
-                             "= (d_c, 3d), the blocks [W_rc | W_zc | W_hc]")
-    dt = v.result_dtype(e, h_prev, W_e, W_h, b, c, W_c)
-    cast = lambda a: None if a is None else a.astype(dt, copy=False)   # noqa: E731
-    return _gru_cell(cast(e), cast(h_prev), cast(W_e), cast(W_h), cast(b), cast(c), cast(W_c))
-
-
-def gru_cell_backward(dh, cache):
-    """Gradient of :func:`gru_cell_forward`: ``(de, dh_prev, dW_e, dW_h, db, dc, dW_c)``,
-    ``db`` None without b and ``dc``, ``dW_c`` None without a context.
-
-        dZ = dh (h_prev - h~),  dP_z = dZ Z (1 - Z),  dP_h = dh (1 - Z)(1 - h~^2)
-        d(R h_prev) = dP_h W_hh^T,  dP_r = d(R h_prev) h_prev R (1 - R)
-        dh_prev = dh Z + d(R h_prev) R + [dP_r | dP_z] [W_rh | W_zh]^T
-        then every input x of the stacked pre-activation P: dx = dP W_x^T, dW_x = x^T dP
-    """
-    where = "gru_cell_backward"
-    dh = v.float_array(dh, "dh", where)
-    if dh.shape != cache["out_shape"]:
-        raise ValueError(f"{where}: dh has shape {dh.shape}; expected the forward output's shape "
-                         f"{cache['out_shape']}")
-    return _gru_cell_backward(dh.astype(cache["dtype"], copy=False), cache)
 
 
 # ---------------------------------------------------------------------------------------
@@ -228,12 +208,11 @@ class RNNSeq2SeqConfig:
     def __post_init__(self):
         where = "RNNSeq2SeqConfig"
         for name in ("src_vocab_size", "tgt_vocab_size", "d_emb", "d_hidden"):
-            v.positive_int(getattr(self, name), name, where)
+            count(getattr(self, name), name, where)
         if self.d_attn is None:
             object.__setattr__(self, "d_attn", self.d_hidden)
-        v.positive_int(self.d_attn, "d_attn", where)
-        if not isinstance(self.bidirectional, (bool, np.bool_)):
-            raise TypeError(f"{where}: bidirectional is {self.bidirectional!r}; expected True or False")
+        count(self.d_attn, "d_attn", where)
+        flag(self.bidirectional, "bidirectional", where)
 
     @property
     def d_enc(self):
@@ -294,13 +273,8 @@ def init_seq2seq_rnn(config, *, rng, dtype=np.float32):
     """
     where = "init_seq2seq_rnn"
     c = _check_config(config, where)
-    v.rng_arg(rng, where)
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"{where}: dtype is {dtype!r}; expected np.float32 or np.float64")
+    generator(rng, "rng", where)
+    dt = float_dtype(dtype, where)
     params = {}
     for key, shape in rnn_seq2seq_param_shapes(c).items():
         name = key.rsplit(".", 1)[-1]
@@ -316,6 +290,10 @@ def init_seq2seq_rnn(config, *, rng, dtype=np.float32):
     return params
 
 
+# ---------------------------------------------------------------------------------------
+# The checks at the model's entry
+# ---------------------------------------------------------------------------------------
+
 def _check_params(params, config, where):
     """Every key of the config present with its shape, one float dtype; returns that dtype."""
     shapes = rnn_seq2seq_param_shapes(config)
@@ -328,7 +306,7 @@ def _check_params(params, config, where):
                          "expected the keys of init_seq2seq_rnn for this config")
     dtypes = set()
     for k, shape in shapes.items():
-        p = v.float_array(params[k], f"params[{k!r}]", where)
+        p = float_array(params[k], f"params[{k!r}]", where)
         if p.shape != shape:
             raise ValueError(f"{where}: params[{k!r}] has shape {p.shape}; expected {shape} for this config")
         dtypes.add(p.dtype)
@@ -339,24 +317,32 @@ def _check_params(params, config, where):
 
 
 def _check_ids(ids, name, vocab, where):
-    ids = v.int_array(ids, name, where, low=0, high=vocab)
+    ids = int_array(ids, name, where, low=0, high=vocab)
     if ids.ndim != 2 or ids.shape[1] == 0:
         raise ValueError(f"{where}: {name} has shape {ids.shape}; expected (batch, length) with length >= 1")
     return ids
 
 
-def _check_src_mask(src_mask, src_ids, where):
-    """(B, S) bool, True = real source word; None = no padding."""
+def check_rnn_inputs(params, config, src_ids, tgt_in_ids, src_mask, where):
+    """The checks at the model's entry: ``(config, dtype of the params, src_ids, tgt_in_ids,
+    src_mask)`` with src_ids (B, S) and tgt_in_ids (B, T) ints in their vocabularies
+    (tgt_in_ids may be None: generation) and src_mask a (B, S) bool array (True = real
+    source word; None means no padding: all True)."""
+    c = _check_config(config, where)
+    dtype = _check_params(params, c, where)
+    src_ids = _check_ids(src_ids, "src_ids", c.src_vocab_size, where)
+    if tgt_in_ids is not None:
+        tgt_in_ids = _check_ids(tgt_in_ids, "tgt_in_ids", c.tgt_vocab_size, where)
+        if src_ids.shape[0] != tgt_in_ids.shape[0]:
+            raise ValueError(f"{where}: src_ids has shape {src_ids.shape} and tgt_in_ids has "
+                             f"shape {tgt_in_ids.shape}; expected the same batch size")
     if src_mask is None:
-        return np.ones(src_ids.shape, dtype=bool)
-    src_mask = np.asarray(src_mask)
-    if src_mask.dtype != np.bool_:
-        raise TypeError(f"{where}: src_mask has dtype {src_mask.dtype}; expected a bool array "
-                        "(True = real source word, False = padding)")
+        return c, dtype, src_ids, tgt_in_ids, np.ones(src_ids.shape, dtype=bool)
+    src_mask = bool_array(src_mask, "src_mask", where)
     if src_mask.shape != src_ids.shape:
         raise ValueError(f"{where}: src_mask has shape {src_mask.shape} but src_ids has shape "
                          f"{src_ids.shape}; expected the same shape")
-    return src_mask
+    return c, dtype, src_ids, tgt_in_ids, src_mask
 
 
 # ---------------------------------------------------------------------------------------
@@ -372,34 +358,31 @@ def _gru_scan_forward(X, mask, W_e, W_h, b, *, reverse):
     real words and the final state is that of the last real word read.
     Returns H (B, S, d) (H[:, s] = state after reading position s), the final state, cache.
     """
-    B, S, _ = X.shape
-    h = np.zeros((B, W_h.shape[0]), dtype=X.dtype)   # h'_0 = 0
-    H = np.empty((B, S, W_h.shape[0]), dtype=X.dtype)
-    steps = []
-    order = range(S - 1, -1, -1) if reverse else range(S)
-    for s in order:
-        h_new, cs = _gru_cell(X[:, s], h, W_e, W_h, b, None, None)
-        h = np.where(mask[:, s, None], h_new, h)     # padding: keep h'_{s-1}
-        H[:, s] = h
+    S = X.shape[1]
+    h = np.zeros(X.shape[:1] + W_h.shape[:1], X.dtype)   # h'_0 = 0
+    H, steps = [None] * S, []
+    for s in (range(S - 1, -1, -1) if reverse else range(S)):
+        h_new, cs = gru_cell_forward(X[:, s], h, W_e, W_h, b)
+        h = np.where(mask[:, s, None], h_new, h)          # padding: keep h'_{s-1}
+        H[s] = h
         steps.append((s, cs))
-    return H, h, {"steps": steps, "mask": mask, "d_e": X.shape[-1]}
+    return np.stack(H, axis=1), h, {"steps": steps, "mask": mask, "d_e": X.shape[-1]}
 
 
 def _gru_scan_backward(dH, dh_final, cache):
     """Backward through time of :func:`_gru_scan_forward`: (dX, dW_e, dW_h, db)."""
     mask = cache["mask"]
-    B, S, _ = dH.shape
-    dX = np.zeros((B, S, cache["d_e"]), dtype=dH.dtype)
+    dX = [None] * dH.shape[1]
     dW_e = dW_h = db = 0.0
     dh = dh_final
     for s, cs in reversed(cache["steps"]):
         dh = dh + dH[:, s]                            # H[:, s] is read by attention and the next step
         m = mask[:, s, None]
         dh_new = np.where(m, dh, 0.0)                 # h = where(m, h_new, h_prev): the taken branch
-        dX[:, s], dh_prev, gW_e, gW_h, gb, _, _ = _gru_cell_backward(dh_new, cs)
+        dX[s], dh_prev, gW_e, gW_h, gb, _, _ = gru_cell_backward(dh_new, cs)
         dW_e, dW_h, db = dW_e + gW_e, dW_h + gW_h, db + gb
         dh = np.where(m, dh_prev, dh)                 # padded: the state passed straight through
-    return dX, dW_e, dW_h, db
+    return np.stack(dX, axis=1), dW_e, dW_h, db
 
 
 def _encoder_forward(params, src_ids, src_mask, c):
@@ -433,38 +416,61 @@ def _encoder_backward(dH, dh_fin, cache, c, grads):
 # Decoder: attention on h_{t-1}, GRU with context, output layer
 # ---------------------------------------------------------------------------------------
 
-def _decoder_init(params, h_fin):
-    """h_0 = tanh(h'_fin W_init + b_init)."""
-    pre, c_lin = linear_forward(h_fin, params["dec.W_init"], params["dec.b_init"])
-    h0 = np.tanh(pre)
-    return h0, {"lin": c_lin, "h0": h0}
+STEP_KEYS = ("dec.W_e", "dec.W_h", "dec.b", "dec.W_c", "attn.Wq", "attn.Wk", "attn.w")
 
 
-def _decoder_step(params, e_t, h_prev, H, attn_mask):
-    """One step: c_t from the query h_{t-1}, then h_t = GRU(e_t, h_{t-1}, c_t).
+def decoder_step_forward(params, e_t, h_prev, H, src_mask):
+    """One decoder step (002 "Hidden state of the decoder"; Bahdanau et al. 2014):
 
-    e_t (B, d_emb), h_prev (B, d), H (B, S, d_enc), attn_mask (B, 1, S)
-    -> h_t (B, d), c_t (B, d_enc), alpha_t (B, S), step cache
+        alpha_ts = softmax_s( v_a . tanh(h_{t-1} W_ah + h'_s W'_ah) )    (padding masked)
+        c_t      = sum_s alpha_ts h'_s
+        h_t      = GRU(e_t, h_{t-1}, c_t)
+
+    e_t (B, d_emb), h_prev (B, d), H (B, S, d_enc), src_mask (B, S)
+    -> h_t (B, d), c_t (B, d_enc), alpha_t (B, S), cache {"attn", "gru"}
     """
-    # (B, d) -> (B, 1, d): one query row per sentence
+    # the query h_{t-1}, one row per sentence: (B, d) -> (B, 1, d)
     ctx, c_att = additive_attention_forward(h_prev[:, None, :], H, H, params["attn.Wq"],
-                                            params["attn.Wk"], params["attn.w"], mask=attn_mask)
-    ctx = ctx[:, 0, :]                                # c_t = sum_s alpha_ts h'_s, (B, d_enc)
-    h, c_gru = _gru_cell(e_t, h_prev, params["dec.W_e"], params["dec.W_h"], params["dec.b"],
-                         ctx, params["dec.W_c"])
-    return h, ctx, c_att["weights"][:, 0, :], {"att": c_att, "gru": c_gru}
+                                            params["attn.Wk"], params["attn.w"],
+                                            mask=src_mask[:, None, :])
+    ctx = ctx[:, 0]                                                   # c_t, (B, d_enc)
+    h, c_gru = gru_cell_forward(e_t, h_prev, params["dec.W_e"], params["dec.W_h"], params["dec.b"],
+                                ctx, params["dec.W_c"])              # h_t = GRU(e_t, h_{t-1}, c_t)
+    return h, ctx, c_att["weights"][:, 0], {"attn": c_att, "gru": c_gru}
+
+
+def decoder_step_backward(dh, dctx, cache):
+    """Backward of :func:`decoder_step_forward`, given the gradients of h_t and of c_t
+    (which the output layer reads too): ``(de_t, dh_prev, dH, grads)``, grads keyed by
+    ``STEP_KEYS``. The encoder states are both the keys and the values: dH = dK + dV."""
+    de, dh_prev, dW_e, dW_h, db, dctx_gru, dW_c = gru_cell_backward(dh, cache["gru"])
+    dctx = dctx_gru + dctx                            # c_t feeds the GRU and the output layer
+    dq, dK, dV, dWq, dWk, dw = additive_attention_backward(dctx[:, None, :], cache["attn"])
+    dh_prev = dh_prev + dq[:, 0]                      # h_{t-1}: the GRU's input and the query
+    return de, dh_prev, dK + dV, dict(zip(STEP_KEYS, (dW_e, dW_h, db, dW_c, dWq, dWk, dw)))
 
 
 def _output_forward(params, Hd, Ed, C):
     """logits = h_t W_yh + e_t W_ye + c_t W_yc + b_y (002 "Encoder-decoder"), any leading axes."""
-    z_h, c_h = linear_forward(Hd, params["out.W_yh"], params["out.b_y"])
-    z_e, c_e = linear_forward(Ed, params["out.W_ye"])
-    z_c, c_c = linear_forward(C, params["out.W_yc"])
-    return z_h + z_e + z_c, (c_h, c_e, c_c)
+    z_h, c_h = linear_forward(Hd, params["out.W_yh"], params["out.b_y"])   # h_t W_yh + b_y
+    z_e, c_e = linear_forward(Ed, params["out.W_ye"])                       # e_t W_ye
+    z_c, c_c = linear_forward(C, params["out.W_yc"])                        # c_t W_yc
+    return z_h + z_e + z_c, {"h": c_h, "e": c_e, "c": c_c}
+
+
+def _output_backward(dlogits, cache, grads):
+    """(dHd, dEd, dC) of :func:`_output_forward`; the weights' gradients go to grads."""
+    dHd, grads["out.W_yh"], grads["out.b_y"] = linear_backward(dlogits, cache["h"])
+    dEd, grads["out.W_ye"], _ = linear_backward(dlogits, cache["e"])
+    dC, grads["out.W_yc"], _ = linear_backward(dlogits, cache["c"])
+    return dHd, dEd, dC
 
 
 def rnn_seq2seq_forward(params, src_ids, tgt_in_ids, *, config, src_mask=None):
     """Forward pass of the recurrent encoder-decoder (module docstring): ``(logits, cache)``.
+
+        H', h'_fin = encoder(src);  h_0 = tanh(h'_fin W_init + b_init)
+        for t = 1 .. T:  c_t, h_t = step(e_t, h_{t-1}, H');   logits_t = output(h_t, e_t, c_t)
 
     params:     dict from :func:`init_seq2seq_rnn`
     src_ids:    (B, S) source ids in [0, src_vocab_size)
@@ -474,37 +480,27 @@ def rnn_seq2seq_forward(params, src_ids, tgt_in_ids, *, config, src_mask=None):
                 skipped by the encoder GRU(s) and never attended to
     returns logits (B, T, tgt_vocab_size) (before the softmax of y_t), cache
 
-    cache keys for readers: "weights" (B, T, S) attention weights alpha_ts (row t: where the
+    cache: the steps' caches "enc", "init", "dec.embed", "steps" (one per decoder step),
+    "out"; and for readers "weights" (B, T, S) attention weights alpha_ts (row t: where the
     decoder looked to predict the word after x_t; the alignment table), "enc_states" H'
     (B, S, d_enc), "dec_states" h_1 .. h_T (B, T, d), "h0" (B, d), "contexts" c_t (B, T, d_enc).
     """
-    where = "rnn_seq2seq_forward"
-    c = _check_config(config, where)
-    dtype = _check_params(params, c, where)
-    src_ids = _check_ids(src_ids, "src_ids", c.src_vocab_size, where)
-    tgt_in_ids = _check_ids(tgt_in_ids, "tgt_in_ids", c.tgt_vocab_size, where)
-    if src_ids.shape[0] != tgt_in_ids.shape[0]:
-        raise ValueError(f"{where}: src_ids has shape {src_ids.shape} and tgt_in_ids has shape "
-                         f"{tgt_in_ids.shape}; expected the same batch size")
-    src_mask = _check_src_mask(src_mask, src_ids, where)
-    B, T = tgt_in_ids.shape
-
-    H, h_fin, c_enc = _encoder_forward(params, src_ids, src_mask, c)
-    h, c_init = _decoder_init(params, h_fin)
-    Ed, c_emb = embedding_forward(tgt_in_ids, params["dec.E"])   # e_t = E[x_t], (B, T, d_emb)
-    attn_mask = src_mask[:, None, :]                  # (B, 1, S): one query row per step
-    Hd = np.empty((B, T, c.d_hidden), dtype=dtype)
-    C = np.empty((B, T, c.d_enc), dtype=dtype)
-    A = np.empty((B, T, src_ids.shape[1]), dtype=dtype)
-    steps = []
-    for t in range(T):                                # the recurrence: one step per target word
-        h, C[:, t], A[:, t], cs = _decoder_step(params, Ed[:, t], h, H, attn_mask)
-        Hd[:, t] = h
-        steps.append(cs)
-    logits, c_out = _output_forward(params, Hd, Ed, C)
-    cache = {"config": c, "dtype": dtype, "enc": c_enc, "init": c_init, "emb": c_emb,
-             "steps": steps, "out": c_out, "logits_shape": logits.shape,
-             "weights": A, "enc_states": H, "dec_states": Hd, "h0": c_init["h0"], "contexts": C}
+    c, dtype, src_ids, tgt_in_ids, src_mask = check_rnn_inputs(
+        params, config, src_ids, tgt_in_ids, src_mask, "rnn_seq2seq_forward")
+    cache = {"config": c, "dtype": dtype, "steps": []}
+    H, h_fin, cache["enc"] = _encoder_forward(params, src_ids, src_mask, c)      # h'_s (B, S, d_enc)
+    pre, cache["init"] = linear_forward(h_fin, params["dec.W_init"], params["dec.b_init"])
+    h = h0 = np.tanh(pre)                                                        # h_0
+    Ed, cache["dec.embed"] = embedding_forward(tgt_in_ids, params["dec.E"])     # e_t = E[x_t]
+    hs, ctxs, alphas = [], [], []
+    for t in range(tgt_in_ids.shape[1]):              # the recurrence: one step per target word
+        h, ctx, alpha, c_step = decoder_step_forward(params, Ed[:, t], h, H, src_mask)
+        cache["steps"].append(c_step)
+        hs.append(h), ctxs.append(ctx), alphas.append(alpha)
+    Hd, C, A = np.stack(hs, axis=1), np.stack(ctxs, axis=1), np.stack(alphas, axis=1)
+    logits, cache["out"] = _output_forward(params, Hd, Ed, C)                   # y_t
+    cache.update(logits_shape=logits.shape, weights=A, enc_states=H, dec_states=Hd, h0=h0,
+                 contexts=C)
     return logits, cache
 
 
@@ -517,40 +513,25 @@ def rnn_seq2seq_backward(dlogits, cache):
     its attention's dK + dV to dH' (the encoder states are both keys and values);
     then h_0 = tanh(...), and the encoder GRU(s) in reverse order.
     """
-    where = "rnn_seq2seq_backward"
-    c = cache["config"]
-    dlogits = v.upstream(dlogits, "dlogits", where, cache["logits_shape"], cache["dtype"],
-                         what="the logits'")
-    grads = {}
-    c_h, c_e, c_c = cache["out"]
-    dHd, grads["out.W_yh"], grads["out.b_y"] = linear_backward(dlogits, c_h)   # logits = ... + h_t W_yh + b_y
-    dEd, grads["out.W_ye"], _ = linear_backward(dlogits, c_e)                 # ... + e_t W_ye
-    dC, grads["out.W_yc"], _ = linear_backward(dlogits, c_c)                  # ... + c_t W_yc
+    dlogits = check_dlogits(dlogits, cache, "rnn_seq2seq_backward")
+    c, grads = cache["config"], {}
+    dHd, dEd, dC = _output_backward(dlogits, cache["out"], grads)   # y_t = output(h_t, e_t, c_t)
     dEd = dEd.copy()                                  # the GRU's de_t is added below
-
-    H = cache["enc_states"]
-    dH = np.zeros_like(H)
-    names = ("dec.W_e", "dec.W_h", "dec.b", "dec.W_c", "attn.Wq", "attn.Wk", "attn.w")
-    acc = dict.fromkeys(names, 0.0)
+    dH = np.zeros_like(cache["enc_states"])
+    acc = dict.fromkeys(STEP_KEYS, 0.0)
     dh = np.zeros_like(cache["h0"])                   # nothing after h_T
-    for t in range(len(cache["steps"]) - 1, -1, -1):
-        cs = cache["steps"][t]
+    for t in reversed(range(len(cache["steps"]))):
         dh = dh + dHd[:, t]                           # h_t feeds the output layer and step t+1
-        de, dh_prev, gW_e, gW_h, gb, dctx, gW_c = _gru_cell_backward(dh, cs["gru"])
+        de, dh, dH_t, g = decoder_step_backward(dh, dC[:, t], cache["steps"][t])
         dEd[:, t] += de
-        dctx = dctx + dC[:, t]                        # c_t feeds the GRU and the output layer
-        dq, dK, dV, gWq, gWk, gw = additive_attention_backward(dctx[:, None, :], cs["att"])
-        dH += dK + dV                                 # K = V = H'
-        dh = dh_prev + dq[:, 0, :]                    # h_{t-1}: previous state and the query
-        for k, g in zip(names, (gW_e, gW_h, gb, gW_c, gWq, gWk, gw)):
-            acc[k] = acc[k] + g
+        dH += dH_t
+        acc = {k: acc[k] + g[k] for k in STEP_KEYS}
     grads.update(acc)
-    grads["dec.E"] = embedding_backward(dEd, cache["emb"])[1]
-
-    h0 = cache["init"]["h0"]
+    grads["dec.E"] = embedding_backward(dEd, cache["dec.embed"])[1]             # e_t = E[x_t]
+    h0 = cache["h0"]
     dpre = dh * (1.0 - h0 * h0)                       # h_0 = tanh(pre)  ->  dpre = dh_0 (1 - h_0^2)
-    dh_fin, grads["dec.W_init"], grads["dec.b_init"] = linear_backward(dpre, cache["init"]["lin"])
-    _encoder_backward(dH, dh_fin, cache["enc"], c, grads)
+    dh_fin, grads["dec.W_init"], grads["dec.b_init"] = linear_backward(dpre, cache["init"])
+    _encoder_backward(dH, dh_fin, cache["enc"], c, grads)                        # H' = encoder(src)
     return {k: grads[k] for k in rnn_seq2seq_param_shapes(c)}
 
 
@@ -564,20 +545,11 @@ def rnn_seq2seq_loss(params, batch, *, config, label_smoothing=0.0):
     The decoder reads ``tgt_ids[:, :-1]`` and is scored on ``tgt_ids[:, 1:]`` where
     ``loss_mask[:, 1:]`` (mean over those positions, 003 eq. 2.2). loss is a Python float.
     """
-    where = "rnn_seq2seq_loss"
-    tgt = v.seq2seq_targets(batch, where)
-    loss_mask = batch.get("loss_mask")
-    if loss_mask is None:
-        loss_mask = np.ones(tgt.shape, dtype=bool)
-    loss_mask = np.asarray(loss_mask)
-    if loss_mask.dtype != np.bool_ or loss_mask.shape != tgt.shape:
-        raise ValueError(f"{where}: batch['loss_mask'] has dtype {loss_mask.dtype} and shape "
-                         f"{loss_mask.shape}; expected a bool array of tgt_ids' shape {tgt.shape}")
-    logits, cache = rnn_seq2seq_forward(params, batch["src_ids"], tgt[:, :-1], config=config,
+    tgt_in, targets = teacher_forcing(batch, "rnn_seq2seq_loss")
+    logits, cache = rnn_seq2seq_forward(params, batch["src_ids"], tgt_in, config=config,
                                         src_mask=batch.get("src_mask"))
-    targets = np.where(loss_mask[:, 1:], tgt[:, 1:], -1)   # -1: left out of the mean
     loss, c_loss = cross_entropy_forward(logits, targets, label_smoothing=label_smoothing,
-                                         ignore_index=-1)
+                                         ignore_index=IGNORE)
     dlogits, _ = cross_entropy_backward(1.0, c_loss)
     return float(loss), rnn_seq2seq_backward(dlogits, cache)
 
@@ -594,19 +566,15 @@ def rnn_seq2seq_generate(params, src_ids, *, config, max_new_tokens, bos_id, eos
     word t+1 (the alignment table of the translation).
     """
     where = "rnn_seq2seq_generate"
-    c = _check_config(config, where)
-    dtype = _check_params(params, c, where)
-    src_ids = _check_ids(src_ids, "src_ids", c.src_vocab_size, where)
-    if isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(max_new_tokens, (int, np.integer)) \
-            or max_new_tokens < 0:
-        raise ValueError(f"{where}: max_new_tokens is {max_new_tokens!r}; expected an integer >= 0")
-    bos_id = int(v.int_array(np.asarray(bos_id), "bos_id", where, low=0, high=c.tgt_vocab_size))
+    c, dtype, src_ids, _, src_mask = check_rnn_inputs(params, config, src_ids, None, src_mask,
+                                                       where)
+    max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
+    bos_id = token_id(bos_id, "bos_id", c.tgt_vocab_size, where)
     if eos_id is not None:
-        eos_id = int(v.int_array(np.asarray(eos_id), "eos_id", where, low=0, high=c.tgt_vocab_size))
-    src_mask = _check_src_mask(src_mask, src_ids, where)
+        eos_id = token_id(eos_id, "eos_id", c.tgt_vocab_size, where)
 
     H, h_fin, _ = _encoder_forward(params, src_ids, src_mask, c)
-    h, _ = _decoder_init(params, h_fin)
+    h = np.tanh(linear_forward(h_fin, params["dec.W_init"], params["dec.b_init"])[0])   # h_0
     B, S = src_ids.shape
     out = np.full((B, 1 + max_new_tokens), bos_id, dtype=np.int64)
     weights = np.zeros((B, max_new_tokens, S), dtype=dtype)
@@ -614,7 +582,7 @@ def rnn_seq2seq_generate(params, src_ids, *, config, max_new_tokens, bos_id, eos
     n_steps = 0
     for t in range(max_new_tokens):
         e_t = params["dec.E"][out[:, t]]             # e_t = E[x_t], (B, d_emb)
-        h, ctx, weights[:, t], _ = _decoder_step(params, e_t, h, H, src_mask[:, None, :])
+        h, ctx, weights[:, t], _ = decoder_step_forward(params, e_t, h, H, src_mask)
         logits, _ = _output_forward(params, h, e_t, ctx)
         token = np.argmax(logits, axis=-1)
         if eos_id is not None:

@@ -15,9 +15,8 @@ Leading axes of Q and K broadcast; weight matrices are shared (2-D) or broadcast
 """
 import numpy as np
 
-from . import _validate as v
-from .attention import (_T, _allowed, _check_dout, _masked_softmax, _softmax_backward, _unbroadcast,
-                        _values_batch)
+from .attention import masked_softmax, softmax_jvp, unbroadcast
+from .contract import backward_of, op, optional, real
 
 __all__ = [
     "dot_scores_forward", "dot_scores_backward",
@@ -29,93 +28,65 @@ __all__ = [
 ]
 
 
-def _qk(Q, K, where, *, same_d=True):
-    """Validate queries and keys; return them in the result dtype and the batch shape."""
-    Q = v.float_array(Q, "Q", where)
-    K = v.float_array(K, "K", where)
-    v.min_ndim(Q, 2, "Q", where, "(..., n_q, d_q)")
-    v.min_ndim(K, 2, "K", where, "(..., n_k, d_k)")
-    if same_d:
-        v.same_last_dim(Q, K, "Q", "K", where, "d")
-    try:
-        batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2])
-    except ValueError:
-        raise ValueError(f"{where}: the leading (batch) axes of Q {Q.shape} and K {K.shape} do "
-                         "not broadcast against each other") from None
-    return Q, K, batch
-
-
-def _weight(W, name, where, shape, layout):
-    W = v.float_array(W, name, where)
-    if W.shape[-len(shape):] != shape or W.ndim < len(shape):
-        raise ValueError(f"{where}: {name} has shape {W.shape}; expected {layout} = "
-                         f"(..., {', '.join(map(str, shape))})")
-    return W
-
-
 # ---------------------------------------------------------------------------------------
 # dot product
 # ---------------------------------------------------------------------------------------
 
+@op("Q: (..., n_q, d)", "K: (..., n_k, d)")
 def dot_scores_forward(Q, K):
     """Dot-product scores (002 "Examples of attention weights"; 003 §5.1 e_tj = s^T h_j).
 
         S_ts = q_t^T k_s,   S = Q K^T
 
     Q: (..., n_q, d)   K: (..., n_k, d)   ->  S: (..., n_q, n_k)
-    cache keys: "Q", "K", "dtype", "out_shape".
+    cache keys: "Q", "K".
     """
-    Q, K, _ = _qk(Q, K, "dot_scores_forward")
-    dt = v.result_dtype(Q, K)
-    Q, K = Q.astype(dt, copy=False), K.astype(dt, copy=False)
-    S = Q @ _T(K)
-    return S, {"Q": Q, "K": K, "dtype": dt, "out_shape": S.shape}
+    S = Q @ K.swapaxes(-1, -2)                    # S = Q K^T
+    return S, {"Q": Q, "K": K}
 
 
+@backward_of(dot_scores_forward)
 def dot_scores_backward(dS, cache):
     """Returns ``(dQ, dK)``:  dQ = dS K,  dK = dS^T Q."""
-    dS = _check_dout(dS, cache, "dot_scores_backward")
     Q, K = cache["Q"], cache["K"]
     dQ = dS @ K                                   # S = Q K^T  ->  dQ = dS K
-    dK = _T(dS) @ Q                               #            ->  dK = dS^T Q
-    return _unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape)
+    dK = dS.swapaxes(-1, -2) @ Q                  #            ->  dK = dS^T Q
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape)
 
 
 # ---------------------------------------------------------------------------------------
 # scaled dot product
 # ---------------------------------------------------------------------------------------
 
+@op("Q: (..., n_q, d)", "K: (..., n_k, d)", scale=optional(real))
 def scaled_dot_scores_forward(Q, K, *, scale=None):
     """Scaled dot-product scores (002 "(Scaled) Dot product Attention", 003 §5.1.1).
 
         S_ts = q_t^T k_s * scale,   scale = 1/sqrt(d) by default
 
     Q: (..., n_q, d)   K: (..., n_k, d)   ->  S: (..., n_q, n_k)
-    cache keys: "Q", "K", "scale", "dtype", "out_shape".
+    cache keys: "Q", "K", "scale".
     """
-    where = "scaled_dot_scores_forward"
-    Q, K, _ = _qk(Q, K, where)
-    dt = v.result_dtype(Q, K)
-    Q, K = Q.astype(dt, copy=False), K.astype(dt, copy=False)
-    scale = 1.0 / np.sqrt(Q.shape[-1]) if scale is None else v.number(scale, "scale", where)
-    scale = float(scale)
-    S = (Q @ _T(K)) * scale
-    return S, {"Q": Q, "K": K, "scale": scale, "dtype": dt, "out_shape": S.shape}
+    if scale is None:
+        scale = Q.shape[-1] ** -0.5               # 1 / sqrt(d)
+    S = Q @ K.swapaxes(-1, -2) * scale            # S = Q K^T / sqrt(d)
+    return S, {"Q": Q, "K": K, "scale": scale}
 
 
+@backward_of(scaled_dot_scores_forward)
 def scaled_dot_scores_backward(dS, cache):
     """Returns ``(dQ, dK)``:  dQ = scale dS K,  dK = scale dS^T Q."""
-    dS = _check_dout(dS, cache, "scaled_dot_scores_backward")
     Q, K, scale = cache["Q"], cache["K"], cache["scale"]
-    dQ = (dS @ K) * scale                         # S = scale Q K^T  ->  dQ = scale dS K
-    dK = (_T(dS) @ Q) * scale                     #                  ->  dK = scale dS^T Q
-    return _unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape)
+    dQ = dS @ K * scale                           # S = scale Q K^T  ->  dQ = scale dS K
+    dK = dS.swapaxes(-1, -2) @ Q * scale          #                  ->  dK = scale dS^T Q
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape)
 
 
 # ---------------------------------------------------------------------------------------
 # negative squared distance
 # ---------------------------------------------------------------------------------------
 
+@op("Q: (..., n_q, d)", "K: (..., n_k, d)")
 def neg_sq_dist_scores_forward(Q, K):
     """Negative squared-distance scores (002 "(Scaled) Dot product Attention", first bullet).
 
@@ -126,30 +97,28 @@ def neg_sq_dist_scores_forward(Q, K):
     Computed from the differences, so every score is exactly <= 0.
 
     Q: (..., n_q, d)   K: (..., n_k, d)   ->  S: (..., n_q, n_k)
-    cache keys: "Q", "K", "diff" (q_t - k_s, shape (..., n_q, n_k, d)), "dtype", "out_shape".
+    cache keys: "Q", "K", "diff" (q_t - k_s, shape (..., n_q, n_k, d)).
     """
-    Q, K, _ = _qk(Q, K, "neg_sq_dist_scores_forward")
-    dt = v.result_dtype(Q, K)
-    Q, K = Q.astype(dt, copy=False), K.astype(dt, copy=False)
-    diff = Q[..., :, None, :] - K[..., None, :, :]  # (..., n_q, n_k, d): q_t - k_s
-    S = -0.5 * np.sum(diff * diff, axis=-1)
-    return S, {"Q": Q, "K": K, "diff": diff, "dtype": dt, "out_shape": S.shape}
+    diff = Q[..., :, None, :] - K[..., None, :, :]   # (..., n_q, n_k, d): q_t - k_s
+    S = -0.5 * (diff * diff).sum(axis=-1)            # -||q_t - k_s||^2 / 2
+    return S, {"Q": Q, "K": K, "diff": diff}
 
 
+@backward_of(neg_sq_dist_scores_forward)
 def neg_sq_dist_scores_backward(dS, cache):
     """Returns ``(dQ, dK)``:  dq_t = -sum_s dS_ts (q_t - k_s),  dk_s = sum_t dS_ts (q_t - k_s)."""
-    dS = _check_dout(dS, cache, "neg_sq_dist_scores_backward")
     Q, K, diff = cache["Q"], cache["K"], cache["diff"]
     g = dS[..., None] * diff                      # dS_ts (q_t - k_s)
-    dQ = -np.sum(g, axis=-2)                      # dS_ts/dq_t = -(q_t - k_s)
-    dK = np.sum(g, axis=-3)                       # dS_ts/dk_s = +(q_t - k_s)
-    return _unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape)
+    dQ = -g.sum(axis=-2)                          # dS_ts/dq_t = -(q_t - k_s), summed over s
+    dK = g.sum(axis=-3)                           # dS_ts/dk_s = +(q_t - k_s), summed over t
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape)
 
 
 # ---------------------------------------------------------------------------------------
 # bilinear
 # ---------------------------------------------------------------------------------------
 
+@op("Q: (..., n_q, d_q)", "K: (..., n_k, d_k)", "M: (..., d_q, d_k)")
 def bilinear_scores_forward(Q, K, M):
     """Bilinear ("general") scores for queries and keys of different sizes (002, last slide).
 
@@ -157,65 +126,30 @@ def bilinear_scores_forward(Q, K, M):
 
     Q: (..., n_q, d_q)   K: (..., n_k, d_k)   M: (d_q, d_k) (or broadcast (..., d_q, d_k))
     ->  S: (..., n_q, n_k)
-    cache keys: "Q", "K", "M", "QM" (Q M, shape (..., n_q, d_k)), "dtype", "out_shape".
+    cache keys: "Q", "K", "M", "QM" (Q M, shape (..., n_q, d_k)).
     """
-    where = "bilinear_scores_forward"
-    Q, K, _ = _qk(Q, K, where, same_d=False)
-    M = _weight(M, "M", where, (Q.shape[-1], K.shape[-1]), "(..., d_q, d_k)")
-    dt = v.result_dtype(Q, K, M)
-    Q, K, M = (a.astype(dt, copy=False) for a in (Q, K, M))
     QM = Q @ M                                    # (..., n_q, d_k): queries mapped to key space
-    S = QM @ _T(K)
-    return S, {"Q": Q, "K": K, "M": M, "QM": QM, "dtype": dt, "out_shape": S.shape}
+    S = QM @ K.swapaxes(-1, -2)                   # S = (Q M) K^T
+    return S, {"Q": Q, "K": K, "M": M, "QM": QM}
 
 
+@backward_of(bilinear_scores_forward)
 def bilinear_scores_backward(dS, cache):
     """Returns ``(dQ, dK, dM)``:  dQ = dS K M^T,  dK = dS^T Q M,  dM = sum Q^T dS K."""
-    dS = _check_dout(dS, cache, "bilinear_scores_backward")
     Q, K, M, QM = cache["Q"], cache["K"], cache["M"], cache["QM"]
     dQM = dS @ K                                  # S = (QM) K^T  ->  d(QM) = dS K
-    dK = _T(dS) @ QM                              #               ->  dK = dS^T (Q M)
-    dQ = dQM @ _T(M)                              # QM = Q M      ->  dQ = d(QM) M^T
-    dM = _T(Q) @ dQM                              #               ->  dM = Q^T d(QM), summed over batch
-    return (_unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape), _unbroadcast(dM, M.shape))
+    dK = dS.swapaxes(-1, -2) @ QM                 #               ->  dK = dS^T (Q M)
+    dQ = dQM @ M.swapaxes(-1, -2)                 # QM = Q M      ->  dQ = d(QM) M^T
+    dM = Q.swapaxes(-1, -2) @ dQM                 #               ->  dM = Q^T d(QM), summed below
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape), unbroadcast(dM, M.shape)
 
 
 # ---------------------------------------------------------------------------------------
 # additive
 # ---------------------------------------------------------------------------------------
 
-def _additive_inputs(Q, K, Wq, Wk, w, where):
-    Q, K, _ = _qk(Q, K, where, same_d=False)
-    w = v.float_array(w, "w", where)
-    if w.ndim != 1:
-        raise ValueError(f"{where}: w has shape {w.shape}; expected a vector (d_h,)")
-    d_h = w.shape[0]
-    Wq = _weight(Wq, "Wq", where, (Q.shape[-1], d_h), "(d_q, d_h)")
-    Wk = _weight(Wk, "Wk", where, (K.shape[-1], d_h), "(d_k, d_h)")
-    return Q, K, Wq, Wk, w
-
-
-def _additive_scores(Q, K, Wq, Wk, w):
-    Hq = Q @ Wq                                   # (..., n_q, d_h)  q_t Wq
-    Hk = K @ Wk                                   # (..., n_k, d_h)  k_s Wk
-    T = np.tanh(Hq[..., :, None, :] + Hk[..., None, :, :])  # (..., n_q, n_k, d_h)
-    return T @ w, T                               # S_ts = w . T_ts
-
-
-def _additive_scores_backward(dS, Q, K, Wq, Wk, w, T):
-    dT = dS[..., None] * w                        # S = T w        ->  dT = dS w^T
-    dP = dT * (1.0 - T * T)                       # T = tanh(P)    ->  dP = dT (1 - T^2)
-    dHq = np.sum(dP, axis=-2)                     # P_ts = Hq_t + Hk_s: sum over keys s
-    dHk = np.sum(dP, axis=-3)                     #                     sum over queries t
-    dw = np.tensordot(dS, T, axes=dS.ndim)        # S = T w        ->  dw = sum_(batch,t,s) dS_ts T_ts
-    dQ = dHq @ _T(Wq)                             # Hq = Q Wq      ->  dQ = dHq Wq^T
-    dK = dHk @ _T(Wk)                             # Hk = K Wk      ->  dK = dHk Wk^T
-    dWq = _T(Q) @ dHq                             #                ->  dWq = Q^T dHq (summed below)
-    dWk = _T(K) @ dHk                             #                ->  dWk = K^T dHk
-    return (_unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape),
-            _unbroadcast(dWq, Wq.shape), _unbroadcast(dWk, Wk.shape), dw)
-
-
+@op("Q: (..., n_q, d_q)", "K: (..., n_k, d_k)", "Wq: (..., d_q, d_h)", "Wk: (..., d_k, d_h)",
+    "w: (d_h,)")
 def additive_scores_forward(Q, K, Wq, Wk, w):
     """Additive scores (002 last slide; Bahdanau et al. 2014; 002 "Seq2seq meets attention").
 
@@ -224,25 +158,38 @@ def additive_scores_forward(Q, K, Wq, Wk, w):
     (the slides' w_v^T tanh(W_q q_t + W_k k_s), written for row vectors).
     Q: (..., n_q, d_q)   K: (..., n_k, d_k)   Wq: (d_q, d_h)   Wk: (d_k, d_h)   w: (d_h,)
     ->  S: (..., n_q, n_k)
-    cache keys: "Q", "K", "Wq", "Wk", "w", "T" (the tanh, shape (..., n_q, n_k, d_h)),
-    "dtype", "out_shape".
+    cache keys: "Q", "K", "Wq", "Wk", "w", "T" (the tanh, shape (..., n_q, n_k, d_h)).
     """
-    Q, K, Wq, Wk, w = _additive_inputs(Q, K, Wq, Wk, w, "additive_scores_forward")
-    dt = v.result_dtype(Q, K, Wq, Wk, w)
-    Q, K, Wq, Wk, w = (a.astype(dt, copy=False) for a in (Q, K, Wq, Wk, w))
-    S, T = _additive_scores(Q, K, Wq, Wk, w)
-    cache = {"Q": Q, "K": K, "Wq": Wq, "Wk": Wk, "w": w, "T": T, "dtype": dt,
-             "out_shape": S.shape}
-    return S, cache
+    Hq = Q @ Wq                                   # (..., n_q, d_h)  q_t Wq
+    Hk = K @ Wk                                   # (..., n_k, d_h)  k_s Wk
+    T = np.tanh(Hq[..., :, None, :] + Hk[..., None, :, :])   # T_ts = tanh(q_t Wq + k_s Wk)
+    S = T @ w                                     # S_ts = w . T_ts
+    return S, {"Q": Q, "K": K, "Wq": Wq, "Wk": Wk, "w": w, "T": T}
 
 
+@backward_of(additive_scores_forward)
 def additive_scores_backward(dS, cache):
-    """Returns ``(dQ, dK, dWq, dWk, dw)``."""
-    dS = _check_dout(dS, cache, "additive_scores_backward")
-    c = cache
-    return _additive_scores_backward(dS, c["Q"], c["K"], c["Wq"], c["Wk"], c["w"], c["T"])
+    """Returns ``(dQ, dK, dWq, dWk, dw)``.
+
+        dT = dS w^T,   dP = dT (1 - T^2),   dHq_t = sum_s dP_ts,   dHk_s = sum_t dP_ts,
+        dQ = dHq Wq^T,   dK = dHk Wk^T,   dWq = Q^T dHq,   dWk = K^T dHk,   dw = sum dS_ts T_ts
+    """
+    Q, K, Wq, Wk, w, T = (cache[k] for k in ("Q", "K", "Wq", "Wk", "w", "T"))
+    dT = dS[..., None] * w                        # S = T w        ->  dT = dS w^T
+    dw = (dS[..., None] * T).reshape(-1, w.shape[0]).sum(axis=0)   # dw = sum_(batch,t,s) dS_ts T_ts
+    dP = dT * (1.0 - T * T)                       # T = tanh(P)    ->  dP = dT (1 - T^2)
+    dHq = dP.sum(axis=-2)                         # P_ts = Hq_t + Hk_s: sum over keys s
+    dHk = dP.sum(axis=-3)                         #                     sum over queries t
+    dQ = dHq @ Wq.swapaxes(-1, -2)                # Hq = Q Wq      ->  dQ = dHq Wq^T
+    dK = dHk @ Wk.swapaxes(-1, -2)                # Hk = K Wk      ->  dK = dHk Wk^T
+    dWq = Q.swapaxes(-1, -2) @ dHq                #                ->  dWq = Q^T dHq (summed below)
+    dWk = K.swapaxes(-1, -2) @ dHk                #                ->  dWk = K^T dHk
+    return (unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape),
+            unbroadcast(dWq, Wq.shape), unbroadcast(dWk, Wk.shape), dw)
 
 
+@op("q: (..., n_q, d_q)", "K: (..., n_k, d_k)", "V: (..., n_k, d_v)", "Wq: (..., d_q, d_h)",
+    "Wk: (..., d_k, d_h)", "w: (d_h,)", "mask: bool ~(..., n_q, n_k)?")
 def additive_attention_forward(q, K, V, Wq, Wk, w, *, mask=None):
     """Additive (Bahdanau) attention (002 "Seq2seq meets attention"; Bahdanau et al. 2014).
 
@@ -254,37 +201,26 @@ def additive_attention_forward(q, K, V, Wq, Wk, w, *, mask=None):
     mask: boolean, broadcastable to (..., n_q, n_k), True = may attend (e.g. source padding);
     a query with no allowed key gets a zero context and zero gradients.
 
-    cache keys: "q", "K", "V", "Wq", "Wk", "w", "T" (the tanh), "weights" (alpha,
-    (..., n_q, n_k)), "dtype", "out_shape".
+    cache keys: "V", "weights" (alpha, (..., n_q, n_k)), "scores" (the cache of
+    :func:`additive_scores_forward`: "Q" (= q), "K", "Wq", "Wk", "w", "T" the tanh).
     """
-    where = "additive_attention_forward"
-    q, K, Wq, Wk, w = _additive_inputs(q, K, Wq, Wk, w, where)
-    V = v.float_array(V, "V", where)
-    v.min_ndim(V, 2, "V", where, "(..., n_k, d_v)")
-    batch = _values_batch(q, K, V, where, q_name="q")
-    allowed = _allowed(mask, None, where, batch + (q.shape[-2], K.shape[-2]))
-    dt = v.result_dtype(q, K, V, Wq, Wk, w)
-    q, K, V, Wq, Wk, w = (a.astype(dt, copy=False) for a in (q, K, V, Wq, Wk, w))
-    S, T = _additive_scores(q, K, Wq, Wk, w)      # (..., n_q, n_k) scores a_ts
-    A = _masked_softmax(S, allowed)               # alpha_ts
-    out = A @ V                                   # c_t = sum_s alpha_ts v_s
-    cache = {"q": q, "K": K, "V": V, "Wq": Wq, "Wk": Wk, "w": w, "T": T, "weights": A,
-             "dtype": dt, "out_shape": out.shape}
-    return out, cache
+    a, scores = additive_scores_forward(q, K, Wq, Wk, w)   # a_ts = w . tanh(q_t Wq + k_s Wk)
+    A = masked_softmax(a, mask)                   # alpha_ts = softmax_s(a_ts)
+    c = A @ V                                     # c_t = sum_s alpha_ts v_s
+    return c, {"V": V, "weights": A, "scores": scores}
 
 
+@backward_of(additive_attention_forward)
 def additive_attention_backward(dout, cache):
     """Returns ``(dq, dK, dV, dWq, dWk, dw)``.
 
         dV = alpha^T dc,   d alpha = dc V^T,   da = alpha * (d alpha - rowsum(d alpha * alpha)),
         then the additive-score backward of ``da``.
     """
-    dout = _check_dout(dout, cache, "additive_attention_backward")
-    c = cache
-    A, V = c["weights"], c["V"]
-    dV = _T(A) @ dout                             # c = alpha V    ->  dV = alpha^T dc
-    dA = dout @ _T(V)                             #                ->  d alpha = dc V^T
-    dS = _softmax_backward(dA, A)                 # alpha = softmax(a)  softmax JVP
-    dq, dK, dWq, dWk, dw = _additive_scores_backward(dS, c["q"], c["K"], c["Wq"], c["Wk"],
-                                                     c["w"], c["T"])
-    return dq, dK, _unbroadcast(dV, V.shape), dWq, dWk, dw
+    A, V = cache["weights"], cache["V"]
+    dV = A.swapaxes(-1, -2) @ dout                # c = alpha V    ->  dV = alpha^T dc
+    dA = dout @ V.swapaxes(-1, -2)                #                ->  d alpha = dc V^T
+    da = softmax_jvp(A, dA)                       # alpha = softmax(a)  ->  softmax JVP
+    da = unbroadcast(da, cache["scores"]["T"].shape[:-1])   # to a's shape (V may add batch axes)
+    dq, dK, dWq, dWk, dw = additive_scores_backward(da, cache["scores"])   # a = w . tanh(...)
+    return dq, dK, unbroadcast(dV, V.shape), dWq, dWk, dw

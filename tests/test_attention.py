@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from numpytfmr import (
-    additive_attention_forward, additive_scores_forward, attention_backward, attention_forward,
+    additive_attention_forward, additive_scores_backward, additive_scores_forward, attention_backward, attention_forward,
     bilinear_scores_forward, causal_mask, dot_scores_forward, merge_heads, mha_backward,
     mha_forward, neg_sq_dist_scores_forward, padding_mask, scaled_dot_scores_forward,
     sinusoidal_encoding, split_heads,
@@ -48,20 +48,8 @@ def _mha_weights(rng, d_model, n_heads, n_kv_heads, d_head, *, biases=True, dtyp
 
 
 # ---------------------------------------------------------------------------------------
-# finite differences, every registered case
+# finite differences beyond the registered cases (those run in tests/test_registry.py)
 # ---------------------------------------------------------------------------------------
-
-_CASES = [(spec, i, case) for spec in OPS
-          for i, case in enumerate(spec.make_cases(np.random.default_rng(0), np.float64))
-          if case.check]
-
-
-@pytest.mark.parametrize("spec,i,case", _CASES,
-                         ids=[f"{s.name}-{c.label}" for s, _, c in _CASES])
-def test_registered_case_matches_finite_differences(spec, i, case):
-    res = check_gradients(bind(spec.forward, case.kwargs), spec.backward, case.args, seed=i)
-    assert res.passed and max(res.errors.values()) <= 1e-7, f"{spec.name} [{case.label}]\n{res}"
-
 
 def test_registry_covers_every_requested_case():
     labels = {spec.name: " | ".join(c.label for c in spec.make_cases(np.random.default_rng(0),
@@ -95,6 +83,17 @@ def test_mha_gradients_with_rope_options():
             "positions_q": np.array([[4, 5, 6], [1, 2, 3]]), "positions_k": np.arange(4)}
     assert_gradients(mha_forward, {"n_heads": 2, "n_kv_heads": 1, "rope": rope},
                      (x_q, x_kv, *W))
+
+
+def test_additive_attention_gradients_with_values_batched_beyond_queries_and_keys():
+    """q and K shared by two sets of values: the scores (n_q, n_k) get the weights' batch
+    axis only through V, and their gradient is summed back over it."""
+    rng = np.random.default_rng(23)
+    q, K, V = rng.standard_normal((3, 4)), rng.standard_normal((5, 3)), rng.standard_normal((2, 5, 2))
+    Wq, Wk, w = (0.6 * rng.standard_normal(s) for s in ((4, 6), (3, 6), (6,)))
+    mask = rng.random((2, 3, 5)) < 0.7
+    mask[..., 0] = True
+    assert_gradients(additive_attention_forward, {"mask": mask}, (q, K, V, Wq, Wk, w))
 
 
 # ---------------------------------------------------------------------------------------
@@ -178,7 +177,7 @@ def test_broadcast_keys_equal_explicit_repeats():
 
 def test_mask_and_bias_with_batch_axes_only_the_values_have():
     """Unbatched Q, K with batched V: a (2, n_q, n_k) mask and bias still apply per item
-    (the in-place softmax first broadcasts the scores to the full shape)."""
+    (the scores broadcast to the mask's and bias's shape)."""
     rng = np.random.default_rng(14)
     Q, K, V = rng.standard_normal((5, 4)), rng.standard_normal((6, 4)), rng.standard_normal((2, 6, 3))
     mask = rng.random((2, 5, 6)) > 0.3
@@ -408,6 +407,41 @@ def test_float32_is_preserved():
         assert fwd(*args)[0].dtype == np.float32, fwd.__name__
 
 
+def test_mixed_dtypes_compute_in_the_common_dtype_and_return_each_gradient_in_its_own():
+    """float32 Q with float64 K, V: the result is float64; dQ stays float32, dK and dV float64."""
+    rng = np.random.default_rng(24)
+    Q = rng.standard_normal((3, 4)).astype(np.float32)
+    K, V = rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
+    out, c = attention_forward(Q, K, V, mask=causal_mask(3, 5))
+    assert out.dtype == c["weights"].dtype == np.float64
+    dQ, dK, dV = attention_backward(np.ones((3, 2), np.float32), c)   # dout is cast to float64
+    assert (dQ.dtype, dK.dtype, dV.dtype) == (np.float32, np.float64, np.float64)
+    np.testing.assert_allclose(out, attention_forward(Q.astype(np.float64), K, V,
+                                                      mask=causal_mask(3, 5))[0], rtol=1e-14)
+
+
+def test_backwards_refuse_a_wrong_dout_and_a_cache_of_another_op():
+    """Every backward of this chapter checks dout against its forward's output and the cache's origin."""
+    rng = np.random.default_rng(25)
+    caches = {}
+    for spec in OPS:
+        case = spec.make_cases(rng, np.float64)[0]
+        out, caches[spec.name] = bind(spec.forward, case.kwargs)(*case.args)
+        with pytest.raises(ValueError, match=f"^{spec.name}_backward: dout has shape "
+                                             r"\(1, 2, 3\); expected the forward output's shape"):
+            spec.backward(np.zeros((1, 2, 3)), caches[spec.name])
+        with pytest.raises(TypeError, match=f"^{spec.name}_backward: cache is a dict; expected the "
+                                            f"cache returned by {spec.name}_forward"):
+            spec.backward(np.zeros_like(out), dict(caches[spec.name]))
+    with pytest.raises(TypeError, match="^attention_backward: cache is the cache of mha_forward"):
+        attention_backward(np.zeros((2, 3, 7)), caches["mha"])
+    with pytest.raises(TypeError, match="^mha_backward: cache is the cache of attention_forward"):
+        mha_backward(np.zeros((2, 4, 6)), caches["attention"])
+    with pytest.raises(TypeError, match="^additive_scores_backward: cache is the cache of "
+                                        "additive_attention_forward"):
+        additive_scores_backward(np.zeros((2, 3, 5)), caches["additive_attention"])
+
+
 # ---------------------------------------------------------------------------------------
 # the scoring functions of 002
 # ---------------------------------------------------------------------------------------
@@ -524,9 +558,10 @@ def test_bahdanau_score_errata_needs_the_tanh():
 def test_attention_bad_input():
     Q, K, V = np.zeros((2, 5, 8)), np.zeros((2, 5, 6)), np.zeros((2, 5, 3))
     with pytest.raises(ValueError, match=r"attention_forward: K has shape \(2, 5, 6\) but Q has "
-                                         r"shape \(2, 5, 8\); the last axes \(d_k\) must match"):
+                                         r"shape \(2, 5, 8\); the axes d_k must match"):
         attention_forward(Q, K, V)
-    with pytest.raises(ValueError, match="attention_forward: V has shape .* \\(n_k"):
+    with pytest.raises(ValueError, match=r"attention_forward: V has shape \(2, 4, 3\) but K has "
+                                         r"shape \(2, 5, 8\); the axes n_k must match"):
         attention_forward(Q, Q, np.zeros((2, 4, 3)))
     with pytest.raises(ValueError, match="attention_forward: mask has shape \\(3, 5\\)"):
         attention_forward(Q, Q, V, mask=np.ones((3, 5), bool))
@@ -562,14 +597,19 @@ def test_mha_bad_input():
     with pytest.raises(ValueError, match="mha_forward: Wq has shape \\(6, 12\\) but x_q has shape "
                                          "\\(2, 3, 5\\)"):
         mha_forward(x[..., :5], x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2)
-    with pytest.raises(ValueError, match="mha_forward: Wk has shape \\(6, 4\\); expected \\(5, 4\\)"):
+    with pytest.raises(ValueError, match="mha_forward: Wk has shape \\(6, 4\\) but x_kv has shape "
+                                         "\\(2, 3, 5\\); the axes d_kv must match"):
         mha_forward(x, x[..., :5], Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2)
     with pytest.raises(ValueError, match="mha_forward: Wo has shape"):
         mha_forward(x, x, Wq, Wk, Wv, Wo[:6], n_heads=6, n_kv_heads=2)
     with pytest.raises(ValueError, match="mha_forward: bq has shape"):
         mha_forward(x, x, Wq, Wk, Wv, Wo, np.zeros(6), n_heads=6, n_kv_heads=2)
-    with pytest.raises(ValueError, match="mha_forward: x_kv has shape \\(3, 3, 6\\) but x_q"):
+    with pytest.raises(ValueError, match="mha_forward: the leading \\(batch\\) axes of x_q .*x_kv "
+                                         "\\(3, 3, 6\\) do not broadcast"):
         mha_forward(x, np.zeros((3, 3, 6)), Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2)
+    with pytest.raises(ValueError, match="mha_forward: x_kv has shape \\(1, 3, 6\\) but x_q has shape "
+                                         "\\(2, 3, 6\\); the leading \\(batch\\) axes must match"):
+        mha_forward(x, x[:1], Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2)     # no broadcasting here
     with pytest.raises(ValueError, match="mha_forward: kv_cache\\['k'\\] has shape"):
         mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2,
                     kv_cache={"k": np.zeros((2, 6, 1, 2)), "v": np.zeros((2, 6, 1, 2))})

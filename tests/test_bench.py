@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from numpytfmr import bench
-from numpytfmr.cli import main
+from numpytfmr.run import bench
+from numpytfmr.run.cli import main
 from numpytfmr.cost import matmul_cost
 from numpytfmr.gpt import GPTConfig
 
@@ -53,6 +53,28 @@ def test_train_step_matches_torch_at_the_first_step():
     # same weights, same batch, same model: the same loss up to float32 rounding
     assert r["first_loss_torch"] == pytest.approx(r["first_loss_numpy"], rel=1e-5)
     assert r["ratio_vs_torch"] > 0 and r["numpy_seconds"]["n"] == 1
+    # the reference step, timed alongside, computes the same loss as the fast one
+    assert r["first_loss_reference"] == pytest.approx(r["first_loss_numpy"], rel=1e-5)
+    assert r["reference_ratio_vs_torch"] > 0 and r["reference_seconds"]["n"] == 1
+
+
+def test_fast_and_reference_steps_train_the_same_way():
+    """Three steps of the benchmark's fast step and reference step from the same start: the
+    same losses and weights up to float32 rounding (the fast step updates in place)."""
+    from numpytfmr.gpt import init_gpt
+    from numpytfmr.optim import adamw_init
+    c = bench.bench_config(TINY)
+    rng = np.random.default_rng(0)
+    p = init_gpt(c, rng=rng, dtype=np.float32)
+    ids, targets = (rng.integers(0, c.vocab_size, (2, 6)) for _ in range(2))
+    fp, fs = {k: v.copy() for k, v in p.items()}, adamw_init(p)
+    rp, rs = p, adamw_init(p)
+    for _ in range(3):
+        fp, fs, fl = bench._numpy_step(fp, fs, ids, targets, c, 1e-2)
+        rp, rs, rl = bench._reference_step(rp, rs, ids, targets, c, 1e-2)
+        assert fl == pytest.approx(rl, rel=1e-5)
+    for k in p:
+        np.testing.assert_allclose(fp[k], rp[k], rtol=1e-4, atol=1e-5)
 
 
 def test_decoding_cached_and_uncached_agree():
@@ -81,6 +103,9 @@ def test_quick_bench_command_writes_the_summary(tmp_path, capsys, monkeypatch):
     for key in bench.REQUIRED_KEYS:
         assert key in s
     assert s["train_step_ratio_vs_torch"] is None          # --skip-torch
+    assert s["reference_step_ratio_vs_torch"] is None
+    assert s["reference_step_seconds"] > 0 and s["numpy_step_seconds"] > 0
+    assert "NumPy, fast path" in out and "NumPy, reference" in out
     assert s["gemm_fraction"] > 0
     assert s["clock"] == "cpu"
     assert set(s["attention"]["by_n"]["64"]) == set(bench.ATTENTION_METHODS)

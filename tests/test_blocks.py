@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from conftest import well_conditioned
 from numpytfmr.attention import padding_mask
 from numpytfmr.blocks import (decoder_block_backward, decoder_block_forward,
                               encoder_block_backward, encoder_block_forward)
@@ -12,32 +13,18 @@ from numpytfmr.gpt import GPTConfig, init_gpt
 D, H = 8, 4
 
 
-def _well_conditioned(params, rng):
-    """Weights of O(1/sqrt(d)) (GPT-2's 0.02 makes attention nearly uniform and the finite
-    differences of its scores tiny); gammas near 1, biases O(0.3)."""
-    out = {}
-    for k, a in params.items():
-        if k.endswith(".gamma"):
-            out[k] = 1.0 + 0.3 * rng.standard_normal(a.shape)
-        elif a.ndim == 1:
-            out[k] = 0.3 * rng.standard_normal(a.shape)
-        else:
-            out[k] = rng.standard_normal(a.shape) / np.sqrt(a.shape[0])
-    return out
-
-
 def _encoder_params(rng, *, n_kv_heads=H, norm_type="layernorm", bias=True, d_ff=6):
     c = GPTConfig(vocab_size=5, n_layers=1, d_model=D, n_heads=H, n_kv_heads=n_kv_heads, d_ff=d_ff,
                   norm_type=norm_type, bias=bias)
     p = init_gpt(c, rng=rng, dtype=np.float64)
-    return _well_conditioned({k: a for k, a in p.items() if k.startswith("h0.")}, rng)
+    return well_conditioned({k: a for k, a in p.items() if k.startswith("h0.")}, rng)
 
 
 def _decoder_params(rng, *, n_kv_heads=H, norm_type="layernorm", bias=True):
     c = EncDecConfig(src_vocab_size=5, tgt_vocab_size=5, n_enc_layers=1, n_dec_layers=1, d_model=D,
                      n_heads=H, n_kv_heads=n_kv_heads, d_ff=6, norm_type=norm_type, bias=bias)
     p = init_encdec(c, rng=rng, dtype=np.float64)
-    return _well_conditioned({k[4:]: a for k, a in p.items() if k.startswith("dec.h0.")}, rng)
+    return well_conditioned({k[4:]: a for k, a in p.items() if k.startswith("dec.h0.")}, rng)
 
 
 def _zero_grad_keys(keys, rope):
@@ -80,7 +67,8 @@ def test_encoder_block_gradients(case):
                                      rng=np.random.default_rng(7), **case)
 
     def bwd(dy, cache):
-        dx, grads = encoder_block_backward(dy, cache)
+        dx, dmemory, grads = encoder_block_backward(dy, cache)
+        assert dmemory is None                             # an encoder block reads no memory
         assert set(grads) == set(p)
         for k in frozen:
             assert np.max(np.abs(grads[k])) < 1e-12
@@ -188,7 +176,7 @@ def test_encoder_block_matches_torch(norm, activation):
     dy = rng.standard_normal((2, 5, D))
     y, cache = encoder_block_forward(x, p, prefix="h0.", n_heads=H, norm=norm, activation=activation,
                                      mask=padding_mask(lengths, 5)[:, None])
-    dx, grads = encoder_block_backward(dy, cache)
+    dx, _, grads = encoder_block_backward(dy, cache)
 
     layer = torch.nn.TransformerEncoderLayer(D, H, dim_feedforward=16, dropout=0.0, activation=activation,
                                              batch_first=True, norm_first=norm == "pre", dtype=torch.float64)
@@ -279,6 +267,26 @@ def test_decoder_block_kv_cache_equals_full_sequence(n_kv_heads, rope):
     assert c2["kv_cache"]["k"].shape == (2, n_kv_heads, 7, D // H)
     np.testing.assert_allclose(c2["kv_cache"]["k"], c_full["kv_cache"]["k"], rtol=1e-12, atol=1e-12)
     assert c2["attn_weights"].shape == (2, H, 3, 7)
+
+
+def test_cache_is_a_flat_dict_of_named_steps():
+    """The block's cache holds each step's cache under its name, nothing callable; the
+    attention weights and the KV cache are the attention steps' own."""
+    rng = np.random.default_rng(12)
+    p = _decoder_params(rng)
+    x, m = rng.standard_normal((2, 4, D)), rng.standard_normal((2, 3, D))
+    steps = {"attn_norm", "attn", "attn_res", "mlp_norm", "mlp", "mlp_res"}
+    cross = {"cross_norm", "cross", "cross_res"}
+    for norm in ("pre", "post"):
+        _, c = decoder_block_forward(x, m, p, prefix="h0.", n_heads=H, norm=norm)
+        assert steps | cross <= set(c) and not any(callable(v) for v in c.values())
+        assert c["attn_weights"] is c["attn"]["weights"] and c["kv_cache"] is c["attn"]["kv_cache"]
+        assert c["cross_weights"] is c["cross"]["weights"]
+        self_only = {k: a for k, a in p.items() if ".cross" not in k}
+        _, c = decoder_block_forward(x, None, self_only, prefix="h0.", n_heads=H, norm=norm)
+        assert steps <= set(c) and not cross & set(c) and c["cross_weights"] is None
+        _, c = encoder_block_forward(x, self_only, prefix="h0.", n_heads=H, norm=norm)
+        assert steps <= set(c) and not cross & set(c) and c["attn_weights"] is c["attn"]["weights"]
 
 
 def test_pre_norm_is_residual_and_post_norm_is_normalised():

@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from numpytfmr.cli import main
+from numpytfmr.run.cli import main
 
 
 def test_check_one_op_passes(capsys):

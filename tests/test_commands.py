@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from numpytfmr.cli import main
-from numpytfmr.training import load_checkpoint, load_model
+from numpytfmr.run.cli import main
+from numpytfmr.run.checkpoint import load_checkpoint, load_model
 
 TINY_GPT = ["--steps", "16", "--batch-size", "16", "--d-model", "16", "--n-layers", "1",
             "--n-heads", "2", "--max-prompt-len", "4", "--n-test", "20", "--eval-every", "8",
@@ -47,7 +47,7 @@ def test_generate_with_and_without_cache_agree(trained, capsys):
     text = outputs[0].strip()
     assert set(text) <= set("0123456789abcdefghijklmnopqrstuvwxyz()[]{} +-=.,")
     # the same answer computed from the checkpoint directly
-    from numpytfmr.training import complete
+    from numpytfmr.run.tasks import complete
     ck = load_model(run)
     expected, _ = complete(ck["params"], ck["model_config"], ck["tokenizer"], "3142")
     assert text == expected
@@ -143,8 +143,8 @@ def test_train_bad_input_leaves_no_files(tmp_path, capsys):
 
 def test_a_run_that_fails_midway_keeps_its_last_complete_checkpoint(tmp_path, monkeypatch, capsys):
     """A crash after the first checkpoint: the directory holds exactly that checkpoint."""
-    import numpytfmr.training as training
-    real = training.evaluate_gpt
+    import numpytfmr.run.tasks as tasks
+    real = tasks.evaluate_gpt
     calls = []
 
     def evaluate_then_crash(*args, **kwargs):
@@ -152,7 +152,7 @@ def test_a_run_that_fails_midway_keeps_its_last_complete_checkpoint(tmp_path, mo
         if len(calls) == 2:
             raise ValueError("simulated failure during the second evaluation")
         return real(*args, **kwargs)
-    monkeypatch.setattr(training, "evaluate_gpt", evaluate_then_crash)
+    monkeypatch.setattr(tasks, "evaluate_gpt", evaluate_then_crash)
     out = tmp_path / "run"
     assert main(["train", *TINY_GPT, "--out", str(out), "--summary",
                  str(tmp_path / "s.json")]) == 2
@@ -199,8 +199,8 @@ def test_train_seq2seq_refuses_options_of_the_other_model(tmp_path, capsys):
 
 
 def test_ctrl_c_saves_the_run_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
-    import numpytfmr.training as training
-    real = training.evaluate_gpt
+    import numpytfmr.run.tasks as tasks
+    real = tasks.evaluate_gpt
     calls = []
 
     def evaluate_then_interrupt(*args, **kwargs):
@@ -209,7 +209,7 @@ def test_ctrl_c_saves_the_run_and_says_how_to_resume(tmp_path, monkeypatch, caps
         if len(calls) == 1:
             raise KeyboardInterrupt
         return result
-    monkeypatch.setattr(training, "evaluate_gpt", evaluate_then_interrupt)
+    monkeypatch.setattr(tasks, "evaluate_gpt", evaluate_then_interrupt)
     out = tmp_path / "run"
     assert main(["train", *TINY_GPT, "--out", str(out)]) == 130
     assert f"continue with: numpytfmr train --resume --out {out}" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Core ops: gradients against finite differences, closed forms, hand cases, extremes, bad input."""
 import copy
 import math
-import time
+import re
 
 import numpy as np
 import pytest
@@ -14,15 +14,12 @@ from numpytfmr import (
     softmax_backward, softmax_forward,
 )
 from numpytfmr.activations import erf, erfc
-from numpytfmr.gradcheck import check_gradients
 from numpytfmr.registry import bind
 from numpytfmr.registry.core import OPS
 
 SPECS = {spec.name: spec for spec in OPS}
 ALL_CASES = [(spec.name, i) for spec in OPS
              for i, _ in enumerate(spec.make_cases(np.random.default_rng(0), np.float64))]
-CHECK_CASES = [(name, i) for name, i in ALL_CASES
-               if SPECS[name].make_cases(np.random.default_rng(0), np.float64)[i].check]
 
 
 def _case(name, i, dtype=np.float64, seed=0):
@@ -43,15 +40,7 @@ def test_every_core_op_is_registered():
 
 
 # ----------------------------------------------------------------------------------------
-# gradients, dtypes, purity: every case of every op
-
-@pytest.mark.parametrize("name,i", CHECK_CASES)
-def test_backward_matches_finite_differences(name, i):
-    spec, case = SPECS[name], _case(name, i)
-    res = check_gradients(bind(spec.forward, case.kwargs), spec.backward, case.args, seed=i)
-    assert res.errors, f"{name} [{case.label}]: no gradient was checked"
-    assert res.passed and max(res.errors.values()) <= 1e-7, f"{name} [{case.label}]\n{res}"
-
+# dtypes, purity: every case of every op (gradients: tests/test_registry.py)
 
 @pytest.mark.parametrize("name,i", ALL_CASES)
 def test_float32_in_float32_out(name, i):
@@ -132,14 +121,6 @@ def test_erf_float32_keeps_dtype_and_float32_accuracy():
     assert np.max(np.abs(got - ref)) <= 1e-6
 
 
-def test_erf_is_fast_enough_for_training():
-    x = np.random.default_rng(0).standard_normal(10**6) * 2.0
-    erf(x)  # warm up
-    start = time.perf_counter()
-    erf(x)
-    assert time.perf_counter() - start < 1.0  # about 0.05 s on one core; a loop would take seconds
-
-
 # ----------------------------------------------------------------------------------------
 # ReLU and GELU
 
@@ -203,37 +184,10 @@ def test_gelu_float32_matches_float64():
         np.testing.assert_allclose(g32, gelu_backward(np.ones(x.shape), c64), rtol=1e-5, atol=1e-6)
 
 
-def test_mills_ratio_fit_of_the_float32_gelu():
-    """The float32 GELU writes Phi(-y) = phi(y) R(y) with Mills' ratio R(y) ~= t P(t),
-    t = 1/(1 + 0.265 y); the fit's relative error is below 2e-8 on 0 <= y <= 15 (float64)."""
-    from numpy.polynomial import polynomial
-    from numpytfmr.activations import _MILLS_P, _MILLS_T
-    y = np.linspace(0.0, 15.0, 300_001)
-    exact = 0.5 * erfc(y / math.sqrt(2)) * np.exp(0.5 * y * y) * math.sqrt(2 * math.pi)
-    t = 1.0 / (1.0 + _MILLS_T * y)
-    fit = t * polynomial.polyval(t, _MILLS_P[::-1])
-    assert np.max(np.abs(fit / exact - 1)) < 2e-8
-    assert fit[0] == pytest.approx(math.sqrt(math.pi / 2), rel=2e-8)  # R(0) = sqrt(pi/2)
-
-
-def test_folded_mills_ratio_is_the_same_polynomial():
-    """The float32 GELU evaluates t P(t) as s M(s), s = beta t, M monic (two passes fewer):
-    in float64 the two forms agree to rounding, over the whole fitted range."""
-    from numpy.polynomial import polynomial
-    from numpytfmr.activations import _MILLS_BETA, _MILLS_M, _MILLS_P, _MILLS_T
-    y = np.linspace(0.0, 15.0, 30_001)
-    t = 1.0 / (1.0 + _MILLS_T * y)
-    original = t * polynomial.polyval(t, _MILLS_P[::-1])
-    s = (_MILLS_BETA / _MILLS_T) / (1.0 / _MILLS_T + y)
-    folded = s * polynomial.polyval(s, ((1.0,) + _MILLS_M)[::-1])   # s (s^8 + M[0] s^7 + ...)
-    np.testing.assert_allclose(folded, original, rtol=1e-13)
-
-
 def test_gelu_float32_is_accurate_to_float32_precision():
-    """float32 input takes the float32 path (Mills' ratio, in float32): against the float64
-    Cody form at the same points, relative error <= 1e-6 for |x| <= 4, and everywhere
-    within 2^-20 plus the float32 rounding of x^2 in exp(-x^2/2) (x^2 2^-23) -- so the
-    negative tail keeps its relative precision down to Phi(x) ~ 1e-36."""
+    """float32 GELU against the float64 one at the same points: relative error <= 1e-6 for
+    |x| <= 4, and everywhere within 2^-20 plus the float32 rounding of x^2 in exp(-x^2/2)
+    (x^2 2^-23) -- so the negative tail keeps its relative precision down to Phi(x) ~ 1e-36."""
     x32 = np.linspace(-14.0, 14.0, 400_001, dtype=np.float32)
     x = x32.astype(np.float64)
     out32, c32 = gelu_forward(x32)
@@ -251,10 +205,10 @@ def test_gelu_float32_is_accurate_to_float32_precision():
     assert np.max(np.abs(d32 - d64)) <= 1e-6
 
 
-def test_gelu_float32_blocks_noncontiguous_input_and_extremes():
-    """The float32 path works block by block: a long array of odd size gives the same values
-    as its pieces one at a time; a transposed (non-contiguous) input keeps its shape; huge
-    and tiny inputs give 0 or x without a warning."""
+def test_gelu_float32_elementwise_noncontiguous_input_and_extremes():
+    """float32 GELU is elementwise: a long array of odd size gives the same values as its
+    pieces one at a time; a transposed (non-contiguous) input keeps its shape; huge and
+    tiny inputs give 0 or x without a warning."""
     rng = np.random.default_rng(3)
     x = (3 * rng.standard_normal(2 * 65536 + 7)).astype(np.float32)
     out, cache = gelu_forward(x)
@@ -447,26 +401,8 @@ def test_layernorm_constant_row_is_finite(dtype):
 def test_norms_reject_an_empty_feature_axis():
     """d = 0 used to give NaN with a RuntimeWarning (0/0 means); now a ValueError naming x."""
     for fn, args in ((layernorm_forward, (None, None)), (rmsnorm_forward, (None,))):
-        with pytest.raises(ValueError, match=r"x has shape \(3, 0\).*at least one feature"):
+        with pytest.raises(ValueError, match=r"x has shape \(3, 0\); expected d >= 1"):
             fn(np.zeros((3, 0)), *args)
-
-
-def test_row_and_column_sums_by_matrix_vector_products_match_numpy():
-    """LayerNorm's means and the bias/gain gradients come from BLAS matrix-vector products
-    (``_row_mean``: x (1/d) 1, ``_column_sums``: 1^T G); the same numbers as np.mean/np.sum."""
-    from numpytfmr.linear import _column_sums
-    from numpytfmr.norms import _row_mean
-    rng = np.random.default_rng(12)
-    for shape in ((5, 7), (2, 3, 4), (1, 9), (0, 6)):
-        x = rng.standard_normal(shape) * 3 + 1
-        np.testing.assert_allclose(_column_sums(x), x.reshape(-1, shape[-1]).sum(axis=0),
-                                   rtol=1e-13, atol=1e-13)
-        assert _column_sums(x).shape == (shape[-1],)
-        if x.size:
-            np.testing.assert_allclose(_row_mean(x), x.mean(axis=-1, keepdims=True), rtol=1e-13,
-                                       atol=1e-14)
-    x32 = rng.standard_normal((4, 6)).astype(np.float32)
-    assert _row_mean(x32).dtype == np.float32 and _column_sums(x32).dtype == np.float32
 
 
 def test_rmsnorm_hand_case_and_unit_rms():
@@ -589,8 +525,9 @@ X = RNG.standard_normal((2, 3, 7))
 
 @pytest.mark.parametrize("call,exc,match", [
     (lambda: linear_forward(np.ones((2, 5)), np.ones((6, 3))), ValueError,
-     r"linear_forward: x has shape \(2, 5\) but W has shape \(6, 3\); expected x of shape \(\.\.\., 6\)"),
-    (lambda: linear_forward(X, np.ones((7, 3)), np.ones(4)), ValueError, r"b has shape \(4,\).*\(3,\)"),
+     r"linear_forward: W has shape \(6, 3\) but x has shape \(2, 5\); the axes d_in must match"),
+    (lambda: linear_forward(X, np.ones((7, 3)), np.ones(4)), ValueError,
+     r"b has shape \(4,\) but W has shape \(7, 3\); the axes d_out must match"),
     (lambda: linear_forward(X, np.ones(7)), ValueError, r"W has shape \(7,\)"),
     (lambda: linear_forward(np.ones((2, 7), dtype=int), np.ones((7, 3))), TypeError, r"linear_forward: x .*int"),
     (lambda: relu_forward(np.arange(3)), TypeError, r"relu_forward: x .*int"),
@@ -611,7 +548,7 @@ X = RNG.standard_normal((2, 3, 7))
      r"ignore_index is 0.5"),
     (lambda: cross_entropy_forward(np.zeros((2, 3), dtype=int), np.zeros(2, dtype=int)), TypeError, r"logits"),
     (lambda: layernorm_forward(X, np.ones(6), None), ValueError,
-     r"layernorm_forward: gamma has shape \(6,\) but x has shape \(2, 3, 7\); expected gamma of shape \(7,\)"),
+     r"layernorm_forward: gamma has shape \(6,\) but x has shape \(2, 3, 7\); the axes d must match"),
     (lambda: layernorm_forward(X, None, np.ones((1, 7))), ValueError, r"beta has shape \(1, 7\)"),
     (lambda: layernorm_forward(X, None, None, eps=0.0), ValueError, r"eps is 0.0"),
     (lambda: layernorm_forward(np.ones((2, 7), dtype=np.int32), None, None), TypeError, r"x has dtype int32"),
@@ -640,3 +577,49 @@ X = RNG.standard_normal((2, 3, 7))
 def test_bad_input_raises_with_the_argument_named(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------------------
+# the contract layer on the core ops: dout and cache checked, empty axes refused
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_dout_of_the_wrong_shape_is_refused_naming_dout(name):
+    spec, case = SPECS[name], _case(name, 0)
+    out, cache = bind(spec.forward, case.kwargs)(*case.args)
+    bad = np.ones(np.shape(out) + (2,))
+    with pytest.raises(ValueError, match=rf"^{name}_backward: dout has shape {re.escape(str(bad.shape))}; "
+                                         rf"expected the forward output's shape"):
+        spec.backward(bad, cache)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_a_cache_from_another_op_is_refused_naming_cache(name):
+    spec, case = SPECS[name], _case(name, 0)
+    out, _ = bind(spec.forward, case.kwargs)(*case.args)
+    other = "relu" if name != "relu" else "silu"
+    other_case = _case(other, 0)
+    _, foreign = bind(SPECS[other].forward, other_case.kwargs)(*other_case.args)
+    with pytest.raises(TypeError, match=rf"^{name}_backward: cache is the cache of {other}_forward; "
+                                        rf"expected the cache returned by {name}_forward"):
+        spec.backward(np.ones(np.shape(out)), foreign)
+    with pytest.raises(TypeError, match=rf"^{name}_backward: cache is a dict"):
+        spec.backward(np.ones(np.shape(out)), dict(foreign))
+
+
+@pytest.mark.parametrize("forward", [softmax_forward, log_softmax_forward])
+def test_softmax_over_an_empty_axis_is_refused(forward):
+    with pytest.raises(ValueError, match=rf"{forward.__name__}: x has shape \(3, 0\), empty along axis"):
+        forward(np.zeros((3, 0)))
+    out, _ = forward(np.zeros((0, 4)))          # an empty batch is fine: nothing to normalize
+    assert out.shape == (0, 4)
+    with pytest.raises(ValueError, match=rf"{forward.__name__}: axis is -1 but x has shape \(\)"):
+        forward(np.float64(1.0))
+
+
+def test_gelu_float32_forward_and_gradient_are_float32_for_both_forms():
+    x = np.linspace(-60, 60, 241, dtype=np.float32)
+    for form in ("none", "tanh"):
+        out, cache = gelu_forward(x, approximate=form)
+        dx = gelu_backward(np.ones_like(x), cache)
+        assert out.dtype == np.float32 and dx.dtype == np.float32
+        assert np.all(np.isfinite(out)) and np.all(np.isfinite(dx))

@@ -1,4 +1,4 @@
-"""Tests of numpytfmr.data: tokenizers, the synthetic tasks, splits, batching, evaluation."""
+"""Tests of numpytfmr.run.data: tokenizers, the synthetic tasks, splits, batching, evaluation."""
 from collections import Counter, deque
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from numpytfmr.data import (BOS_ID, EOS_ID, PAD_ID, SEP_ID, TASKS, CharTokenizer, WordTokenizer,
+from numpytfmr.run.data import (BOS_ID, EOS_ID, PAD_ID, SEP_ID, TASKS, CharTokenizer, WordTokenizer,
                             decode_completion, evaluate_generation, exact_match, iterate_batches,
                             make_preference_pairs, make_task, make_translation, next_token_arrays,
                             prompt_batches, split_of, task_target, tokenizer_from_dict,

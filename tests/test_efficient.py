@@ -17,8 +17,6 @@ from numpytfmr.efficient import (
     flash_attention_backward, flash_attention_forward, linear_attention_backward,
     linear_attention_forward, sliding_window_mask,
 )
-from numpytfmr.gradcheck import check_gradients
-from numpytfmr.registry import bind
 from numpytfmr.registry.efficient import OPS
 
 # NumPy's overflow / invalid-value / divide warnings are RuntimeWarnings. (Not every warning:
@@ -52,19 +50,9 @@ def _flash_vs_standard(Q, K, V, dout, block_size, **kwargs):
 
 
 # ---------------------------------------------------------------------------------------
-# finite differences and the standard attention, every registered case
+# the standard attention, every registered case (their finite differences run in
+# tests/test_registry.py)
 # ---------------------------------------------------------------------------------------
-
-_CASES = [(spec, i, case) for spec in OPS
-          for i, case in enumerate(spec.make_cases(np.random.default_rng(0), np.float64))
-          if case.check]
-
-
-@pytest.mark.parametrize("spec,i,case", _CASES, ids=[f"{s.name}-{c.label}" for s, _, c in _CASES])
-def test_registered_case_matches_finite_differences(spec, i, case):
-    res = check_gradients(bind(spec.forward, case.kwargs), spec.backward, case.args, seed=i)
-    assert res.passed and max(res.errors.values()) <= 1e-7, f"{spec.name} [{case.label}]\n{res}"
-
 
 @pytest.mark.parametrize("i,case", list(enumerate(FLASH.make_cases(np.random.default_rng(1),
                                                                     np.float64))),
@@ -192,8 +180,8 @@ def test_flash_fully_masked_rows_give_zero_output_and_gradients():
     assert all(np.isfinite(g).all() for g in flash_attention_backward(np.ones_like(out), cache))
 
 
-def test_flash_skips_masked_tiles_without_changing_the_result():
-    """A band mask at block 2 rules out whole tiles; the result is still exact."""
+def test_flash_tiles_a_band_mask_rules_out_leave_the_result_exact():
+    """A band mask at block 2 rules out whole tiles (every score -inf); the result is still exact."""
     rng = np.random.default_rng(6)
     Q, K, V = (rng.standard_normal((2, 16, 4)) for _ in range(3))
     mask = sliding_window_mask(16, window=3)
@@ -274,7 +262,7 @@ def test_flash_does_not_modify_its_inputs():
     ({"bias": np.zeros((5, 4))}, None, ValueError, "bias has shape (5, 4)"),
     ({"bias": np.full((4, 4), np.nan)}, None, ValueError, "bias contains NaN"),
     ({"scale": "big"}, None, TypeError, "scale"),
-    ({}, ((2, 4, 3), (2, 4, 5), (2, 4, 3)), ValueError, "the last axes (d_k) must match"),
+    ({}, ((2, 4, 3), (2, 4, 5), (2, 4, 3)), ValueError, "the axes d_k must match"),
     ({}, ((2, 4, 3), (2, 4, 3), (2, 5, 3)), ValueError, "V has shape (2, 5, 3)"),
     ({}, ((2, 4, 3), (3, 4, 3), (3, 4, 3)), ValueError, "do not broadcast"),
     ({}, ((4,), (4, 3), (4, 3)), ValueError, "Q has shape (4,)"),
@@ -294,6 +282,27 @@ def test_flash_refuses_integer_inputs_and_a_wrong_dout():
     out, cache = flash_attention_forward(np.ones((3, 2)), np.ones((3, 2)), np.ones((3, 2)))
     with pytest.raises(ValueError, match="^flash_attention_backward: dout has shape"):
         flash_attention_backward(np.ones((2, 2)), cache)
+
+
+def test_backwards_refuse_the_cache_of_the_other_attention():
+    """flash and standard attention both cache Q, K, V: each backward still takes only its own."""
+    Q = K = V = np.eye(3)
+    dout = np.ones((3, 3))
+    _, flash_cache = flash_attention_forward(Q, K, V)
+    _, std_cache = attention_forward(Q, K, V)
+    _, lin_cache = linear_attention_forward(Q, K, V)
+    with pytest.raises(TypeError, match="^attention_backward: cache is the cache of "
+                                        "flash_attention_forward; expected the cache returned by "
+                                        "attention_forward"):
+        attention_backward(dout, flash_cache)
+    with pytest.raises(TypeError, match="^flash_attention_backward: cache is the cache of "
+                                        "attention_forward"):
+        flash_attention_backward(dout, std_cache)
+    with pytest.raises(TypeError, match="^linear_attention_backward: cache is a dict"):
+        linear_attention_backward(dout, dict(lin_cache))
+    with pytest.raises(ValueError, match=r"^linear_attention_backward: dout has shape \(3, 2\); "
+                                         r"expected the forward output's shape \(3, 3\)"):
+        linear_attention_backward(np.ones((3, 2)), lin_cache)
 
 
 # ---------------------------------------------------------------------------------------
@@ -443,7 +452,7 @@ def test_linear_attention_float32_stays_float32(causal):
     (((2, 4, 3), (2, 4, 3), (2, 4, 3)), {"eps": 0.0}, ValueError, "eps is 0.0"),
     (((2, 4, 3), (2, 4, 3), (2, 4, 3)), {"eps": -1.0}, ValueError, "eps"),
     (((2, 5, 3), (2, 4, 3), (2, 4, 3)), {"causal": True}, ValueError, "n_k >= n_q"),
-    (((2, 4, 3), (2, 4, 2), (2, 4, 3)), {}, ValueError, "the last axes (d_k) must match"),
+    (((2, 4, 3), (2, 4, 2), (2, 4, 3)), {}, ValueError, "the axes d_k must match"),
     (((2, 4, 3), (2, 4, 3), (2, 3, 3)), {}, ValueError, "V has shape (2, 3, 3)"),
     (((3,), (4, 3), (4, 3)), {}, ValueError, "Q has shape (3,)"),
 ])

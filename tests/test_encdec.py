@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import well_conditioned
 from numpytfmr.encdec import (EncDecConfig, encdec_backward, encdec_forward, encdec_generate,
                               encdec_loss, encdec_param_shapes, init_encdec)
 from numpytfmr.gradcheck import check_gradients
@@ -15,22 +16,9 @@ TINY = dict(src_vocab_size=9, tgt_vocab_size=7, n_enc_layers=2, n_dec_layers=2, 
             n_heads=4, d_ff=6, max_len=8)
 
 
-def _well_conditioned(params, rng):
-    """O(1/sqrt(fan_in)) weights, gammas near 1, biases O(0.3) (see test_gpt.py)."""
-    out = {}
-    for k, a in params.items():
-        if k.endswith(".gamma"):
-            out[k] = 1.0 + 0.3 * rng.standard_normal(a.shape)
-        elif a.ndim == 1:
-            out[k] = 0.3 * rng.standard_normal(a.shape)
-        else:
-            out[k] = rng.standard_normal(a.shape) / np.sqrt(a.shape[1] if k.endswith("wte") else a.shape[0])
-    return out
-
-
 def _setup(config, seed=0, S=5, T=4):
     rng = np.random.default_rng(seed)
-    p = _well_conditioned(init_encdec(config, rng=rng, dtype=np.float64), rng)
+    p = well_conditioned(init_encdec(config, rng=rng, dtype=np.float64), rng)
     src = rng.integers(0, config.src_vocab_size, (2, S))
     tgt = rng.integers(0, config.tgt_vocab_size, (2, T))
     src_mask = np.ones((2, S), dtype=bool)

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import well_conditioned
 from numpytfmr.gpt import (GPTConfig, generate, gpt_backward, gpt_forward, gpt_loss,
                            gpt_param_shapes, init_gpt, kv_cache_size)
 from numpytfmr.gradcheck import check_gradients
@@ -16,23 +17,9 @@ from numpytfmr.positional import sinusoidal_encoding
 TINY = dict(vocab_size=7, n_layers=2, d_model=8, n_heads=4, d_ff=6, max_len=6)
 
 
-def _well_conditioned(params, rng):
-    """O(1/sqrt(fan_in)) weights, gammas near 1, biases O(0.3): attention far from uniform,
-    so every finite difference is well above rounding noise (GPT-2's 0.02 init is not)."""
-    out = {}
-    for k, a in params.items():
-        if k.endswith(".gamma"):
-            out[k] = 1.0 + 0.3 * rng.standard_normal(a.shape)
-        elif a.ndim == 1:
-            out[k] = 0.3 * rng.standard_normal(a.shape)
-        else:
-            out[k] = rng.standard_normal(a.shape) / np.sqrt(a.shape[1] if k.endswith("wte") else a.shape[0])
-    return out
-
-
 def _params(config, seed=0, dtype=np.float64):
     rng = np.random.default_rng(seed)
-    return _well_conditioned(init_gpt(config, rng=rng, dtype=np.float64), rng), rng
+    return well_conditioned(init_gpt(config, rng=rng, dtype=np.float64), rng), rng
 
 
 # ---------------------------------------------------------------------------------------
@@ -305,6 +292,9 @@ def test_cache_shapes_and_size_shrink_with_fewer_kv_heads():
         _, cache = gpt_forward(p, rng.integers(0, 7, (3, 5)), config=c)
         kv = cache["kv_cache"]
         assert len(kv) == c.n_layers
+        for l in range(c.n_layers):                          # the blocks' own entries
+            assert kv[l] is cache[f"h{l}"]["kv_cache"]
+            assert cache["attn_weights"][l] is cache[f"h{l}"]["attn"]["weights"]
         for layer in kv:
             assert layer["k"].shape == layer["v"].shape == (3, n_kv, 5, c.d_head)  # 001 §2.2
         sizes[n_kv] = kv_cache_size(kv)
@@ -481,7 +471,7 @@ def test_float32_end_to_end():
 def test_longer_than_max_len():
     learned = GPTConfig(**TINY)
     p, _ = _params(learned)
-    with pytest.raises(ValueError, match="gpt_forward: positions 0..6 reach beyond max_len=6"):
+    with pytest.raises(ValueError, match="gpt_forward: ids reaches position 6 but max_len=6"):
         gpt_forward(p, np.zeros((1, 7), dtype=int), config=learned)
     _, cache = gpt_forward(p, np.zeros((1, 4), dtype=int), config=learned)
     with pytest.raises(ValueError, match="max_len"):

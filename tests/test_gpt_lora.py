@@ -3,10 +3,11 @@ head and reward model (003 §9.1.2), and DPO with LoRA adapters (003 §9.2)."""
 import numpy as np
 import pytest
 
-from numpytfmr.data import CharTokenizer, EOS_ID, PAD_ID, make_preference_pairs, make_task
+from numpytfmr.run.data import CharTokenizer, EOS_ID, PAD_ID, make_preference_pairs, make_task
 from numpytfmr.gpt import GPTConfig, generate, gpt_forward, init_gpt
 from numpytfmr.gradcheck import check_gradients, rel_error
 from numpytfmr.lora import lora_linear_forward, lora_parameter_count
+from numpytfmr.norms import layernorm_forward
 from numpytfmr.optim import adam_init, adam_step
 from numpytfmr.posttrain import (
     LORA_TARGETS,
@@ -132,8 +133,12 @@ def test_merged_and_unmerged_agree_and_unmerge_restores_the_base():
     restored = unmerge_lora(merged_params, adapters, alpha=5.0)
     assert set(restored) == set(p)
     assert max(np.max(np.abs(restored[k] - p[k])) for k in p) <= 1e-12
-    # the notes' two-path form h W + s (h A) B of the query projection, from the block input
-    h = cache["gpt"]["blocks"][0]["attn"]["f_cache"]["mha"]["x_q"]
+    # the notes' two-path form h W + s (h A) B of the query projection, from the attention's
+    # input in block 0: h = N1(E[ids] + P) (pre-norm, learned positions)
+    x0 = p["wte"][ids] + p["wpe"][:ids.shape[1]]
+    h, _ = layernorm_forward(x0, p["h0.attn_norm.gamma"], p["h0.attn_norm.beta"], eps=c.norm_eps)
+    assert np.max(np.abs(h - cache["gpt"]["h0"]["attn_norm"]["xhat"] * p["h0.attn_norm.gamma"]
+                         - p["h0.attn_norm.beta"])) <= 1e-12           # the block read this h
     Q_lora, _ = lora_linear_forward(h, p["h0.attn.Wq"], adapters["h0.attn.Wq.A"],
                                     adapters["h0.attn.Wq.B"], p["h0.attn.bq"], alpha=5.0)
     Q_merged = h @ merged_params["h0.attn.Wq"] + p["h0.attn.bq"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from numpytfmr.cli import main
+from numpytfmr.run.cli import main
 from numpytfmr.grading import grade, make_assignment
 from numpytfmr.grading.channel import Returned, decode_value
 from numpytfmr.grading.compare import check_value, diagnose_bool

@@ -17,7 +17,7 @@ from numpytfmr.activations import silu_backward, silu_forward
 from numpytfmr.ffn import swiglu_ffn_backward, swiglu_ffn_forward
 from numpytfmr.gpt import GPTConfig, generate, gpt_forward, gpt_loss, gpt_param_shapes
 from numpytfmr.gradcheck import check_gradients, rel_error
-from numpytfmr.hf import gpt_config_from_hf, gpt_from_hf, load_hf_checkpoint
+from numpytfmr.run.hf import gpt_config_from_hf, gpt_from_hf, load_hf_checkpoint
 
 
 # ---------------------------------------------------------------------------------------

@@ -150,9 +150,9 @@ def test_positions_break_the_permutation_equivariance_003_7_1():
 # RoPE forward / backward
 # ---------------------------------------------------------------------------
 
+# the registered cases (x (5, 8) in both layouts, ...) run in tests/test_registry.py
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("shape, positions", [
-    ((5, 8), np.arange(5)),
     ((2, 3, 7, 6), np.arange(7) + 4),
     ((2, 1, 3, 4), np.array([[[0.5, 1.5, 9.0]], [[2.0, 3.0, 4.0]]])),
 ])
@@ -313,6 +313,15 @@ def test_rope_leaves_its_inputs_unchanged():
     assert np.array_equal(x, x0) and np.array_equal(pos, pos0) and np.array_equal(dout, d0)
     for key, value in cache0.items():
         assert np.array_equal(cache[key], value)
+
+
+def test_rope_backward_takes_only_a_rope_cache():
+    x = np.ones((3, 4))
+    with pytest.raises(TypeError, match="^rope_backward: cache is the cache of attention_forward; "
+                                        "expected the cache returned by rope_forward"):
+        rope_backward(x, numpytfmr.attention_forward(x, x, x)[1])
+    with pytest.raises(TypeError, match="^rope_backward: cache is a dict"):
+        rope_backward(x, dict(rope_forward(x, positions=np.arange(3))[1]))
 
 
 def test_rope_matches_torch_autograd():

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from numpytfmr.cli import main
-from numpytfmr.fileio import load_arrays
+from numpytfmr.run.cli import main
+from numpytfmr.run.fileio import load_arrays
 from numpytfmr.posttrain import merge_lora
-from numpytfmr.training import load_model
+from numpytfmr.run.checkpoint import load_model
 
 TINY_BASE = ["--base-steps", "40", "--max-prompt-len", "3", "--n-test", "12", "--quiet"]
 

@@ -46,7 +46,9 @@ def test_lora_linear(case):
     x, A, B = (t(a, True) for a in (case.args[0], case.args[2], case.args[3]))
     W = t(case.args[1])
     b = None if case.args[4] is None else t(case.args[4])
-    y = _lora_torch(x, W, A, B, b, cache["scale"], cache["mask"])
+    drop = cache["drop"]                          # the dropout on the branch: mask * 1/(1-p)
+    mask = None if drop["mask"] is None else drop["mask"] * drop["scale"]
+    y = _lora_torch(x, W, A, B, b, cache["scale"], mask)
     y.backward(t(dout))
     assert_close(out, y)
     assert_close(dx, x.grad)

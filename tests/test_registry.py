@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from numpytfmr.cli import check_op
+from numpytfmr.registry.check import check_op
 from numpytfmr.registry import bind, registry
 
 OPS = list(registry())

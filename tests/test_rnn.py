@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from numpytfmr.activations import softmax
-from numpytfmr.data import BOS_ID, EOS_ID, decode_completion, make_translation
+from numpytfmr.run.data import BOS_ID, EOS_ID, decode_completion, make_translation
 from numpytfmr.gradcheck import check_gradients
 from numpytfmr.optim import adam_init, adam_step
 from numpytfmr.registry.recurrent import _gru_cell_cases
@@ -445,18 +445,18 @@ def test_gru_cell_bad_input():
     e, h, W_e, W_h, b, ctx, W_c = _gru_cell_cases(np.random.default_rng(0), np.float64)[0].args
     with pytest.raises(ValueError, match=r"gru_cell_forward: W_h has shape \(7, 14\) but h_prev"):
         gru_cell_forward(e, h, W_e, W_h[:, :14], b, ctx, W_c)
-    with pytest.raises(ValueError, match=r"gru_cell_forward: W_e has shape \(4, 21\); expected \(5, 21\)"):
+    with pytest.raises(ValueError, match=r"gru_cell_forward: W_e has shape \(4, 21\) but e has shape \(3, 5\)"):
         gru_cell_forward(e, h, W_e[:4], W_h, b, ctx, W_c)
-    with pytest.raises(ValueError, match=r"gru_cell_forward: e has shape \(2, 5\) but h_prev has"):
+    with pytest.raises(ValueError, match=r"gru_cell_forward: the leading \(batch\) axes of e \(2, 5\), h_prev \(3, 7\)"):
         gru_cell_forward(e[:2], h, W_e, W_h, b, ctx, W_c)
     with pytest.raises(ValueError, match="gru_cell_forward: c is given but W_c is None"):
         gru_cell_forward(e, h, W_e, W_h, b, ctx, None)
-    with pytest.raises(ValueError, match=r"gru_cell_forward: W_c has shape \(3, 21\); expected \(4, 21\)"):
+    with pytest.raises(ValueError, match=r"gru_cell_forward: W_c has shape \(3, 21\) but c has shape \(3, 4\)"):
         gru_cell_forward(e, h, W_e, W_h, b, ctx, W_c[:3])
     with pytest.raises(ValueError, match=r"gru_cell_forward: b has shape \(20,\)"):
         gru_cell_forward(e, h, W_e, W_h, b[:20], ctx, W_c)
     with pytest.raises(TypeError, match="gru_cell_forward: e has integer dtype"):
         gru_cell_forward([[1, 2, 3, 4, 5]] * 3, h, W_e, W_h, b, ctx, W_c)
     _, cache = gru_cell_forward(e, h, W_e, W_h, b, ctx, W_c)
-    with pytest.raises(ValueError, match=r"gru_cell_backward: dh has shape \(3, 6\)"):
+    with pytest.raises(ValueError, match=r"gru_cell_backward: dout has shape \(3, 6\)"):
         gru_cell_backward(np.ones((3, 6)), cache)

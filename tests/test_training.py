@@ -1,19 +1,20 @@
-"""The training loop, checkpoints and resuming (numpytfmr/training.py), on tiny models."""
+"""The training loop, checkpoints and resuming (numpytfmr/run/: loop.py, checkpoint.py,
+models.py, tasks.py, blas.py), on tiny models."""
 import json
 import os
 
 import numpy as np
 import pytest
 
-from numpytfmr import fileio
-from numpytfmr.data import CharTokenizer, make_task, translation_tokenizers
 from numpytfmr.gpt import GPTConfig, generate, gpt_forward, init_gpt
-from numpytfmr.training import (TrainSettings, alignment_table, blas_threads, complete,
-                                evaluate_gpt,
-                                gpt_task_data, limit_blas_threads, load_checkpoint, load_model,
-                                replace_config,
-                                save_checkpoint, step_rng, train_gpt, train_loop, train_seq2seq,
-                                translate)
+from numpytfmr.run import fileio
+from numpytfmr.run.blas import blas_threads, limit_blas_threads
+from numpytfmr.run.checkpoint import load_checkpoint, load_model, save_checkpoint
+from numpytfmr.run.data import CharTokenizer, make_task, translation_tokenizers
+from numpytfmr.run.loop import TrainSettings, step_rng, train_loop
+from numpytfmr.run.models import replace_config, seq2seq_model
+from numpytfmr.run.tasks import (alignment_table, complete, evaluate_gpt, gpt_task_data, train_gpt,
+                                 train_seq2seq, translate)
 
 TASK = dict(task="sort", min_len=1, max_len=4, n_test=20)
 
@@ -334,7 +335,6 @@ def test_evaluate_gpt_test_loss_is_the_answer_cross_entropy():
 
 @pytest.mark.parametrize("kind", ["encdec", "rnn"])
 def test_seq2seq_training_lowers_the_loss_and_translates(kind, tmp_path):
-    from numpytfmr.training import seq2seq_model
     src_tok, tgt_tok = translation_tokenizers()
     model = seq2seq_model(kind)
     small = ({"d_model": 16, "n_heads": 2, "d_ff": 32, "n_enc_layers": 1, "n_dec_layers": 1}

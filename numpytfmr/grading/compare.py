@@ -201,11 +201,21 @@ def _reword(sentence, output=False):
     return sentence
 
 
-def diagnose_values(got, expected, dout=None):
+def diagnose_values(got, expected, dout=None, *, forward=None, inputs=None, position=None,
+                    names=None, out=None):
     """The gradient checker's diagnoses of ``got`` against ``expected`` (float arrays).
 
     dout: the upstream gradient, for a gradient (finds a missing or extra ``dout`` term);
     None for a forward output.
+
+    For a gradient, passing the case as well -- ``forward`` (the reference forward with the
+    case's options bound), its positional ``inputs``, the ``position`` of the input this is
+    the gradient of, the input ``names`` and the forward's output ``out`` -- adds the
+    checker's case-wide diagnoses (a missing normalisation term, a reduction over the wrong
+    axis, a wrong elementwise derivative, a transposed factor, repeated ids, a mask, a
+    rotation, factors named in the case's terms). Without it only the patterns of the two
+    arrays are looked for; the self-check against finite differences of the submission's own
+    forward (``check_gradients``) reports the case-wide ones in any case.
     """
     got = np.asarray(got, dtype=np.float64)
     expected = np.asarray(expected, dtype=np.float64)
@@ -217,15 +227,30 @@ def diagnose_values(got, expected, dout=None):
     scale = max(1.0, float(np.max(np.abs(expected))))
     a, n = got.reshape(-1), expected.reshape(-1)
     try:
-        from .. import gradcheck as gc
-        status = np.where(np.abs(a - n) <= atol * scale + rtol * np.abs(n), gc._PASS, gc._FAIL)
-        cmp = dict(a=a, n=n, tol=None, status=status, labels=None, notes=[],
+        from ..checking.compare import FAIL, PASS
+        from ..checking.diagnose import diagnose
+        status = np.where(np.abs(a - n) <= atol * scale + rtol * np.abs(n), PASS, FAIL)
+        cmp = dict(a=a, n=n, tol=None, status=status, labels=None, notes=[], rounding=np.zeros(a.size),
                    project=lambda T: np.asarray(T, dtype=np.float64).reshape(-1), full=True)
         d = np.zeros(expected.shape) if dout is None else np.asarray(dout, dtype=np.float64)
-        sentences = gc._diagnose(cmp, got, d, atol * scale)
+        case = _case(forward, inputs, position, names, out, d) if dout is not None else None
+        sentences = diagnose(cmp, got, d, atol * scale, case)
     except (ImportError, AttributeError, TypeError, KeyError, ValueError):
         sentences = _simple_diagnose(a, n)
     return [_reword(s, output=dout is None) for s in sentences]
+
+
+def _case(forward, inputs, position, names, out, dout):
+    """The checker's view of a graded case (None when it is not given in full)."""
+    if forward is None or inputs is None or position is None or out is None:
+        return None
+    from ..checking.evidence import Case
+    from ..checking.structure import work_copy
+    from ..checking.terms import learn_terms
+    work = [work_copy(x) for x in inputs]
+    names = list(names) if names is not None else [f"input {i}" for i in range(len(work))]
+    out = np.array(out, dtype=np.float64)
+    return Case(forward, work, position, out, dout, names, learn_terms(forward, work, names))
 
 
 def _simple_diagnose(a, n):

@@ -15,7 +15,7 @@ import secrets
 import shutil
 import textwrap
 
-from ..fileio import atomic_write_text, write_json
+from ..run.fileio import atomic_write_text, write_json
 from .cases import DEFAULTS, resolve
 from .notebook import make_notebook
 

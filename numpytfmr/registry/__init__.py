@@ -8,7 +8,8 @@ the topic files below (``registry/core.py``, ``registry/attention.py``, ...).
 A :class:`Case` holds plain data only (arrays, numbers, strings), so it can be written
 to an ``.npz`` and replayed in another process. An integer under the key ``"rng"`` in
 ``kwargs`` is a seed: :func:`bind` turns it into a fresh ``np.random.Generator`` on
-every call, which makes a random forward (dropout) repeatable.
+every call, which makes a random forward (dropout) repeatable. The driver that
+gradient-checks every case of an op is ``registry/check.py`` (:func:`check_op`).
 """
 from dataclasses import dataclass, field
 import importlib

@@ -57,7 +57,7 @@ def _flash_cases(rng, dtype):
              "K, V broadcast over a head axis"),
         Case((r(7, 3), r(7, 3), r(7, 3)), {"mask": sliding_window_mask(7, window=2),
                                            "block_size": 2},
-             "sliding window 2, block 2 (tiles skipped)"),
+             "sliding window 2, block 2 (whole tiles masked)"),
         Case((r(3, 7), r(4, 7), r(4, 7)), {"scale": 0.5, "block_size": 3},
              "scale=0.5 (temperature 2)"),
     ]

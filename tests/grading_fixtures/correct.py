@@ -1,4 +1,4 @@
-"""A correct homework submission, written independently of numpytfmr from SPEC.md alone.
+"""A correct homework submission, written independently of numpytfmr from its API contract (docs/contract.md) alone.
 
 Twelve forward/backward pairs (linear, relu, gelu, softmax, log_softmax, cross_entropy,
 layernorm, rmsnorm, embedding, attention, lora_linear, dpo_loss) and causal_mask. Only NumPy

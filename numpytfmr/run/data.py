@@ -44,7 +44,7 @@ import numbers
 
 import numpy as np
 
-from ._validate import choice, number, positive_int
+from ..contract import count, one_of, real
 
 __all__ = [
     "SPECIAL_TOKENS", "PAD_ID", "BOS_ID", "EOS_ID", "SEP_ID", "DEFAULT_SYMBOLS",
@@ -246,7 +246,7 @@ def split_of(text, *, test_fraction=0.2):
 
     About ``test_fraction`` of all possible prompts are test prompts.
     """
-    test_fraction = number(test_fraction, "test_fraction", "split_of", low=0.0, high=1.0,
+    test_fraction = real(test_fraction, "test_fraction", "split_of", low=0.0, high=1.0,
                            low_open=True, high_open=True)
     h = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
     return "test" if h / 2.0 ** 64 < test_fraction else "train"
@@ -289,7 +289,7 @@ def task_target(name, prompt):
     unfinished bracket string). ``"sort_either"`` has no single answer and is refused.
     """
     where = "task_target"
-    choice(name, "name", where, tuple(t for t in TASKS if t != "sort_either"))
+    one_of(*(t for t in TASKS if t != "sort_either"))(name, "name", where)
     if not isinstance(prompt, str):
         raise TypeError(f"{where}: prompt is a {type(prompt).__name__}; expected a str")
     if name == "dyck":
@@ -357,8 +357,8 @@ def _sequence_arrays(tok, prompts, targets, width):
 
 
 def _length_args(min_len, max_len, where):
-    min_len = positive_int(min_len, "min_len", where)
-    max_len = positive_int(max_len, "max_len", where)
+    min_len = count(min_len, "min_len", where)
+    max_len = count(max_len, "max_len", where)
     if max_len < min_len:
         raise ValueError(f"{where}: max_len is {max_len} but min_len is {min_len}; expected "
                          "max_len >= min_len")
@@ -388,10 +388,10 @@ def make_task(name, n, *, rng, split="train", min_len=1, max_len=8, test_fractio
     For next-token training use ``next_token_arrays(ids, loss_mask)``.
     """
     where = "make_task"
-    choice(name, "name", where, TASKS)
-    n = positive_int(n, "n", where)
+    one_of(*TASKS)(name, "name", where)
+    n = count(n, "n", where)
     rng = _rng(rng, where)
-    choice(split, "split", where, ("train", "test"))
+    one_of("train", "test")(split, "split", where)
     min_len, max_len = _length_args(min_len, max_len, where)
     tok = CharTokenizer() if tokenizer is None else tokenizer
     if not isinstance(tok, CharTokenizer):
@@ -423,12 +423,12 @@ def make_preference_pairs(n, *, rng, split="train", chosen="sort", rejected="sor
     ``"prompt_lengths"`` laid out as in ``make_task`` (same width ``2 * max_len + 3``).
     """
     where = "make_preference_pairs"
-    n = positive_int(n, "n", where)
+    n = count(n, "n", where)
     rng = _rng(rng, where)
-    choice(split, "split", where, ("train", "test"))
+    one_of("train", "test")(split, "split", where)
     deterministic = tuple(t for t in TASKS if t not in ("sort_either", "dyck"))
-    choice(chosen, "chosen", where, deterministic)
-    choice(rejected, "rejected", where, deterministic)
+    one_of(*deterministic)(chosen, "chosen", where)
+    one_of(*deterministic)(rejected, "rejected", where)
     if chosen == rejected:
         raise ValueError(f"{where}: chosen and rejected are both {chosen!r}; expected two tasks")
     min_len, max_len = _length_args(min_len, max_len, where)
@@ -592,9 +592,9 @@ def make_translation(n, *, rng, split="train", test_fraction=0.2, unique=False):
     ``loss_mask[:, 1:]`` (``next_token_arrays``); generation starts from ``<bos>``.
     """
     where = "make_translation"
-    n = positive_int(n, "n", where)
+    n = count(n, "n", where)
     rng = _rng(rng, where)
-    choice(split, "split", where, ("train", "test"))
+    one_of("train", "test")(split, "split", where)
     pairs = _draw_split(lambda: _draw_sentence(rng), n, split, test_fraction, unique, where,
                         lambda text, frac: translation_split(text, test_fraction=frac))
     src_tok, tgt_tok = translation_tokenizers()
@@ -644,7 +644,7 @@ def iterate_batches(arrays, batch_size, *, rng=None, drop_last=False):
     drop_last: skip a final batch smaller than ``batch_size``.
     """
     where = "iterate_batches"
-    batch_size = positive_int(batch_size, "batch_size", where)
+    batch_size = count(batch_size, "batch_size", where)
     is_dict = isinstance(arrays, dict)
     if not is_dict and not isinstance(arrays, (tuple, list)):
         raise TypeError(f"{where}: arrays is a {type(arrays).__name__}; expected a tuple, list "
@@ -676,7 +676,7 @@ def prompt_batches(ids, prompt_lengths, batch_size):
     ``(<= batch_size, L)``; every row appears once, in order of length.
     """
     where = "prompt_batches"
-    batch_size = positive_int(batch_size, "batch_size", where)
+    batch_size = count(batch_size, "batch_size", where)
     ids, prompt_lengths = np.asarray(ids), np.asarray(prompt_lengths)
     if ids.ndim != 2 or prompt_lengths.shape != (ids.shape[0],):
         raise ValueError(f"{where}: ids has shape {ids.shape} and prompt_lengths "

@@ -7,39 +7,8 @@ does the parsing. Heavy modules are imported inside the commands that need them,
 import argparse
 import importlib
 import importlib.util
-import inspect
 import sys
 import time
-
-import numpy as np
-
-
-def _input_names(fn):
-    """The names of ``fn``'s positional parameters, used to label gradient rows."""
-    return [p.name for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def check_op(spec, *, seed=0, mode=None):
-    """Gradient-check every case of one registered op.
-
-    Returns a list of ``(case, result)`` pairs; cases marked ``check=False`` (forward-only
-    edge cases such as logits of 1e4) are skipped.
-    """
-    from numpytfmr.gradcheck import check_gradients
-    from numpytfmr.registry import bind
-
-    names = _input_names(spec.forward)
-    cases = spec.make_cases(np.random.default_rng(seed), np.float64)
-    out = []
-    for i, case in enumerate(cases):
-        if not case.check:
-            continue
-        result = check_gradients(bind(spec.forward, case.kwargs), spec.backward, case.args,
-                                 seed=seed + i, mode=mode or spec.mode,
-                                 names=names[:len(case.args)])
-        out.append((case, result))
-    return out
 
 
 def _row_verdict(rows):
@@ -51,8 +20,9 @@ def _row_verdict(rows):
 
 
 def cmd_check(args):
-    from numpytfmr.gradcheck import fmt_rel_error
+    from numpytfmr.checking.report import format_rel_error
     from numpytfmr.registry import get, registry
+    from numpytfmr.registry.check import check_op
 
     specs = [get(name) for name in args.op] if args.op else list(registry().values())
     start = time.perf_counter()
@@ -80,7 +50,7 @@ def cmd_check(args):
     width_in = max([len("input")] + [len(r[1]) for r in table])
     print(f"{'op':<{width_op}}  {'input':<{width_in}}  cases  max rel error  verdict")
     for op, name, n, err, verdict in table:
-        e = fmt_rel_error(err)
+        e = format_rel_error(err)
         print(f"{op:<{width_op}}  {name:<{width_in}}  {n:>5}  {e:>13}  {verdict}")
     for op, case, res in failures:
         print(f"\n--- {op}: case {case.label or '(unnamed)'} failed ---\n{res}")
@@ -95,7 +65,7 @@ def cmd_check(args):
     return 0
 
 
-# Modules of numpytfmr/commands/, in the order ``--help`` lists them. Each defines
+# Modules of numpytfmr/run/commands/, in the order ``--help`` lists them. Each defines
 # ``add_command(sub)``, which adds its sub-parser and sets ``func`` (a function of the
 # parsed arguments returning the exit status). They import heavy modules lazily.
 COMMANDS = ("train", "generate", "train_seq2seq", "lora", "dpo", "examples", "grade",
@@ -118,7 +88,7 @@ def build_parser():
     p.set_defaults(func=cmd_check)
 
     for name in COMMANDS:
-        module = f"numpytfmr.commands.{name}"
+        module = f"numpytfmr.run.commands.{name}"
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module).add_command(sub)
     return parser

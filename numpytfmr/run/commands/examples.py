@@ -3,7 +3,7 @@
 Each example prints a table: the quantity, numpytfmr's value, what the notes print, and a
 check column (``ok``; ``WRONG [n]`` where the notes' printed value or formula is wrong,
 footnote ``[n]`` saying what is correct and which test shows it; ``-`` where the notes
-print nothing to compare). The examples themselves live in ``numpytfmr.examples``.
+print nothing to compare). The examples themselves live in ``numpytfmr.run.examples``.
 """
 import sys
 import time
@@ -21,7 +21,7 @@ def add_command(sub):
 
 
 def cmd_examples(args):
-    from numpytfmr import examples
+    from numpytfmr.run import examples
 
     valid = examples.example_names()
     unknown = [n for n in args.names if n.replace("-", "_") not in valid]

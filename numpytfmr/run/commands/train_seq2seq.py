@@ -39,7 +39,7 @@ def _model_changes(args, kind):
 
 
 def cmd_train_seq2seq(args):
-    from numpytfmr.training import blas_threads
+    from numpytfmr.run.blas import blas_threads
     check_counts(args, ("steps", "batch_size", "eval_every", "threads", "n_test", "d_model",
                         "n_layers", "n_heads", "d_hidden", "d_emb"))
     with blas_threads(args.threads), resume_hint(args, "train-seq2seq"):
@@ -47,9 +47,9 @@ def cmd_train_seq2seq(args):
 
 
 def _train_seq2seq(args):
-    from numpytfmr.data import translation_tokenizers
-    from numpytfmr.training import (alignment_table, replace_config, seq2seq_model, train_seq2seq,
-                                    translate)
+    from numpytfmr.run.data import translation_tokenizers
+    from numpytfmr.run.models import replace_config, seq2seq_model
+    from numpytfmr.run.tasks import alignment_table, train_seq2seq, translate
     src_tok, tgt_tok = translation_tokenizers()
     src_tok.encode(args.sentence)         # an unknown word is an error now, not after training
     settings, changes = settings_from_args(args, SEQ2SEQ_TRAIN_DEFAULTS)
@@ -57,7 +57,7 @@ def _train_seq2seq(args):
     if args.resume:
         if out is None:
             raise ValueError("--resume needs the run's directory --out DIR")
-        from numpytfmr.training import load_checkpoint
+        from numpytfmr.run.checkpoint import load_checkpoint
         kind = load_checkpoint(out, kind=("encdec", "rnn"))["kind"]
         if args.model is not None and MODELS[args.model] != kind:
             trained = "transformer" if kind == "encdec" else "rnn"

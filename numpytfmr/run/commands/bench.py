@@ -1,11 +1,13 @@
-"""``numpytfmr bench``: how fast the reference code is, and how much memory attention takes.
+"""``numpytfmr bench``: how fast the fast path and the reference code are, and how much memory
+attention takes.
 
     numpytfmr bench                          # a few minutes; one thread for NumPy and torch
     numpytfmr bench --summary bench.json     # the figures as one JSON object
     numpytfmr bench --quick                  # a tiny model: checks that everything runs
     numpytfmr bench --threads 2 --profile    # two threads each; cProfile of the training step
 
-Measures, in one run (see ``numpytfmr/bench.py`` for how): the GPT training step against
+Measures, in one run (see ``numpytfmr/run/bench.py`` for how): the GPT training step -- on the
+fast path (``numpytfmr.fast``, what ``train`` runs) and with the reference code -- against
 the same model in PyTorch eager mode, its matrix-product FLOP/s against NumPy's own
 ``A @ B``, decoding 512 tokens with and without the KV cache, and standard, flash,
 sliding-window and linear attention at n = 1024, 4096, 8192.
@@ -48,17 +50,24 @@ def report_lines(s):
               f"{md['d_ff']}, batch {md['batch']} x {md['seq_len']} tokens); min of "
               f"{tr['numpy_seconds']['n']} runs"]
     gf = tr["step_flops"] / 1e9
-    lines.append(f"  NumPy                  {_ms(tr['numpy_seconds']['min'])}  "
+    torch_s = tr["torch_seconds"]
+    vs_torch = (lambda r: f"   / PyTorch {r:.2f}x") if torch_s is not None else (lambda r: "")
+    lines.append(f"  NumPy, fast path       {_ms(tr['numpy_seconds']['min'])}  "
                  f"{tr['flops_per_second'] / 1e9:7.1f} GFLOP/s   (first loss "
-                 f"{tr['first_loss_numpy']:.6f})")
-    if tr["torch_seconds"] is not None:
+                 f"{tr['first_loss_numpy']:.6f})" + vs_torch(tr["ratio_vs_torch"]))
+    if tr.get("reference_seconds") is not None:
+        ref = tr["reference_seconds"]["min"]
+        lines.append(f"  NumPy, reference       {_ms(ref)}  "
+                     f"{tr['step_flops'] / ref / 1e9:7.1f} GFLOP/s   (first loss "
+                     f"{tr['first_loss_reference']:.6f})" + vs_torch(tr["reference_ratio_vs_torch"])
+                     + f"   ({tr['reference_over_fast']:.2f}x the fast path)")
+    if torch_s is not None:
         lines.append(f"  PyTorch eager          {_ms(tr['torch_seconds']['min'])}  "
                      f"{tr['torch_flops_per_second'] / 1e9:7.1f} GFLOP/s   (first loss "
-                     f"{tr['first_loss_torch']:.6f})   NumPy / PyTorch "
-                     f"{tr['ratio_vs_torch']:.2f}x")
+                     f"{tr['first_loss_torch']:.6f})")
         lines.append(f"  PyTorch eager, SDPA    {_ms(tr['torch_sdpa_seconds']['min'])}  "
                      f"{tr['step_flops'] / tr['torch_sdpa_seconds']['min'] / 1e9:7.1f} GFLOP/s"
-                     f"{'':23}NumPy / PyTorch {tr['ratio_vs_torch_sdpa']:.2f}x")
+                     f"{'':23}fast / PyTorch SDPA {tr['ratio_vs_torch_sdpa']:.2f}x")
     else:
         lines.append("  PyTorch                not measured (--skip-torch, or torch not installed)")
     lines.append(f"  step FLOPs {gf:.2f} GFLOP (matrix products, 2mkn each, backward = 2 x "
@@ -67,7 +76,7 @@ def report_lines(s):
     lines.append(f"  NumPy float32 A @ B    {s['matmul_gflops_per_second']:9.1f} GFLOP/s (best of "
                  f"n x n: {by})  ->  step at {s['gemm_fraction']:.0%} of it")
     lines.append(f"  the step's matrix products alone {_ms(s['gemm_only_seconds'])} = "
-                 f"{s['gemm_time_fraction']:.0%} of the NumPy step")
+                 f"{s['gemm_time_fraction']:.0%} of the fast step")
 
     lines += ["", f"decoding {dec['n_new']} tokens, greedy, batch 1, prompt {dec['prompt_len']} "
               "(generate)"]
@@ -102,7 +111,7 @@ def report_lines(s):
 
     if "profile" in s:
         p = s["profile"]
-        lines += ["", f"cProfile of the NumPy training step ({1e3 * p['seconds']:.0f} ms per step "
+        lines += ["", f"cProfile of the fast training step ({1e3 * p['seconds']:.0f} ms per step "
                   "under the profiler), most own time first (NumPy operators count in their caller)"]
         for r in p["rows"]:
             lines.append(f"  {100 * r['own_fraction']:5.1f}%  {_ms(r['own_seconds'])}  "
@@ -118,13 +127,17 @@ def report_lines(s):
         ok = value <= target if op == "<=" else value >= target
         lines.append(f"  {label:<40} {fmt.format(value):>9}   target {op} {fmt.format(target)}"
                      f"   {'met' if ok else 'NOT met'}")
+    ref = s.get("reference_step_ratio_vs_torch")
+    if ref is not None:
+        lines.append(f"  {'reference step vs PyTorch eager':<40} {ref:>8.2f}x   (no target: the "
+                     "readable code the fast path is checked against)")
     lines.append(f"\n{s['seconds']:.0f} s in all")
     return lines
 
 
 def cmd_bench(args):
-    from numpytfmr import bench, fileio
-    from numpytfmr.progress import Progress
+    from numpytfmr.run import bench, fileio
+    from numpytfmr.run.progress import Progress
 
     for name in ("threads", "block_size", "window", "repeat"):
         value = getattr(args, name)

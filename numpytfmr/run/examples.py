@@ -17,42 +17,37 @@ section, a title and a list of :class:`Row` s. A row holds
 
 ``numpytfmr examples`` prints these tables; tests and notebooks call the functions:
 
-    >>> from numpytfmr.examples import run_example
+    >>> from numpytfmr.run.examples import run_example
     >>> ex = run_example("attention_context")
     >>> [(r.quantity, r.agrees) for r in ex.rows if r.erratum]
 
 Sections covered: 000 §2.1, §2.3.1-2.3.2, §2.5.1, §2.7.2; 001 §1.1, §2.1, §2.2;
 003 §2.1.1-2.1.2, §3.1-3.3, §5.1, §6.2.1, §7.1, §7.2.1-7.2.2; 004 "RoPE" example.
 ``decoding_growth`` is a measurement, not a printed example: it times numpytfmr's own
-decoding step with and without a KV cache and compares the growth with the cost model.
+decoding step with and without a KV cache (``bench.measure_decoding_growth``, on the
+benchmark's timing harness) and compares the growth with the cost model.
 """
 from dataclasses import dataclass, field
-import json
 import math
-import os
 import re
-import subprocess
-import sys
 import textwrap
-import time
 
 import numpy as np
 
-from .attention import attention_forward, causal_mask
-from .classical import (cooccurrence_matrix, cross_entropy, edit_distance, edit_operations, entropy,
+from ..attention import attention_forward, causal_mask
+from ..classical import (cooccurrence_matrix, cross_entropy, edit_distance, edit_operations, entropy,
                         idf, kl_divergence, perplexity, pmi_matrix, sentence_tokenize, term_frequency)
-from .cost import (attention_score_memory, decoding_cost, matmul_cost,
+from ..cost import (attention_score_memory, decoding_cost, matmul_cost,
                    mha_matmul_cost)
-from .linear import linear_forward
-from .lora import lora_init, lora_parameter_count
-from .mha import mha_forward, split_heads
-from .positional import rope_forward, sinusoidal_encoding
-from .scoring import dot_scores_forward
-from ._validate import positive_int
+from ..linear import linear_forward
+from ..lora import lora_init, lora_parameter_count
+from ..mha import mha_forward, split_heads
+from ..positional import rope_forward, sinusoidal_encoding
+from ..scoring import dot_scores_forward
+from .bench import fit_exponent, measure_decoding_growth
 
 __all__ = [
     "Row", "Example", "example_names", "example_info", "run_example", "run_all", "format_example",
-    "measure_decoding_growth",
     "example_attention_context", "example_kv_cache", "example_sinusoidal",
     "example_sinusoidal_rotation", "example_rope", "example_permutation", "example_lora_params",
     "example_matmul_cost", "example_score_memory", "example_perplexity", "example_edit_distance",
@@ -723,15 +718,6 @@ def example_tfidf():
 
 # ----------------------------------------------------------------------------- decoding cost (000 §2.5.1)
 
-def _fit_exponent(x, y):
-    """The p of ``y ~ x^p``: the median slope of log y against log x over all pairs of points
-    (the Theil-Sen line), which one slow timing cannot drag far."""
-    lx = np.log(np.asarray(x, dtype=np.float64))
-    ly = np.log(np.asarray(y, dtype=np.float64))
-    i, j = np.triu_indices(lx.size, k=1)
-    return float(np.median((ly[j] - ly[i]) / (lx[j] - lx[i])))
-
-
 @_example("decoding_cost", "000 §2.5.1, 003 §6.2.1",
           "attention scores of generating n tokens: sum t^2 without a cache, sum t with one")
 def example_decoding_cost():
@@ -743,8 +729,8 @@ def example_decoding_cost():
     step_no = np.diff([0] + no)
     step_yes = np.diff([0] + yes)
     ns = np.array([500, 1000, 2000, 4000])
-    p_no = _fit_exponent(ns, [decoding_cost(int(n), use_cache=False)["scores"] for n in ns])
-    p_yes = _fit_exponent(ns, [decoding_cost(int(n), use_cache=True)["scores"] for n in ns])
+    p_no = fit_exponent(ns, [decoding_cost(int(n), use_cache=False)["scores"] for n in ns])
+    p_yes = fit_exponent(ns, [decoding_cost(int(n), use_cache=True)["scores"] for n in ns])
     rows = [
         _row("scores per step, no cache, steps 1..3", step_no, "1^2, 2^2, 3^2", value=[1, 4, 9]),
         _row("total, 3 tokens, no cache", no[-1], "1^2 + 2^2 + 3^2", value=14),
@@ -762,130 +748,10 @@ def example_decoding_cost():
         "(see decoding_growth for numpytfmr's measured times).",))
 
 
-def _time_decoding_steps(*, contexts, cached_contexts, d_model, n_heads, batch, repeats, seed):
-    """Fastest wall time of one decoding step of :func:`mha_forward` per context length.
-
-    Returns ``{"seconds": [...], "cached_seconds": [...]}`` (see :func:`measure_decoding_growth`).
-    """
-    rng = np.random.default_rng(seed)
-    d_head = d_model // n_heads
-    W = [rng.standard_normal((d_model, d_model)) / math.sqrt(d_model) for _ in range(4)]
-    calls = {}
-    for L in contexts:       # no cache: all L rows again, causal
-        x = rng.standard_normal((batch, L, d_model))
-        calls[("full", L)] = (lambda x=x, m=causal_mask(L): mha_forward(x, x, *W, n_heads=n_heads, mask=m))
-    for L in cached_contexts:  # cache: one new row against L - 1 cached keys and values
-        x = rng.standard_normal((batch, 1, d_model))
-        kv = {"k": rng.standard_normal((batch, n_heads, L - 1, d_head)),
-              "v": rng.standard_normal((batch, n_heads, L - 1, d_head))}
-        calls[("cached", L)] = (lambda x=x, kv=kv: mha_forward(x, x, *W, n_heads=n_heads, kv_cache=kv))
-    best, runs = {}, {}
-    for key, f in calls.items():  # warm-up (first touch of memory), and a first timing
-        t0 = time.perf_counter()
-        f()
-        best[key] = time.perf_counter() - t0
-        runs[key] = int(min(20, max(1, 0.02 // max(best[key], 1e-9))))  # cheap calls: more runs
-    for _ in range(repeats):  # interleaved, so a busy moment does not hit one length only
-        for key, f in calls.items():
-            for _ in range(runs[key]):
-                t0 = time.perf_counter()
-                f()
-                best[key] = min(best[key], time.perf_counter() - t0)
-    return {"seconds": [best[("full", L)] for L in contexts],
-            "cached_seconds": [best[("cached", L)] for L in cached_contexts]}
-
-
-_CHILD = ("import json, sys\n"
-          "from numpytfmr.examples import _time_decoding_steps\n"
-          "print(json.dumps(_time_decoding_steps(**json.loads(sys.argv[1]))))\n")
-
-
-def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
-                            cached_contexts=(1024, 1448, 2048, 2896, 4096, 5793, 8192), d_model=64,
-                            n_heads=1, batch=1, repeats=3, seed=0, single_thread=True):
-    """Time one decoding step of :func:`mha_forward` at growing context lengths L and fit the
-    growth exponent p of ``time ~ L^p`` (000 §2.5.1, 003 §6.2.1, 001 §2.2).
-
-    - without a cache, the step recomputes all L rows: ``mha_forward(x, x, ..., mask=causal_mask(L))``
-      on ``x (batch, L, d_model)``, L^2 scores per head;
-    - with a cache, one new row against L - 1 cached keys and values:
-      ``mha_forward(x_new, x_new, ..., kv_cache={"k", "v": (batch, heads, L-1, d_head)})``, L scores.
-
-    Each time is the fastest of ``repeats`` rounds after a warm-up (a step faster than 20 ms
-    runs several times per round), the lengths interleaved; the exponent is the median
-    slope over all pairs of lengths. The default lengths keep all points in one memory
-    regime: the uncached step's (L, L) score arrays (4 MB at L = 724) are larger than a
-    typical L2 cache at every length, the cached step's keys (4 MB at L = 8192) no larger;
-    crossing a cache size adds a jump that no operation count has.
-    With ``single_thread`` (default) the timing runs in a fresh Python process with the BLAS
-    limited to one thread (``OPENBLAS_NUM_THREADS=1`` etc.): a multithreaded BLAS switches
-    threads on above some matrix size, which on a busy machine bends the curve far more
-    than the arithmetic does.
-
-    The predictions are fitted the same way to counts over the same lengths: the query-key
-    scores of ``decoding_cost`` (exponents 2 and 1), and all multiplications of the step
-    (``mha_matmul_cost`` / ``matmul_cost``; the projections, linear in L, pull this below the
-    asymptote at small L). A step of cost L^p summed over L = 1..n gives n^(p+1): the
-    notes' O(n^3) and O(n^2) for a whole generation.
-
-    Returns a dict: "contexts", "seconds", "cached_contexts", "cached_seconds",
-    "exponent", "cached_exponent" (measured), "predicted_exponent",
-    "predicted_cached_exponent" (scores), "flop_exponent", "cached_flop_exponent".
-    """
-    where = "measure_decoding_growth"
-    d_model = positive_int(d_model, "d_model", where)
-    n_heads = positive_int(n_heads, "n_heads", where)
-    if d_model % n_heads:
-        raise ValueError(f"{where}: d_model is {d_model} and n_heads is {n_heads}; expected d_model "
-                         "divisible by n_heads")
-    lengths = {}
-    for name, Ls in (("contexts", contexts), ("cached_contexts", cached_contexts)):
-        Ls = [positive_int(L, name, where) for L in Ls]
-        if len(set(Ls)) < 2:
-            raise ValueError(f"{where}: {name} is {Ls}; expected at least two different lengths to fit")
-        lengths[name] = Ls
-    options = {"contexts": lengths["contexts"], "cached_contexts": lengths["cached_contexts"],
-               "d_model": d_model, "n_heads": n_heads, "batch": positive_int(batch, "batch", where),
-               "repeats": positive_int(repeats, "repeats", where), "seed": int(seed)}
-    if single_thread:
-        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        path = [package_root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   VECLIB_MAXIMUM_THREADS="1", NUMEXPR_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path))
-        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(options)], env=env,
-                              capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{where}: the timing process failed:\n{proc.stderr[-2000:]}")
-        times = json.loads(proc.stdout.strip().splitlines()[-1])
-    else:
-        times = _time_decoding_steps(**options)
-    Ls, Lc = options["contexts"], options["cached_contexts"]
-    B, H, d = options["batch"], n_heads, d_model
-
-    def cached_flops(L):
-        proj = 4 * matmul_cost(B, d, d)[0]                          # q, k, v, output of one row
-        att = B * H * (matmul_cost(1, d // H, L)[0] + matmul_cost(1, L, d // H)[0])
-        return proj + att
-
-    return {
-        "contexts": Ls, "seconds": times["seconds"],
-        "cached_contexts": Lc, "cached_seconds": times["cached_seconds"],
-        "exponent": _fit_exponent(Ls, times["seconds"]),
-        "cached_exponent": _fit_exponent(Lc, times["cached_seconds"]),
-        "predicted_exponent": _fit_exponent(Ls, [decoding_cost(1, prompt_len=L, use_cache=False)["scores"]
-                                                 for L in Ls]),
-        "predicted_cached_exponent": _fit_exponent(Lc, [
-            decoding_cost(2, prompt_len=L - 1)["scores"] - decoding_cost(1, prompt_len=L - 1)["scores"]
-            for L in Lc]),
-        "flop_exponent": _fit_exponent(Ls, [mha_matmul_cost(L, d, H, batch=B)["total"][0] for L in Ls]),
-        "cached_flop_exponent": _fit_exponent(Lc, [cached_flops(L) for L in Lc]),
-    }
-
-
 @_example("decoding_growth", "000 §2.5.1, 003 §6.2.1 (measured)",
           "numpytfmr's decoding-step time against the cost model, with and without a KV cache")
 def example_decoding_growth(*, tolerance=0.35, **options):
-    """Measured growth of a decoding step (see :func:`measure_decoding_growth`, whose keyword
+    """Measured growth of a decoding step (see ``bench.measure_decoding_growth``, whose keyword
     options this passes on) against the cost model; a measured exponent within ``tolerance``
     of the predicted one agrees. Timings depend on the machine: this is a check, not a test.
     """

@@ -18,10 +18,13 @@ Defaults: rank 4, alpha 8, all four attention projections (3.9 % of the paramete
 1200 AdamW steps at lr 1e-2: 99-100 % exact match on sort -> sort_desc. Queries and
 values alone (``--targets Wq,Wv``, 2 %) reach about 95 % in 800 steps; reverse -> rotate
 is harder for a low-rank update (about 75 % with the defaults, 85 % adding the FFN).
+
+Training and evaluation run on the fast path (``numpytfmr.fast.posttrain``: the same
+numbers as ``numpytfmr.posttrain``).
 """
 import time
 
-from numpytfmr.commands.train import check_counts, finish, logger, out_dir
+from numpytfmr.run.commands.train import check_counts, finish, logger, out_dir
 
 RELATED_TASKS = {"sort": "sort_desc", "sort_desc": "sort", "reverse": "rotate",
                  "rotate": "reverse", "sort_either": "sort"}
@@ -103,8 +106,10 @@ def base_model(args, *, where):
     "checkpoint" (path or None), "seconds" (training time, 0 when loaded), "exact_match"
     (the base's held-out exact match on its own task when trained here, else None).
     """
-    from numpytfmr.training import (TrainSettings, checkpoint_file, default_gpt_config,
-                                    load_model, train_gpt)
+    from numpytfmr.run.checkpoint import checkpoint_file, load_model
+    from numpytfmr.run.loop import TrainSettings
+    from numpytfmr.run.models import default_gpt_config
+    from numpytfmr.run.tasks import train_gpt
     if args.checkpoint:
         ck = load_model(args.checkpoint, kind="gpt")
         task = ck.get("task") if isinstance(ck.get("task"), dict) else {}
@@ -112,7 +117,7 @@ def base_model(args, *, where):
                 "task": task.get("task"), "min_len": task.get("min_prompt_len", 1),
                 "max_len": task.get("max_prompt_len", args.max_prompt_len),
                 "checkpoint": ck["path"], "seconds": 0.0, "exact_match": None}
-    from numpytfmr.data import TASKS, CharTokenizer
+    from numpytfmr.run.data import TASKS, CharTokenizer
     if args.base_task not in TASKS or args.base_task == "dyck":
         raise ValueError(f"{where}: --base-task is {args.base_task!r}; expected one of "
                          f"{', '.join(t for t in TASKS if t != 'dyck')}")
@@ -134,7 +139,7 @@ def base_model(args, *, where):
 
 
 def adapter_settings(args):
-    from numpytfmr.training import TrainSettings
+    from numpytfmr.run.loop import TrainSettings
     return TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                          warmup_steps=min(args.warmup_steps, args.steps - 1), weight_decay=0.0,
                          clip_norm=1.0, seed=args.seed, eval_every=args.eval_every)
@@ -145,8 +150,8 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc):
 
     Returns ``(adapters, history, seconds)``.
     """
-    from numpytfmr.progress import Progress
-    from numpytfmr.training import train_loop
+    from numpytfmr.run.loop import train_loop
+    from numpytfmr.run.progress import Progress
 
     bar = Progress(settings.steps, desc) if not args.quiet else None
     t0 = time.perf_counter()
@@ -164,8 +169,8 @@ def save_adapted(out, base, merged, adapters, meta):
     adapters alone in ``adapters.npz``; returns the checkpoint.json path."""
     import os
 
-    from numpytfmr import fileio
-    from numpytfmr.training import save_checkpoint
+    from numpytfmr.run import fileio
+    from numpytfmr.run.checkpoint import save_checkpoint
     path = save_checkpoint(out, kind="gpt", config=base["config"].to_dict(), params=merged,
                            meta={"tokenizer": base["tokenizer"].to_dict(), **meta})
     fileio.save_arrays(os.path.join(out, "adapters.npz"), adapters)
@@ -199,11 +204,13 @@ def check_post_args(args, where):
 def cmd_lora(args):
     import numpy as np
 
-    from numpytfmr.data import make_task
-    from numpytfmr.posttrain import (add_lora, gpt_lora_loss, lora_parameter_counts,
-                                     merge_lora, unmerge_lora)
-    from numpytfmr.training import (IGNORE, STREAM_INIT, STREAM_TEST, evaluate_gpt, gpt_task_data,
-                                    limit_blas_threads, load_model, step_rng)
+    from numpytfmr.run.data import make_task
+    from numpytfmr.fast.posttrain import gpt_lora_loss
+    from numpytfmr.posttrain import add_lora, lora_parameter_counts, merge_lora, unmerge_lora
+    from numpytfmr.run.blas import limit_blas_threads
+    from numpytfmr.run.checkpoint import load_model
+    from numpytfmr.run.loop import STREAM_INIT, STREAM_TEST, step_rng
+    from numpytfmr.run.tasks import IGNORE, evaluate_gpt, gpt_task_data
 
     where = "lora"
     check_post_args(args, where)
@@ -301,7 +308,7 @@ def cmd_lora(args):
 
 
 def add_command(sub):
-    from numpytfmr.data import TASKS
+    from numpytfmr.run.data import TASKS
     p = sub.add_parser(
         "lora", help="adapt a trained GPT to a related task with LoRA (default: sort -> sort_desc)",
         description="Freeze a trained GPT and train low-rank adapters W' = W + (alpha/r) A B on "

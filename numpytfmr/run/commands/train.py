@@ -54,7 +54,7 @@ def add_training_options(p, d, *, out):
 
 def settings_from_args(args, defaults):
     """``(TrainSettings for a new run, changes dict for a resumed one)``."""
-    from numpytfmr.training import TrainSettings
+    from numpytfmr.run.loop import TrainSettings
     given = {k: getattr(args, k) for k in SETTINGS_OPTIONS if getattr(args, k) is not None}
     if args.resume:
         return None, given
@@ -81,7 +81,7 @@ def logger(args):
 
 def finish(args, summary, lines):
     """Print the result lines and write ``--summary``."""
-    from numpytfmr import fileio
+    from numpytfmr.run import fileio
     for line in lines:
         print(line)
     if args.summary:
@@ -96,7 +96,7 @@ def resume_hint(args, command):
     except KeyboardInterrupt:
         out = out_dir(args)
         if out is not None and os.path.exists(os.path.join(out, "checkpoint.json")):
-            from numpytfmr.training import load_checkpoint
+            from numpytfmr.run.checkpoint import load_checkpoint
             try:
                 step = load_checkpoint(out)["state"]["step"]
                 print(f"\nsaved step {step} in {out}; continue with: numpytfmr {command} "
@@ -114,7 +114,7 @@ def check_counts(args, names):
 
 
 def cmd_train(args):
-    from numpytfmr.training import blas_threads
+    from numpytfmr.run.blas import blas_threads
     check_counts(args, ("steps", "batch_size", "eval_every", "threads", "n_test", "d_model",
                         "n_layers", "n_heads", "n_kv_heads", "d_ff"))
     with blas_threads(args.threads), resume_hint(args, "train"):
@@ -122,7 +122,8 @@ def cmd_train(args):
 
 
 def _train(args):
-    from numpytfmr.training import GPT_TASK_DEFAULTS, default_gpt_config, replace_config, train_gpt
+    from numpytfmr.run.models import default_gpt_config, replace_config
+    from numpytfmr.run.tasks import GPT_TASK_DEFAULTS, train_gpt
     settings, changes = settings_from_args(args, TRAIN_DEFAULTS)
     model_opts = {k: getattr(args, k) for k in GPT_DEFAULTS if getattr(args, k) is not None}
     task_opts = {"task": args.task, "min_prompt_len": args.min_prompt_len,
@@ -136,7 +137,7 @@ def _train(args):
         params, summary = train_gpt(out=out, resume=True, changes=changes,
                                     progress=not args.quiet, log=logger(args))
     else:
-        from numpytfmr.data import CharTokenizer
+        from numpytfmr.run.data import CharTokenizer
         max_len = task_opts["max_prompt_len"] or GPT_TASK_DEFAULTS["max_len"]
         config = replace_config(default_gpt_config(CharTokenizer().vocab_size, max_len),
                                 **model_opts)
@@ -155,7 +156,7 @@ def _train(args):
 
 
 def add_command(sub):
-    from numpytfmr.data import TASKS
+    from numpytfmr.run.data import TASKS
     p = sub.add_parser(
         "train", help="train a small GPT on a built-in task (default: sort digits)",
         description="Train a decoder-only transformer on a built-in character task "

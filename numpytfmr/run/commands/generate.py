@@ -12,7 +12,7 @@ translation is printed.
 
 
 def cmd_generate(args):
-    from numpytfmr.training import blas_threads
+    from numpytfmr.run.blas import blas_threads
     with blas_threads(1):
         return _generate(args)
 
@@ -20,7 +20,8 @@ def cmd_generate(args):
 def _generate(args):
     import numpy as np
 
-    from numpytfmr.training import complete, load_model, translate
+    from numpytfmr.run.checkpoint import load_model
+    from numpytfmr.run.tasks import complete, translate
 
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens is {args.max_new_tokens}; expected an integer >= 1")

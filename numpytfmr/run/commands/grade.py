@@ -16,7 +16,7 @@ def _names(values):
 
 
 def cmd_grade(args):
-    from numpytfmr.fileio import write_json
+    from numpytfmr.run.fileio import write_json
     from numpytfmr.grading import grade
 
     only = _names(args.only)

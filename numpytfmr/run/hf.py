@@ -52,7 +52,7 @@ import os
 
 import numpy as np
 
-from .gpt import GPTConfig, gpt_param_shapes
+from ..gpt import GPTConfig, gpt_param_shapes
 
 __all__ = ["gpt_config_from_hf", "gpt_from_hf", "load_hf_checkpoint"]
 

@@ -31,13 +31,16 @@ The run, step by step:
    mean over the generated tokens of the policy's greedy completions of
    ``KL(pi(.|prefix) || pi_ref(.|prefix))``, the exact KL of the two next-token
    distributions (``kl``; ``kl_per_sequence`` sums it over each completion).
+
+The model runs on the fast path (``numpytfmr.fast.posttrain``: the same numbers as
+``numpytfmr.posttrain``).
 """
 import time
 
-from numpytfmr.commands.lora import (add_adapter_options, add_base_options, add_run_options,
+from numpytfmr.run.commands.lora import (add_adapter_options, add_base_options, add_run_options,
                                      adapter_settings, base_model, check_post_args, parse_targets,
                                      save_adapted, snapshot, train_adapters, unchanged)
-from numpytfmr.commands.train import check_counts, finish, out_dir
+from numpytfmr.run.commands.train import check_counts, finish, out_dir
 
 DPO_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wv", "steps": 200, "lr": 1e-3,
                 "batch_size": 64, "warmup_steps": 10, "eval_every": 50}
@@ -49,7 +52,7 @@ def _prompt_set(n, *, split, seed, min_len, max_len, prefer, tokenizer):
     ``make_task`` dict of the preferred task."""
     import numpy as np
 
-    from numpytfmr.data import make_task, task_target
+    from numpytfmr.run.data import make_task, task_target
     d = make_task(prefer, 2 * n, rng=np.random.default_rng(seed), split=split, min_len=min_len,
                   max_len=max_len, unique=True, tokenizer=tokenizer)
     keep = [i for i, q in enumerate(d["prompts"])
@@ -66,8 +69,8 @@ def _behaviour(params, config, data, prefer, tokenizer):
     """Greedy completions of ``data``'s prompts and the rates of each behaviour."""
     import numpy as np
 
-    from numpytfmr.data import decode_completion, task_target
-    from numpytfmr.posttrain import complete_prompts
+    from numpytfmr.run.data import decode_completion, task_target
+    from numpytfmr.fast.posttrain import complete_prompts
     seqs, mask = complete_prompts(params, data["ids"], data["prompt_lengths"], config=config,
                                   max_new_tokens=int(data["max_target_len"]) + 1)
     texts = [decode_completion(seqs[i, L:], tokenizer)
@@ -83,8 +86,9 @@ def _generated_pairs(params, config, tokenizer, prompts, *, prefer, n_samples, r
     """Pairs from the base model's own samples, labelled by the verifier."""
     import numpy as np
 
-    from numpytfmr.data import decode_completion, task_target
-    from numpytfmr.posttrain import complete_prompts, preference_pairs_from_samples
+    from numpytfmr.run.data import decode_completion, task_target
+    from numpytfmr.fast.posttrain import complete_prompts
+    from numpytfmr.posttrain import preference_pairs_from_samples
     index = np.repeat(np.arange(len(prompts["prompts"])), n_samples)
     lengths = prompts["prompt_lengths"][index]
     seqs, mask = complete_prompts(params, prompts["ids"][index], lengths, config=config,
@@ -99,7 +103,7 @@ def _generated_pairs(params, config, tokenizer, prompts, *, prefer, n_samples, r
 
 
 def _synthetic_pairs(n, *, prefer, seed, min_len, max_len, tokenizer):
-    from numpytfmr.data import make_preference_pairs
+    from numpytfmr.run.data import make_preference_pairs
     d = make_preference_pairs(n, rng=seed, split="train", chosen=prefer, rejected=OPPOSITE[prefer],
                               min_len=min_len, max_len=max_len, tokenizer=tokenizer)
     return {k: d[k] for k in ("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask")}
@@ -108,7 +112,7 @@ def _synthetic_pairs(n, *, prefer, seed, min_len, max_len, tokenizer):
 def _logprobs(params, adapters, ids, mask, *, config, alpha, batch=512):
     import numpy as np
 
-    from numpytfmr.posttrain import completion_logprobs_forward
+    from numpytfmr.fast.posttrain import completion_logprobs_forward
     return np.concatenate([completion_logprobs_forward(params, adapters, ids[i:i + batch],
                                                        mask[i:i + batch], config=config,
                                                        alpha=alpha)[0]
@@ -118,11 +122,12 @@ def _logprobs(params, adapters, ids, mask, *, config, alpha, batch=512):
 def cmd_dpo(args):
     import numpy as np
 
-    from numpytfmr.data import make_preference_pairs
-    from numpytfmr.posttrain import (add_lora, completion_kl, dpo_loss_and_grads,
-                                     lora_parameter_counts, merge_lora)
+    from numpytfmr.run.data import make_preference_pairs
+    from numpytfmr.fast.posttrain import completion_kl, dpo_loss_and_grads
+    from numpytfmr.posttrain import add_lora, lora_parameter_counts, merge_lora
     from numpytfmr.preference import dpo_loss_forward
-    from numpytfmr.training import STREAM_DATA, STREAM_INIT, STREAM_TEST, limit_blas_threads, step_rng
+    from numpytfmr.run.blas import limit_blas_threads
+    from numpytfmr.run.loop import STREAM_DATA, STREAM_INIT, STREAM_TEST, step_rng
 
     where = "dpo"
     check_post_args(args, where)

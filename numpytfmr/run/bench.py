@@ -1,24 +1,31 @@
-"""Measurements behind ``numpytfmr bench``: speed and memory of the reference code.
+"""Measurements behind ``numpytfmr bench``: speed and memory of the fast path and the reference.
 
 Every figure is measured in the same process, on the same machine and with the same
 number of threads, so the ratios between them mean something even where the absolute
 times depend on the machine:
 
     training step   forward + backward + AdamW of a GPT (default: vocab 512, d_model 256,
-                    4 layers, 8 heads, d_ff 1024, batch 8 x 128 tokens, float32), and the
-                    same model in PyTorch eager mode when torch is installed
+                    4 layers, 8 heads, d_ff 1024, batch 8 x 128 tokens, float32) on the
+                    fast path (``numpytfmr.fast``: the training commands' step) and with
+                    the reference code (``numpytfmr.gpt_loss`` + ``optim.adamw_step``),
+                    and the same model in PyTorch eager mode when torch is installed
     matmul FLOP/s   the step's matrix-product FLOPs (counted below) per second, against
                     the FLOP/s of a plain float32 ``A @ B`` on this machine
     decoding        512 new tokens with and without the KV cache (003 §6.2, 000 §2.5.1),
-                    and the time of one decoding step against the context length
+                    and the time of one decoding step against the context length (fast path,
+                    as the ``generate`` command)
+                    (and, for the ``decoding_growth`` worked example, the growth exponent
+                    of one ``mha_forward`` decoding step: ``measure_decoding_growth``)
     attention       time and peak memory of standard, flash (tiled), sliding-window and
                     linear attention, forward + backward, at n = 1024, 4096, 8192 (001 §2.1)
 
 How things are measured
 -----------------------
 Time: after one warm-up call a measurement is repeated and the MINIMUM is reported (the
-run least disturbed by other processes; the median is kept alongside). The NumPy and
-PyTorch training steps are timed alternately, so a change of machine load hits both.
+run least disturbed by other processes; the median is kept alongside). Every timing goes
+through one harness, ``time_interleaved``: calls that are compared are timed in alternating
+rounds (the NumPy and PyTorch training steps; the context lengths of a decoding step), so a
+change of machine load hits all of them alike.
 Two clocks: "wall" (``time.perf_counter``) and "cpu" (``time.process_time``, the CPU time
 of this process, all threads). With one thread, the CPU time is the time the work takes
 on a core of its own, however busy the machine is with other processes (NumPy's BLAS
@@ -45,24 +52,32 @@ Threads: NumPy's BLAS (OpenBLAS, through ``limit_blas_threads``) and ``torch.set
 get the same count. With ``threads=None`` nothing is changed.
 """
 import gc
+import json
 import math
 import os
 import platform
+import subprocess
+import sys
 import time
 import tracemalloc
 
 import numpy as np
 
-from .attention import attention_backward, attention_forward
-from .cost import matmul_cost, mha_matmul_cost
-from .efficient import (flash_attention_backward, flash_attention_forward,
+from ..attention import attention_backward, attention_forward, causal_mask
+from ..cost import decoding_cost, matmul_cost, mha_matmul_cost
+from ..efficient import (flash_attention_backward, flash_attention_forward,
                         linear_attention_backward, linear_attention_forward, sliding_window_mask)
-from .gpt import GPTConfig, generate, gpt_forward, gpt_loss, init_gpt
-from .optim import adamw_init, adamw_step
+from .. import fast
+from ..gpt import GPTConfig, gpt_loss, init_gpt
+from ..mha import mha_forward
+from ..optim import adamw_init, adamw_step
+from ..contract import count
+from .blas import limit_blas_threads
 
-__all__ = ["DEFAULT_MODEL", "QUICK_MODEL", "REQUIRED_KEYS", "set_threads", "resolve_clock", "time_calls", "torch_gpt_step", "bench_config",
-           "gemm_only_seconds",
+__all__ = ["DEFAULT_MODEL", "QUICK_MODEL", "REQUIRED_KEYS", "set_threads", "resolve_clock",
+           "time_interleaved", "time_calls", "torch_gpt_step", "bench_config", "gemm_only_seconds",
            "train_step_flops", "matmul_flops_per_second", "bench_train_step", "bench_decoding",
+           "fit_exponent", "time_decoding_steps", "measure_decoding_growth",
            "bench_attention", "profile_train_step", "run_bench"]
 
 # The model of the training-step benchmark (the issue's default configuration).
@@ -76,7 +91,8 @@ QUICK_ATTENTION_N = (64, 128)
 
 # Keys every summary has (values are None when a part was skipped, e.g. without torch).
 REQUIRED_KEYS = ("train_step_ratio_vs_torch", "gemm_fraction", "kv_cache_speedup_512",
-                 "flash_memory_ratio_4096", "flash_time_ratio_4096")
+                 "flash_memory_ratio_4096", "flash_time_ratio_4096",
+                 "reference_step_ratio_vs_torch")
 
 ATTENTION_METHODS = ("standard", "flash", "sliding_window", "linear", "linear_causal")
 
@@ -91,7 +107,6 @@ def set_threads(n, *, use_torch=True):
     Returns ``{"threads": n, "numpy_blas_set": bool, "torch_threads": int or None}``;
     ``n=None`` leaves both libraries as they are and reports what is known.
     """
-    from .training import limit_blas_threads
     torch = _torch_or_none() if use_torch else None
     blas_set = False
     if n is not None:
@@ -122,18 +137,42 @@ def resolve_clock(clock, threads):
     return clock
 
 
-def time_calls(fn, *, repeat, warmup=1, clock="wall"):
-    """Seconds of ``repeat`` calls of ``fn()`` after ``warmup`` untimed ones (a list),
-    on ``clock`` ("wall" or "cpu", see the module docstring)."""
+def time_interleaved(calls, *, repeat, warmup=1, clock="wall", min_seconds=0.0, max_runs=1,
+                     progress=None):
+    """Seconds of every call of the functions in ``calls`` (a dict name -> function of no
+    argument), on ``clock`` ("wall" or "cpu", see the module docstring): ``{name: [s, ...]}``.
+
+    Each function first runs ``warmup`` untimed times (the first touch of memory); then
+    come ``repeat`` rounds, each calling every function in turn, so that a busy moment of
+    the machine hits all of them alike rather than one. A function whose warm-up call took
+    less than ``min_seconds`` runs up to ``max_runs`` times per round (more chances at an
+    undisturbed run of a cheap call). ``progress()`` is called after each round.
+    """
     now = CLOCKS[clock]
-    for _ in range(warmup):
-        fn()
-    times = []
+    runs = {}
+    for name, fn in calls.items():
+        seconds = None
+        for _ in range(warmup):
+            t0 = now()
+            fn()
+            seconds = now() - t0
+        cheap = seconds is not None and max_runs > 1
+        runs[name] = int(min(max_runs, max(1, min_seconds // max(seconds, 1e-9)))) if cheap else 1
+    times = {name: [] for name in calls}
     for _ in range(repeat):
-        t0 = now()
-        fn()
-        times.append(now() - t0)
+        for name, fn in calls.items():
+            for _ in range(runs[name]):
+                t0 = now()
+                fn()
+                times[name].append(now() - t0)
+        if progress is not None:
+            progress()
     return times
+
+
+def time_calls(fn, *, repeat, warmup=1, clock="wall"):
+    """Seconds of ``repeat`` calls of ``fn()`` after ``warmup`` untimed ones (a list)."""
+    return time_interleaved({"fn": fn}, repeat=repeat, warmup=warmup, clock=clock)["fn"]
 
 
 def _stats(times):
@@ -249,7 +288,17 @@ def bench_config(model, max_len=None):
 
 
 def _numpy_step(params, state, ids, targets, config, lr):
-    """One training step: forward, backward (``gpt_loss``) and an AdamW update."""
+    """One training step on the fast path: forward, backward (``fast.gpt_loss``) and an
+    AdamW update in place (``fast.adamw_step_``; the parameters and moments are the
+    caller's own copies, as a training loop's are)."""
+    loss, grads = fast.gpt_loss(params, ids, targets, config=config)
+    fast.adamw_step_(params, grads, state, lr=lr, weight_decay=0.01)
+    return params, state, loss
+
+
+def _reference_step(params, state, ids, targets, config, lr):
+    """The same step with the reference code: ``numpytfmr.gpt_loss`` and
+    ``numpytfmr.optim.adamw_step`` (new arrays every step)."""
     loss, grads = gpt_loss(params, ids, targets, config=config)
     params, state = adamw_step(params, grads, state, lr=lr, weight_decay=0.01)
     return params, state, loss
@@ -330,15 +379,18 @@ def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
     return step
 
 
-def bench_train_step(model=None, *, repeat=8, use_torch=True, lr=1e-3, seed=0, clock="wall",
-                     progress=None):
-    """Time the NumPy training step and (optionally) the PyTorch one, alternately.
+def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True, lr=1e-3,
+                     seed=0, clock="wall", progress=None):
+    """Time the NumPy training step -- the fast path, and (optionally) the reference code
+    -- and (optionally) the PyTorch one, alternately.
 
-    Returns a dict: "numpy_seconds", "torch_seconds", "torch_sdpa_seconds" ({"min",
-    "median", "n"} or None), "ratio_vs_torch" (NumPy / PyTorch min time; also
-    "ratio_vs_torch_sdpa"), "first_loss_numpy" / "first_loss_torch" (the same initial
-    weights and batch: they agree to float32 rounding when the two models are the same),
-    and the FLOP figures: "step_flops", "flops_per_second" (step FLOPs / min time).
+    Returns a dict: "numpy_seconds" (the fast path), "reference_seconds",
+    "torch_seconds", "torch_sdpa_seconds" ({"min", "median", "n"} or None),
+    "ratio_vs_torch" (fast / PyTorch min time; also "ratio_vs_torch_sdpa"),
+    "reference_ratio_vs_torch" (reference / PyTorch), "first_loss_numpy" /
+    "first_loss_reference" / "first_loss_torch" (the same initial weights and batch: they
+    agree to float32 rounding when the models are the same), and the FLOP figures:
+    "step_flops", "flops_per_second" (step FLOPs / the fast step's min time).
     """
     model = dict(DEFAULT_MODEL if model is None else model)
     config = bench_config(model)
@@ -350,36 +402,42 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, lr=1e-3, seed=0, c
     torch = _torch_or_none() if use_torch else None
 
     runners = {}
-    state = {"params": params, "opt": adamw_init(params)}
+    state = {"params": {k: p.copy() for k, p in params.items()}, "opt": adamw_init(params)}
+    ref_state = {"params": params, "opt": adamw_init(params)}
 
     def numpy_run():
         state["params"], state["opt"], loss = _numpy_step(state["params"], state["opt"], ids,
                                                           targets, config, lr)
         return float(loss)
 
+    def reference_run():
+        ref_state["params"], ref_state["opt"], loss = _reference_step(
+            ref_state["params"], ref_state["opt"], ids, targets, config, lr)
+        return float(loss)
+
     runners["numpy"] = numpy_run
+    if use_reference:
+        runners["reference"] = reference_run
     if torch is not None:
         ids_t, targets_t = torch.as_tensor(ids), torch.as_tensor(targets)
         for name, attention in (("torch", "math"), ("torch_sdpa", "sdpa")):
             step = torch_gpt_step(params, config, attention=attention, lr=lr)
             runners[name] = (lambda s=step: s(ids_t, targets_t))
     first = {name: fn() for name, fn in runners.items()}      # warm-up, and the initial losses
-    times = {name: [] for name in runners}
-    now = CLOCKS[clock]
-    for _ in range(repeat):
-        for name, fn in runners.items():                      # alternate: load hits all alike
-            t0 = now()
-            fn()
-            times[name].append(now() - t0)
-        if progress is not None:
-            progress()
+    times = time_interleaved(runners, repeat=repeat, warmup=0, clock=clock, progress=progress)
     flops = train_step_flops(config, B, T)
     out = {"model": model, "step_flops": flops["step"], "flops_by_stage": flops,
            "numpy_seconds": _stats(times["numpy"]), "first_loss_numpy": first["numpy"],
            "torch_seconds": None, "torch_sdpa_seconds": None, "first_loss_torch": None,
            "ratio_vs_torch": None, "ratio_vs_torch_sdpa": None,
+           "reference_seconds": None, "first_loss_reference": None,
+           "reference_ratio_vs_torch": None, "reference_over_fast": None,
            "torch_version": None if torch is None else torch.__version__}
     out["flops_per_second"] = flops["step"] / out["numpy_seconds"]["min"]
+    if use_reference:
+        out["reference_seconds"] = _stats(times["reference"])
+        out["first_loss_reference"] = first["reference"]
+        out["reference_over_fast"] = out["reference_seconds"]["min"] / out["numpy_seconds"]["min"]
     if torch is not None:
         out["torch_seconds"] = _stats(times["torch"])
         out["torch_sdpa_seconds"] = _stats(times["torch_sdpa"])
@@ -388,6 +446,9 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, lr=1e-3, seed=0, c
         out["ratio_vs_torch_sdpa"] = (out["numpy_seconds"]["min"]
                                       / out["torch_sdpa_seconds"]["min"])
         out["torch_flops_per_second"] = flops["step"] / out["torch_seconds"]["min"]
+        if use_reference:
+            out["reference_ratio_vs_torch"] = (out["reference_seconds"]["min"]
+                                               / out["torch_seconds"]["min"])
     return out
 
 
@@ -405,7 +466,7 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
                    clock="wall", progress=None):
     """Greedy decoding of ``n_new`` tokens (batch 1) with and without the KV cache.
 
-    Totals come from ``generate`` itself (``use_cache=True`` / ``False``; both must give
+    Totals come from ``fast.generate`` itself (``use_cache=True`` / ``False``; both must give
     the same tokens). Per-token times: one decoding step at context length L (the step
     that reads L - 1 earlier positions and produces token L + 1): with the cache, one new
     token against a cache of L - 1 positions; without, a forward pass over all L tokens.
@@ -425,11 +486,11 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
 
     def run(use_cache):
         t0 = now()
-        out = generate(params, prompt, config=config, max_new_tokens=n_new, top_k=1,
-                       use_cache=use_cache)
+        out = fast.generate(params, prompt, config=config, max_new_tokens=n_new, top_k=1,
+                            use_cache=use_cache)
         return out, now() - t0
 
-    generate(params, prompt, config=config, max_new_tokens=2, top_k=1)   # warm-up
+    fast.generate(params, prompt, config=config, max_new_tokens=2, top_k=1)   # warm-up
     tokens_cached, t_cached = run(True)
     if progress is not None:
         progress()
@@ -443,11 +504,11 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
     seq = tokens_cached[:, :max(contexts)]
     per_token = {}
     for L in contexts:
-        _, c = gpt_forward(params, seq[:, :L - 1], config=config) if L > 1 else (None, None)
+        _, c = fast.gpt_forward(params, seq[:, :L - 1], config=config) if L > 1 else (None, None)
         kv = None if c is None else c["kv_cache"]
-        cached = min(time_calls(lambda: gpt_forward(params, seq[:, L - 1:L], config=config,
-                                                    kv_cache=kv), repeat=repeat, clock=clock))
-        uncached = min(time_calls(lambda: gpt_forward(params, seq[:, :L], config=config),
+        cached = min(time_calls(lambda: fast.gpt_forward(params, seq[:, L - 1:L], config=config,
+                                                         kv_cache=kv), repeat=repeat, clock=clock))
+        uncached = min(time_calls(lambda: fast.gpt_forward(params, seq[:, :L], config=config),
                                   repeat=max(2, repeat // 2), clock=clock))
         per_token[int(L)] = {"cached": cached, "uncached": uncached}
     if progress is not None:
@@ -463,6 +524,130 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
             "same_tokens": bool(np.array_equal(tokens_cached, tokens_uncached)),
             "per_token": per_token,
             "cached_slope": slopes["cached"], "uncached_slope": slopes["uncached"]}
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding-step time against the context length (the decoding_growth example)
+# ---------------------------------------------------------------------------------------
+
+def fit_exponent(x, y):
+    """The p of ``y ~ x^p``: the median slope of log y against log x over all pairs of points
+    (the Theil-Sen line), which one slow timing cannot drag far."""
+    lx = np.log(np.asarray(x, dtype=np.float64))
+    ly = np.log(np.asarray(y, dtype=np.float64))
+    i, j = np.triu_indices(lx.size, k=1)
+    return float(np.median((ly[j] - ly[i]) / (lx[j] - lx[i])))
+
+
+def time_decoding_steps(*, contexts, cached_contexts, d_model, n_heads, batch, repeats, seed):
+    """Fastest wall time of one decoding step of :func:`mha_forward` per context length.
+
+    Returns ``{"seconds": [...], "cached_seconds": [...]}`` (see :func:`measure_decoding_growth`).
+    """
+    rng = np.random.default_rng(seed)
+    d_head = d_model // n_heads
+    W = [rng.standard_normal((d_model, d_model)) / math.sqrt(d_model) for _ in range(4)]
+    calls = {}
+    for L in contexts:       # no cache: all L rows again, causal
+        x = rng.standard_normal((batch, L, d_model))
+        calls[("full", L)] = (lambda x=x, m=causal_mask(L): mha_forward(x, x, *W, n_heads=n_heads, mask=m))
+    for L in cached_contexts:  # cache: one new row against L - 1 cached keys and values
+        x = rng.standard_normal((batch, 1, d_model))
+        kv = {"k": rng.standard_normal((batch, n_heads, L - 1, d_head)),
+              "v": rng.standard_normal((batch, n_heads, L - 1, d_head))}
+        calls[("cached", L)] = (lambda x=x, kv=kv: mha_forward(x, x, *W, n_heads=n_heads, kv_cache=kv))
+    # interleaved rounds, so a busy moment does not hit one length only; cheap calls run more
+    times = time_interleaved(calls, repeat=repeats, min_seconds=0.02, max_runs=20)
+    best = {key: min(ts) for key, ts in times.items()}
+    return {"seconds": [best[("full", L)] for L in contexts],
+            "cached_seconds": [best[("cached", L)] for L in cached_contexts]}
+
+
+_CHILD = ("import json, sys\n"
+          "from numpytfmr.run.bench import time_decoding_steps\n"
+          "print(json.dumps(time_decoding_steps(**json.loads(sys.argv[1]))))\n")
+
+
+def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
+                            cached_contexts=(1024, 1448, 2048, 2896, 4096, 5793, 8192), d_model=64,
+                            n_heads=1, batch=1, repeats=3, seed=0, single_thread=True):
+    """Time one decoding step of :func:`mha_forward` at growing context lengths L and fit the
+    growth exponent p of ``time ~ L^p`` (000 §2.5.1, 003 §6.2.1, 001 §2.2).
+
+    - without a cache, the step recomputes all L rows: ``mha_forward(x, x, ..., mask=causal_mask(L))``
+      on ``x (batch, L, d_model)``, L^2 scores per head;
+    - with a cache, one new row against L - 1 cached keys and values:
+      ``mha_forward(x_new, x_new, ..., kv_cache={"k", "v": (batch, heads, L-1, d_head)})``, L scores.
+
+    Each time is the fastest of ``repeats`` rounds after a warm-up (a step faster than 20 ms
+    runs several times per round), the lengths interleaved; the exponent is the median
+    slope over all pairs of lengths. The default lengths keep all points in one memory
+    regime: the uncached step's (L, L) score arrays (4 MB at L = 724) are larger than a
+    typical L2 cache at every length, the cached step's keys (4 MB at L = 8192) no larger;
+    crossing a cache size adds a jump that no operation count has.
+    With ``single_thread`` (default) the timing runs in a fresh Python process with the BLAS
+    limited to one thread (``OPENBLAS_NUM_THREADS=1`` etc.): a multithreaded BLAS switches
+    threads on above some matrix size, which on a busy machine bends the curve far more
+    than the arithmetic does.
+
+    The predictions are fitted the same way to counts over the same lengths: the query-key
+    scores of ``decoding_cost`` (exponents 2 and 1), and all multiplications of the step
+    (``mha_matmul_cost`` / ``matmul_cost``; the projections, linear in L, pull this below the
+    asymptote at small L). A step of cost L^p summed over L = 1..n gives n^(p+1): the
+    notes' O(n^3) and O(n^2) for a whole generation.
+
+    Returns a dict: "contexts", "seconds", "cached_contexts", "cached_seconds",
+    "exponent", "cached_exponent" (measured), "predicted_exponent",
+    "predicted_cached_exponent" (scores), "flop_exponent", "cached_flop_exponent".
+    """
+    where = "measure_decoding_growth"
+    d_model = count(d_model, "d_model", where)
+    n_heads = count(n_heads, "n_heads", where)
+    if d_model % n_heads:
+        raise ValueError(f"{where}: d_model is {d_model} and n_heads is {n_heads}; expected d_model "
+                         "divisible by n_heads")
+    lengths = {}
+    for name, Ls in (("contexts", contexts), ("cached_contexts", cached_contexts)):
+        Ls = [count(L, name, where) for L in Ls]
+        if len(set(Ls)) < 2:
+            raise ValueError(f"{where}: {name} is {Ls}; expected at least two different lengths to fit")
+        lengths[name] = Ls
+    options = {"contexts": lengths["contexts"], "cached_contexts": lengths["cached_contexts"],
+               "d_model": d_model, "n_heads": n_heads, "batch": count(batch, "batch", where),
+               "repeats": count(repeats, "repeats", where), "seed": int(seed)}
+    if single_thread:
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = [package_root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   VECLIB_MAXIMUM_THREADS="1", NUMEXPR_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path))
+        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(options)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{where}: the timing process failed:\n{proc.stderr[-2000:]}")
+        times = json.loads(proc.stdout.strip().splitlines()[-1])
+    else:
+        times = time_decoding_steps(**options)
+    Ls, Lc = options["contexts"], options["cached_contexts"]
+    B, H, d = options["batch"], n_heads, d_model
+
+    def cached_flops(L):
+        proj = 4 * matmul_cost(B, d, d)[0]                          # q, k, v, output of one row
+        att = B * H * (matmul_cost(1, d // H, L)[0] + matmul_cost(1, L, d // H)[0])
+        return proj + att
+
+    return {
+        "contexts": Ls, "seconds": times["seconds"],
+        "cached_contexts": Lc, "cached_seconds": times["cached_seconds"],
+        "exponent": fit_exponent(Ls, times["seconds"]),
+        "cached_exponent": fit_exponent(Lc, times["cached_seconds"]),
+        "predicted_exponent": fit_exponent(Ls, [decoding_cost(1, prompt_len=L, use_cache=False)["scores"]
+                                                 for L in Ls]),
+        "predicted_cached_exponent": fit_exponent(Lc, [
+            decoding_cost(2, prompt_len=L - 1)["scores"] - decoding_cost(1, prompt_len=L - 1)["scores"]
+            for L in Lc]),
+        "flop_exponent": fit_exponent(Ls, [mha_matmul_cost(L, d, H, batch=B)["total"][0] for L in Ls]),
+        "cached_flop_exponent": fit_exponent(Lc, [cached_flops(L) for L in Lc]),
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -540,11 +725,11 @@ def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, 
 # ---------------------------------------------------------------------------------------
 
 def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
-    """cProfile of ``steps`` NumPy training steps: the functions with the most own time.
+    """cProfile of ``steps`` fast-path training steps: the functions with the most own time.
 
     NumPy's operators and ufuncs (``@``, ``np.exp``, ...) are not function calls cProfile
     sees: their time is counted in the function that uses them, which is what makes this
-    profile read per op (attention_forward, layernorm_backward, ...). The profiler's timer
+    profile read per kernel (the attention, layernorm, gelu_float32, ...). The profiler's timer
     is ``clock`` ("wall" or "cpu").
     Returns ``{"seconds": total, "rows": [{"function", "calls", "own_seconds",
     "own_fraction", "cumulative_seconds"}, ...]}``, most own time first.
@@ -656,6 +841,10 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
         # the figures behind them
         "train_step_ratio_vs_torch_sdpa": train["ratio_vs_torch_sdpa"],
         "numpy_step_seconds": train["numpy_seconds"]["min"],
+        "reference_step_ratio_vs_torch": train["reference_ratio_vs_torch"],
+        "reference_step_seconds": (None if train["reference_seconds"] is None
+                                   else train["reference_seconds"]["min"]),
+        "reference_over_fast": train["reference_over_fast"],
         "torch_step_seconds": None if train["torch_seconds"] is None else train["torch_seconds"]["min"],
         "step_gflop": train["step_flops"] / 1e9,
         "step_gflops_per_second": train["flops_per_second"] / 1e9,

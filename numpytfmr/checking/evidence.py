@@ -1,0 +1,122 @@
+"""What a diagnosis looks at: the compared values of one failing input, and the case.
+
+:class:`Evidence` holds the analytic and numeric gradient of one input as arrays of the
+input's shape (full mode), the upstream gradient and a tolerance for "equal"; its ``case``
+(a :class:`Case`, or None when only the two arrays are known, as in the autograder's
+comparison with the reference gradient) gives the inputs, the forward's output, the forward
+itself (to probe it: is it elementwise, which axis does it normalise, which positions does a
+mask hide) and the case's terms.
+
+A :class:`Diagnosis` is a sentence (a ``str``) with a ``kind``, so tests and tools can tell
+the causes apart without parsing the text.
+"""
+import numpy as np
+
+__all__ = ["Diagnosis", "Evidence", "Case"]
+
+
+class Diagnosis(str):
+    """A sentence that says how a gradient is wrong; ``kind`` names the cause (``"factor"``,
+    ``"row_term"``, ``"wrong_axis"``, ``"elementwise"``, ``"transpose_product"``, ...)."""
+    kind = "other"
+
+    def __new__(cls, text, kind="other"):
+        obj = super().__new__(cls, text)
+        obj.kind = kind
+        return obj
+
+    def __reduce__(self):
+        return (Diagnosis, (str(self), self.kind))
+
+
+class Case:
+    """The check around one input: everything but its compared values.
+
+    forward: the forward being checked (called with the inputs, possibly one replaced)
+    inputs:  the float64 working copies of the positional inputs
+    p:       the position of the input under diagnosis
+    out:     the forward's output (float64)
+    dout:    the upstream gradient used
+    names:   input names;  terms: the case's :class:`~.terms.Terms`
+    """
+
+    def __init__(self, forward, inputs, p, out, dout, names, terms):
+        self.forward, self.inputs, self.p = forward, list(inputs), p
+        self.out, self.dout, self.names, self.terms = out, dout, names, terms
+        self._memo = {}
+
+    @property
+    def x(self):
+        return self.inputs[self.p]
+
+    @property
+    def name(self):
+        return self.names[self.p]
+
+    def run(self, **replace):
+        """The forward's output with some inputs replaced (``run(p=array)`` by position:
+        ``run(**{"0": x})``), as float64; None if the forward fails or changes shape."""
+        args = list(self.inputs)
+        for key, value in replace.items():
+            args[int(key)] = value
+        try:
+            with np.errstate(all="ignore"):
+                y = np.array(self.forward(*args)[0], dtype=np.float64)
+        except Exception:  # noqa: BLE001 -- a probe the forward refuses just tells nothing
+            return None
+        return y if y.shape == self.out.shape else None
+
+    def run_with(self, x):
+        """The forward's output with the input under diagnosis replaced by ``x``."""
+        return self.run(**{str(self.p): x})
+
+    def ints(self):
+        """(position, array) of the integer inputs (ids, targets)."""
+        return [(q, v) for q, v in enumerate(self.inputs)
+                if isinstance(v, np.ndarray) and v.dtype.kind in "iu"]
+
+    def floats(self):
+        """(position, array) of the float inputs other than the one under diagnosis."""
+        return [(q, v) for q, v in enumerate(self.inputs)
+                if q != self.p and isinstance(v, np.ndarray) and v.dtype.kind == "f"]
+
+    def memo(self, key, make):
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+
+class Evidence:
+    """The analytic and numeric gradient of one input (arrays of its shape) and how they
+    differ. ``tol`` is the tolerance for calling two arrays equal: far above the rounding
+    of the finite differences, far below any real error."""
+
+    def __init__(self, a, n, fail, dout, atol, rounding=0.0, case=None):
+        self.a = np.asarray(a, dtype=np.float64)
+        self.n = np.asarray(n, dtype=np.float64)
+        self.r = self.n - self.a
+        self.fail = np.asarray(fail, dtype=bool)
+        self.dout = np.asarray(dout, dtype=np.float64)
+        self.case = case
+        self.scale = max(float(np.max(np.abs(self.a))) if self.a.size else 0.0,
+                         float(np.max(np.abs(self.n))) if self.n.size else 0.0)
+        self.tol = 1e-6 * self.scale + 10.0 * float(rounding) + atol
+
+    @property
+    def shape(self):
+        return self.a.shape
+
+    def close(self, u, v, tol=None):
+        u, v = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
+        if u.shape != v.shape or not u.size or not np.isfinite(u).all() or not np.isfinite(v).all():
+            return False
+        return float(np.max(np.abs(u - v))) <= (self.tol if tol is None else tol)
+
+    def axis_label(self, axis):
+        """``axis -1 (d = 7)``: an axis of the input, with its contract symbol when known."""
+        size = self.shape[axis]
+        neg = axis - len(self.shape)
+        symbol = "d"
+        if self.case is not None and self.case.terms is not None:
+            symbol = self.case.terms.axis_name(self.case.p, axis % len(self.shape), size)
+        return f"axis {neg} ({symbol} = {size})"

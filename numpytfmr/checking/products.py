@@ -1,0 +1,107 @@
+"""Transposes inside matrix products.
+
+A gradient of a product is itself a product: ``dx = dout @ W.T`` for ``y = x @ W``,
+``dK = dS.T @ Q * scale`` in attention. A transposed factor inside it gives a gradient of
+the right shape whenever the transposed factor is square, and the plain "analytic equals
+numeric transposed" test misses it.
+
+For each factor ``F`` the checker can see (the other inputs, and ``dout``), in either
+orientation ``G`` (``F`` or ``F^T``, last two axes), the numeric gradient ``N`` is written as
+``M @ G`` (``M = N @ pinv(G)``) or ``G @ M``. When that reproduces ``N`` exactly, the two
+ways of transposing one factor of the product give two candidates:
+
+- ``M @ G^T`` (``G`` square): the factor ``F`` itself is transposed -- ``dout @ W`` for
+  ``dout @ W.T``;
+- ``M^T @ G`` (``M`` square): the other factor is transposed -- ``dS @ Q`` for ``dS.T @ Q``.
+
+If the analytic gradient equals a candidate, that is the mistake.
+"""
+import numpy as np
+
+from .evidence import Diagnosis
+
+__all__ = ["product_diagnoses"]
+
+
+def product_diagnoses(ev):
+    """A sentence when the analytic gradient is the right product with one factor
+    transposed; [] otherwise."""
+    if ev.a.ndim < 2 or ev.case is None:
+        return []
+    case = ev.case
+    name = f"d{case.name}" if len(case.name) <= 5 and " " not in case.name else f"the gradient of {case.name}"
+    factors = [(case.names[q], F) for q, F in case.floats() if F.ndim >= 2]
+    if case.dout.ndim >= 2:
+        factors.append(("dout", case.dout))
+    N, A = ev.n, ev.a
+    with np.errstate(all="ignore"):
+        for fname, F in factors:
+            for transposed in (False, True):
+                G = np.swapaxes(F, -1, -2) if transposed else F
+                g_text = f"{fname}.T" if transposed else fname
+                g_swapped = fname if transposed else f"{fname}.T"
+                for side in ("right", "left"):
+                    try:
+                        found = _candidates(N, G, side, g_text, g_swapped, name)
+                    except ValueError:                 # batch axes that do not broadcast
+                        continue
+                    for cand, text in found:
+                        if cand.shape == A.shape and ev.close(A, cand):
+                            return [Diagnosis(text, "transpose_product")]
+    return []
+
+
+def _candidates(N, G, side, g_text, g_swapped, name):
+    """(candidate, sentence) pairs for N = M @ G (side "right") or N = G @ M ("left")."""
+    out = []
+    try:
+        P = np.linalg.pinv(G)
+    except np.linalg.LinAlgError:
+        return out
+    if side == "right":
+        if G.shape[-1] != N.shape[-1]:
+            return out
+        M = N @ P
+        if not _reproduces(M @ G, N):
+            return out
+        if G.shape[-1] == G.shape[-2]:
+            out.append((M @ np.swapaxes(G, -1, -2),
+                        f"transposed factor in a product: {name} equals the right gradient "
+                        f"(... @ {g_text}) computed with {g_swapped} in place of {g_text}, i.e. you "
+                        f"multiply by {g_swapped} where {g_text} belongs (for y = x @ W, dx = dout @ W.T); "
+                        "a square factor keeps the shape right, so only the values show it"))
+        if M.shape[-1] == M.shape[-2]:
+            example = ("dV = A @ dout where dV = A.T @ dout is right" if g_text == "dout" else
+                       "attention's dK = dS @ Q where dK = dS.T @ Q * scale is right")
+            out.append((np.swapaxes(M, -1, -2) @ G,
+                        f"transposed factor in a product: {name} = X @ {g_text} where the right gradient "
+                        f"is X.T @ {g_text}: the factor multiplying {g_text} is transposed (e.g. "
+                        f"{example})"))
+    else:
+        if G.shape[-2] != N.shape[-2]:
+            return out
+        M = P @ N
+        if not _reproduces(G @ M, N):
+            return out
+        if G.shape[-1] == G.shape[-2]:
+            out.append((np.swapaxes(G, -1, -2) @ M,
+                        f"transposed factor in a product: {name} equals the right gradient "
+                        f"({g_text} @ ...) computed with {g_swapped} in place of {g_text}, i.e. you "
+                        f"multiply by {g_swapped} where {g_text} belongs (for y = x @ W, dW = x.T @ dout); "
+                        "a square factor keeps the shape right, so only the values show it"))
+        if M.shape[-1] == M.shape[-2]:
+            out.append((G @ np.swapaxes(M, -1, -2),
+                        f"transposed factor in a product: {name} = {g_text} @ X where the right gradient "
+                        f"is {g_text} @ X.T: the factor that {g_text} multiplies is transposed (e.g. "
+                        "dV = A @ dout where dV = A.T @ dout is right)"))
+    return out
+
+
+def _reproduces(u, v):
+    if u.shape != v.shape:
+        try:
+            u = np.broadcast_to(u, v.shape)
+        except ValueError:
+            return False
+    scale = float(np.max(np.abs(v))) if v.size else 0.0
+    return bool(np.all(np.isfinite(u))) and float(np.max(np.abs(u - v))) <= 1e-8 * max(scale, 1e-300)

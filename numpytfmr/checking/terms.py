@@ -1,0 +1,249 @@
+"""The case's own terms, so that a factor is named as the student wrote it: ``n``, ``d_k``,
+``scale``, ``1/scale``, ``alpha/r``, ``N``, a batch size.
+
+Where the terms come from, first found first named:
+
+1. ``check_gradients(..., terms={"batch size": 6})``: names the caller gives;
+2. the keyword options of the call, when ``forward`` is a reference op (decorated with
+   ``contract.op``) or a thin wrapper around one: ``functools.partial(op, scale=0.5)``, or a
+   closure holding the op and a dict of its options (``registry.bind``). ``scale`` also
+   gives ``1/scale``;
+3. numbers stored in the forward's cache under a name (``cache["scale"]``, ``cache["n_valid"]``);
+4. the symbolic axes of the op's contract (``forward.__contract__``, e.g. ``d_k`` in
+   ``"Q: (..., n_q, d_k)"``) bound to the input shapes, and ``N``, the number of rows of
+   the first input (the product of its leading ``...`` axes: positions averaged over);
+   sizes of 1 and 2 are left out (a 2 would name every gradient added twice);
+5. without a contract, the sizes of the inputs' axes (``the size of Q's last axis``).
+
+A factor is matched against each term ``t`` as ``t``, ``1/t``, ``sqrt(t)`` and
+``1/sqrt(t)``, and against ``t1*t2``, ``t1/t2``, ``t1/sqrt(t2)`` and ``1/(t1*sqrt(t2))`` (a
+``1/sqrt(d_k)`` used where ``scale`` was given) for pairs of named terms
+(sources 1-4). Nothing is printed when no term matches: a bare ``6 = 6`` says nothing.
+"""
+import functools
+import inspect
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["Terms", "learn_terms", "find_op"]
+
+_REL = 1e-4          # a factor matches a term within this relative tolerance
+
+
+class Terms:
+    """Named numbers of one case, in the order they are preferred when naming a factor.
+
+    named:  list of (name, value) from the caller, the options, the cache and the contract
+    shapes: list of (description, value): axis sizes, used alone when nothing named fits
+    axes:   (input position, axis) -> the contract's symbol for that axis (``"d"``, ``"K"``)
+    options: the keyword options found (name -> value)
+    notes:  name -> how to show it in a sentence (default ``"name = value"``)
+    """
+
+    def __init__(self, named=(), shapes=(), axes=None, options=None, notes=None):
+        self.named, self.shapes = [], []
+        self.notes = dict(notes or {})
+        for name, value in named:
+            self._add(self.named, name, value)
+        for name, value in shapes:
+            self._add(self.shapes, name, value)
+        self.axes = dict(axes or {})
+        self.options = dict(options or {})
+
+    @staticmethod
+    def _add(where, name, value):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            return
+        value = float(value)
+        if not np.isfinite(value) or value <= 0 or value == 1.0:
+            return
+        if all(n != name for n, _ in where):
+            where.append((name, value))
+
+    @property
+    def values(self):
+        return dict(self.named)
+
+    def value(self, name):
+        return next((v for n, v in self.named if n == name), None)
+
+    def axis_name(self, p, axis, size):
+        """The contract's symbol of input ``p``'s ``axis``, else ``d`` (its size shown)."""
+        symbol = self.axes.get((p, axis))
+        return symbol if symbol else "d"
+
+    def name_factor(self, c, limit=2):
+        """How ``|c|`` reads in the case's terms, e.g. ``"1/scale, scale = 0.5"``,
+        ``"alpha/r, alpha = 6, r = 3"``, ``"1/sqrt(64), 64 = the size of Q's last axis"``;
+        "" when no term fits."""
+        c = abs(float(c))
+        if not np.isfinite(c) or c == 0:
+            return ""
+        exprs, used = [], []
+        for expr, value, names in self._named_expressions():
+            if abs(c - value) <= _REL * value and expr not in exprs:
+                if exprs and expr in self.values:
+                    continue          # a second bare term of equal size is a coincidence (n_q = 4)
+                exprs.append(expr)
+                used += [n for n in names if n not in used]
+                if len(exprs) >= limit:
+                    break
+        if exprs:
+            values = dict(self.named)
+            shown = [self.notes.get(n, f"{n} = {_num(values[n])}") for n in used
+                     if n not in exprs or n in self.notes]
+            return " = ".join(exprs) + (f", {', '.join(shown)}" if shown else "")
+        for name, v in self.shapes:
+            if v <= 2:
+                continue
+            k = _num(v)
+            for expr, value in ((k, v), (f"1/{k}", 1.0 / v), (f"sqrt({k})", math.sqrt(v)),
+                                (f"1/sqrt({k})", 1.0 / math.sqrt(v))):
+                if abs(c - value) <= _REL * value:
+                    return name if expr == k else f"{expr}, {k} = {name}"
+        return ""
+
+    def _named_expressions(self):
+        """(expression, value, names used) over the named terms, simplest first."""
+        for name, v in self.named:
+            yield name, v, [name]
+            yield f"1/{_wrap(name)}", 1.0 / v, [name]
+            yield f"sqrt({name})", math.sqrt(v), [name]
+            yield f"1/sqrt({name})", 1.0 / math.sqrt(v), [name]
+        for i, (n1, v1) in enumerate(self.named):
+            for n2, v2 in self.named[i + 1:]:
+                yield f"{_wrap(n1)}*{_wrap(n2)}", v1 * v2, [n1, n2]
+        for n1, v1 in self.named:
+            for n2, v2 in self.named:
+                if n1 != n2:
+                    yield f"{_wrap(n1)}/{_wrap(n2)}", v1 / v2, [n1, n2]
+                    yield f"{_wrap(n1)}/sqrt({n2})", v1 / math.sqrt(v2), [n1, n2]
+                    yield f"1/({n1}*sqrt({n2}))", 1.0 / (v1 * math.sqrt(v2)), [n1, n2]
+
+
+def _num(v):
+    return f"{int(round(v))}" if abs(v - round(v)) < 1e-12 else f"{v:.4g}"
+
+
+def _wrap(name):
+    return f"({name})" if " " in name or "/" in name else name
+
+
+# ---------------------------------------------------------------------------------------
+# Learning the terms of one check
+# ---------------------------------------------------------------------------------------
+
+def find_op(forward):
+    """``(op, options)``: the reference op behind ``forward`` (a function with a
+    ``__contract__``) and the keyword options it is called with, looking through
+    ``functools.partial`` and simple closures; ``(None, {})`` when there is none."""
+    options = {}
+    f = forward
+    for _ in range(4):
+        if getattr(f, "__contract__", None) is not None:
+            return f, options
+        if isinstance(f, functools.partial):
+            options = {**f.keywords, **options}
+            f = f.func
+            continue
+        if not callable(f) or not hasattr(f, "__code__"):
+            return None, {}
+        try:
+            seen = inspect.getclosurevars(f)
+        except (TypeError, ValueError):
+            return None, {}
+        values = list(seen.nonlocals.values()) + list(seen.globals.values())
+        ops = [v for v in values if getattr(v, "__contract__", None) is not None]
+        if len(ops) != 1:
+            return None, {}
+        op = ops[0]
+        keyword = _keyword_names(op)
+        for v in seen.nonlocals.values():
+            if isinstance(v, dict) and v and all(isinstance(k, str) and k in keyword for k in v):
+                options = {**v, **options}
+        return op, options
+    return None, {}
+
+
+def _keyword_names(op):
+    try:
+        params = inspect.signature(op).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.kind == p.KEYWORD_ONLY}
+
+
+def learn_terms(forward, inputs, names, cache=None, extra=None):
+    """The :class:`Terms` of one check: see the module docstring for the sources. Looking
+    never fails a check: whatever cannot be read is left out."""
+    named = [(str(k), v) for k, v in (extra or {}).items()]
+    try:
+        return _learn(forward, inputs, names, cache, named)
+    except Exception:  # noqa: BLE001 -- an unusual forward just gives fewer names
+        return Terms(named)
+
+
+def _learn(forward, inputs, names, cache, named):
+    op, options = find_op(forward)
+    if op is not None:
+        defaults = {p.name: p.default for p in inspect.signature(op).parameters.values()
+                    if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty}
+        options = {**defaults, **options}
+    for key, value in options.items():
+        if key in ("rng", "axis") or not _is_number(value):
+            continue
+        named.append((key, value))
+    if isinstance(cache, dict):
+        for key, value in cache.items():
+            if isinstance(key, str) and _is_number(value) and key not in ("axis",):
+                named.append((key, value))
+    axes, notes = {}, {}
+    if op is not None:
+        spec = op.__contract__
+        positional = _positional_names(op)
+        rows_named = False
+        for s in spec.arrays:
+            if s.name not in positional or s.kind == "any":
+                continue
+            p = positional.index(s.name)
+            x = inputs[p] if p < len(inputs) else None
+            if not isinstance(x, np.ndarray):
+                continue
+            n = len(s.axes)
+            if x.ndim < n:
+                continue
+            for k, symbol in enumerate(s.axes):
+                axis = x.ndim - n + k
+                if symbol.isidentifier():
+                    axes[(p, axis)] = symbol
+                    if x.shape[axis] > 2:            # 2 = d_k would name every doubled gradient
+                        named.append((symbol, x.shape[axis]))
+            if s.ellipsis and s.kind == "float" and not rows_named and x.ndim > n:
+                rows = int(np.prod(x.shape[:x.ndim - n]))
+                rows_named = True
+                if rows > 2:
+                    named.append(("N", rows))
+                    notes["N"] = (f"N = {rows} rows of {s.name} "
+                                  f"({' x '.join(str(k) for k in x.shape[:x.ndim - n])})")
+    shapes = []
+    if op is None:
+        for p, x in enumerate(inputs):
+            if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+                for axis, size in enumerate(x.shape):
+                    where = "last" if axis == x.ndim - 1 else f"{axis}"
+                    shapes.append((f"the size of {names[p]}'s {where} axis"
+                                   if where == "last" else f"the size of axis {axis} of {names[p]}",
+                                   size))
+    return Terms(named, shapes, axes, options, notes)
+
+
+def _positional_names(fn):
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _is_number(v):
+    return (isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+            and np.isfinite(float(v)))

@@ -1,0 +1,23 @@
+"""numpytfmr.fast: the same GPT as the reference, computed fast.
+
+The reference (``numpytfmr.gpt_forward`` and the topic modules) is the notes' equations
+written out; this package computes the same numbers with the tricks that make NumPy fast
+(one matrix product per projection, key-major attention scores, BLAS row means and column
+sums, in-place temporaries, a blocked float32 GELU, the softmax fused with the
+cross-entropy, an in-place AdamW). Every entry point has the signature and the results of
+its reference twin, and tests/test_fast.py checks them tensor by tensor::
+
+    from numpytfmr import fast
+    loss, grads = fast.gpt_loss(params, ids, targets, config=config)
+    params, state = fast.adamw_step(params, grads, state, lr=1e-3)
+
+``fast.posttrain`` has the LoRA and DPO functions of ``numpytfmr.posttrain`` that run the
+model (``gpt_lora_loss``, ``dpo_loss_and_grads``, ``complete_prompts``, ...), on the fast GPT.
+
+Inputs are validated once at the entry; nothing inside the hot path checks again.
+"""
+from . import posttrain
+from .gpt import generate, gpt_backward, gpt_forward, gpt_loss
+from .optim import adamw_step, adamw_step_
+
+__all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "adamw_step", "adamw_step_"]

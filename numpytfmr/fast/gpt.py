@@ -1,0 +1,600 @@
+"""The fast GPT: forward, backward, loss and generation with the reference's signatures.
+
+The model is the reference's (``numpytfmr.gpt``, 004 "Transformer Decoder"), computed on
+the residual stream as one (N, d) matrix of rows, N = B T::
+
+    x = E[ids] + P                                   one gather, one broadcast add
+    per layer (pre-norm):
+        h = LN(x);  [Q K V] = h [Wq Wk Wv] + b       ONE product for the three projections
+        S^T = K (Q scale)^T + M^T                    key-major scores (n_k, n_q) per head,
+                                                     per block of queries: only the keys
+                                                     the block may see (causal)
+        A^T = softmax over the keys, in place;  heads = A V written into the concat rows
+        x += drop(concat Wo + bo)                    in place on the residual stream
+        x += drop(act(LN(x) W1 + b1) W2 + b2)        GELU with its derivative, one blocked pass
+    logits = LN_f(x) W_out
+
+and the backward is the same list reversed, every gradient written once. GQA runs the
+``group`` query heads of one key/value head as one product: their queries are stacked
+as rows, (group * T, d_head), against the shared keys. The cache of a forward is a flat
+dict of the arrays the backward reads (no callbacks).
+"""
+import math
+
+import numpy as np
+
+from ..positional import rope_frequencies
+from . import checks
+from .kernels import (activation, causal_bias_t, causal_softmax_t, column_sums,
+                      cross_entropy_fused, layernorm, layernorm_backward_into, rmsnorm,
+                      rmsnorm_backward_into, rope_rotate, scatter_add_rows, silu,
+                      softmax_backward_t)
+
+__all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate"]
+
+
+# ---------------------------------------------------------------------------------------
+# Per-configuration constants
+# ---------------------------------------------------------------------------------------
+
+_TABLES = {}
+
+
+def _remember(key, make):
+    v = _TABLES.get(key)
+    if v is None:
+        if len(_TABLES) > 128:
+            _TABLES.clear()
+        v = _TABLES[key] = make()
+    return v
+
+
+_PE = {}
+
+
+def _sinusoids(n, d, dtype):
+    """Rows 0..n-1 of PE[p, 2i] = sin(p omega_i), PE[p, 2i+1] = cos(p omega_i),
+    omega_i = 10000^(-2i/d); one table per (d, dtype), grown by doubling when a longer
+    sequence comes (decoding asks for one more row every step)."""
+    key = (d, np.dtype(dtype))
+    pe = _PE.get(key)
+    if pe is None or pe.shape[0] < n:
+        rows = max(n, 2 * (0 if pe is None else pe.shape[0]), 64)
+        omega = 10000.0 ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        angle = np.arange(rows, dtype=np.float64)[:, None] * omega
+        table = np.empty((rows, d))
+        table[:, 0::2] = np.sin(angle)
+        table[:, 1::2] = np.cos(angle[:, : d // 2])
+        pe = _PE[key] = table.astype(dtype)
+    return pe[:n]
+
+
+def _rope_tables(c, n_past, T, dtype):
+    """cos, sin (T, d_head/2) of theta = position * alpha_k, and the same times the score
+    scale (for the queries, which are scaled as they are rotated)."""
+    def make():
+        alpha = rope_frequencies(c.d_head, base=c.rope_base, scaling=c.rope_scaling)
+        theta = np.arange(n_past, n_past + T, dtype=np.float64)[:, None] * alpha
+        cos, sin = np.cos(theta).astype(dtype), np.sin(theta).astype(dtype)
+        scale = 1.0 / math.sqrt(c.d_head)
+        return cos, sin, cos * scale, sin * scale
+    scaling = None if c.rope_scaling is None else tuple(sorted(c.rope_scaling.items()))
+    return _remember(("rope", c.d_head, c.rope_base, scaling, n_past, T, np.dtype(dtype)), make)
+
+
+class _Layout:
+    """Sizes of one forward call."""
+
+    def __init__(self, c, B, T, n_past):
+        self.B, self.T, self.N, self.n_past, self.n_k = B, T, B * T, n_past, n_past + T
+        self.H, self.Hkv, self.dh = c.n_heads, c.n_kv_heads, c.d_head
+        self.G = c.n_heads // c.n_kv_heads
+        self.hd, self.kvd = c.n_heads * c.d_head, c.n_kv_heads * c.d_head
+        self.scale = 1.0 / math.sqrt(c.d_head)
+
+
+# ---------------------------------------------------------------------------------------
+# Sublayers
+# ---------------------------------------------------------------------------------------
+
+def _norm(x, p, key, c):
+    """N(x) with the weights under ``key``: returns h and the backward's pieces."""
+    if c.norm_type == "layernorm":
+        h, xhat, r = layernorm(x, p[key + ".gamma"], p.get(key + ".beta"), c.norm_eps)
+    else:
+        h, xhat, r = rmsnorm(x, p[key + ".gamma"], c.norm_eps)
+    return h, (key, xhat, r)
+
+
+def _norm_backward(dh, nc, p, c, grads, dx=None):
+    """Gradients of N into ``grads``; returns dx (accumulated into ``dx`` when given).
+    ``dh`` is overwritten."""
+    key, xhat, r = nc
+    gamma = p[key + ".gamma"]
+    if c.norm_type == "layernorm":
+        has_beta = key + ".beta" in p
+        dgamma, dbeta, out = layernorm_backward_into(dh, xhat, r, gamma, dx,
+                                                     accumulate=dx is not None, has_beta=has_beta)
+        if has_beta:
+            grads[key + ".beta"] = dbeta
+    else:
+        dgamma, _, out = rmsnorm_backward_into(dh, xhat, r, gamma, dx, accumulate=dx is not None)
+    grads[key + ".gamma"] = dgamma
+    return out
+
+
+def _dropout(y, c, rng, train):
+    """In place inverted dropout of a sublayer output y (N, d); returns the scaled mask or
+    None. The draws are those of the reference: rng.random(shape) >= p, in row order."""
+    if not train or c.dropout == 0.0:
+        return None
+    keep = rng.random(y.shape) >= c.dropout
+    mask = keep.astype(y.dtype)
+    mask *= 1.0 / (1.0 - c.dropout)
+    y *= mask
+    return mask
+
+
+# Causal attention skips the keys a block of queries cannot see: queries [a, b) are scored
+# against keys [0, n_past + b) only. Blocks of at least this many queries (the work saved
+# must outweigh the extra NumPy calls): at T = 128, two blocks do 3/4 of the full work.
+QUERY_BLOCK = 64
+
+
+def query_blocks(T):
+    """[(a, b)] ranges of queries processed together (one block unless T >= 2 QUERY_BLOCK)."""
+    nb = max(1, T // QUERY_BLOCK)
+    edges = [round(i * T / nb) for i in range(nb + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _attention(h, p, pre, c, L, past, need_grad):
+    """Masked multi-head (GQA) self-attention of the normed rows h (N, d).
+
+    The queries, scaled (and rotated), are stored (B, Hkv, T, G, d_head): the G query
+    heads that share a key/value head are stacked as the T G rows of one matrix (row
+    t G + g), so every product is one batched product over (B, Hkv).
+    Returns out (N, d) and the cache {Qs, K, V, At (per query block), concat, ...}."""
+    B, T, Hkv, G, dh, hd, kvd = L.B, L.T, L.Hkv, L.G, L.dh, L.hd, L.kvd
+    Wqkv = np.concatenate([p[pre + "Wq"], p[pre + "Wk"], p[pre + "Wv"]], axis=1)
+    qkv = h @ Wqkv                                               # (N, hd + 2 kvd)
+    if c.bias:
+        qkv += np.concatenate([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]])
+    Q = qkv[:, :hd].reshape(B, T, Hkv, G, dh)
+    K = qkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh)
+    V = qkv[:, hd + kvd:].reshape(B, T, Hkv, dh)
+    Qs = np.empty((B, Hkv, T, G, dh), qkv.dtype)
+    Qs_bt = Qs.transpose(0, 2, 1, 3, 4)                          # (B, T, Hkv, G, dh) view
+    rope = None
+    if c.positional == "rope":
+        cos, sin, cos_s, sin_s = _rope_tables(c, L.n_past, T, qkv.dtype)
+        rope = (cos, sin)
+        rope_rotate(Q, Qs_bt, cos_s[:, None, None, :], sin_s[:, None, None, :], c.rope_layout)
+        Kn = np.empty((B, Hkv, T, dh), qkv.dtype)
+        rope_rotate(K, Kn.transpose(0, 2, 1, 3), cos[:, None, :], sin[:, None, :], c.rope_layout)
+    else:
+        np.multiply(Q, L.scale, out=Qs_bt)                       # Q / sqrt(d_head)
+        Kn = K.transpose(0, 2, 1, 3)                             # (B, Hkv, T, dh) views
+    Vn = V.transpose(0, 2, 1, 3)
+    if past is not None:
+        K_all = np.concatenate([past["k"], Kn], axis=2)
+        V_all = np.concatenate([past["v"], Vn], axis=2)
+    else:
+        K_all, V_all = Kn, Vn
+    Qm = Qs.reshape(B, Hkv, T * G, dh)
+    concat = np.empty((L.N, hd), qkv.dtype)
+    if G == 1:   # the heads' outputs go straight into their columns of concat
+        out_m = concat.reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
+    else:
+        out_m = np.empty((B, Hkv, T * G, dh), qkv.dtype)
+    blocks = []
+    for a, b in query_blocks(T):
+        n_k = L.n_past + b                                       # keys these queries may see
+        St = K_all[:, :, :n_k] @ Qm[:, :, a * G:b * G].swapaxes(-1, -2)   # S^T (n_k, rows)
+        At = causal_softmax_t(St, causal_bias_t(n_k, b - a, G, St.dtype))
+        np.matmul(At.swapaxes(-1, -2), V_all[:, :, :n_k], out=out_m[:, :, a * G:b * G])
+        blocks.append(At)                                        # heads = A V
+    if G > 1:
+        concat.reshape(B, T, Hkv, G, dh)[...] = out_m.reshape(B, Hkv, T, G, dh).transpose(
+            0, 2, 1, 3, 4)
+    out = concat @ p[pre + "Wo"]
+    if c.bias:
+        out += p[pre + "bo"]
+    cache = {"kv": {"k": K_all, "v": V_all}, "At": blocks}
+    if need_grad:
+        cache.update(h=h, Wqkv=Wqkv, Qs=Qm, K=K_all, V=V_all, concat=concat, rope=rope)
+    return out, cache
+
+
+def _attention_backward(dout, ac, p, pre, c, L, grads):
+    """Gradients of the attention sublayer into ``grads``; returns dh (N, d)."""
+    B, T, Hkv, G, dh, hd, kvd, n_past = L.B, L.T, L.Hkv, L.G, L.dh, L.hd, L.kvd, L.n_past
+    grads[pre + "Wo"] = ac["concat"].T @ dout                    # out = concat Wo + bo
+    if c.bias:
+        grads[pre + "bo"] = column_sums(dout)
+    dconcat = dout @ p[pre + "Wo"].T                             # (N, hd)
+    dO = dconcat.reshape(B, T, Hkv, G, dh).transpose(0, 2, 1, 3, 4).reshape(B, Hkv, T * G, dh)
+    Qm, K, V = ac["Qs"], ac["K"], ac["V"]
+    dqkv = np.empty((L.N, hd + 2 * kvd), dout.dtype)
+    dK_h = dqkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)   # (B, Hkv, T, dh)
+    dV_h = dqkv[:, hd + kvd:].reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
+    blocks = list(zip(query_blocks(T), ac["At"]))
+    dQm = np.empty((B, Hkv, T * G, dh), dout.dtype)
+    if len(blocks) == 1:
+        (a, b), At = blocks[0]
+        np.matmul(At[:, :, n_past:], dO, out=dV_h)               # dV = A^T dO (new keys only)
+        dSt = V @ dO.swapaxes(-1, -2)                            # dA^T = V dO^T
+        softmax_backward_t(dSt, At)                              # dS^T
+        np.matmul(dSt[:, :, n_past:], Qm, out=dK_h)              # dK = dS^T (Q scale)
+        np.matmul(dSt.swapaxes(-1, -2), K, out=dQm)              # dQ / scale = dS K
+    else:
+        # the last block sees every key: it writes dK, dV; the earlier ones add to theirs
+        dK_all = dV_all = None
+        for (a, b), At in reversed(blocks):
+            n_k, rows = n_past + b, slice(a * G, b * G)
+            dO_j = dO[:, :, rows]
+            dV_j = At @ dO_j
+            dSt = V[:, :, :n_k] @ dO_j.swapaxes(-1, -2)
+            softmax_backward_t(dSt, At)
+            dK_j = dSt @ Qm[:, :, rows]
+            np.matmul(dSt.swapaxes(-1, -2), K[:, :, :n_k], out=dQm[:, :, rows])
+            if dK_all is None:
+                dK_all, dV_all = dK_j, dV_j
+            else:
+                dK_all[:, :, :n_k] += dK_j
+                dV_all[:, :, :n_k] += dV_j
+        dK_h[...] = dK_all[:, :, n_past:]
+        dV_h[...] = dV_all[:, :, n_past:]
+    dQ_bt = dqkv[:, :hd].reshape(B, T, Hkv, G, dh)
+    dQ5 = dQm.reshape(B, Hkv, T, G, dh).transpose(0, 2, 1, 3, 4)  # (B, T, Hkv, G, dh)
+    if ac["rope"] is not None:                                   # R(theta)^T = R(-theta)
+        cos, sin = ac["rope"]
+        rope_rotate(dQ5, dQ_bt, cos[:, None, None, :] * L.scale, -sin[:, None, None, :] * L.scale,
+                    c.rope_layout)
+        dK = dqkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh)
+        rope_rotate(dK, dK, cos[:, None, :], -sin[:, None, :], c.rope_layout)
+    else:
+        np.multiply(dQ5, L.scale, out=dQ_bt)                     # dQ = dS K scale
+    h = ac["h"]
+    grads[pre + "Wq"] = h.T @ dqkv[:, :hd]                       # [Q K V] = h [Wq Wk Wv] + b
+    grads[pre + "Wk"] = h.T @ dqkv[:, hd:hd + kvd]
+    grads[pre + "Wv"] = h.T @ dqkv[:, hd + kvd:]
+    if c.bias:
+        db = column_sums(dqkv)
+        grads[pre + "bq"], grads[pre + "bk"], grads[pre + "bv"] = (
+            db[:hd], db[hd:hd + kvd], db[hd + kvd:])
+    return dqkv @ ac["Wqkv"].T                                   # dh: both paths summed
+
+
+def _mlp(h, p, pre, c, need_grad):
+    """The FFN of the normed rows h: act(h W1 + b1) W2 + b2, or SwiGLU."""
+    if c.activation == "swiglu":
+        d_ff = p[pre + "W_gate"].shape[1]
+        W_gu = np.concatenate([p[pre + "W_gate"], p[pre + "W_up"]], axis=1)
+        gu = h @ W_gu                                            # [g u] = h [W_gate W_up]
+        g, u = gu[:, :d_ff], gu[:, d_ff:]
+        a, s, s_c = silu(g)
+        hid = a * u
+        out = hid @ p[pre + "W_down"]
+        cache = {"h": h, "W_gu": W_gu, "g": g, "u": u, "a": a, "s": s, "s_c": s_c,
+                 "hid": hid} if need_grad else {}
+        return out, cache
+    z = h @ p[pre + "W1"]
+    hid, local = activation(c.activation, z, p[pre + "b1"] if c.bias else None)
+    out = hid @ p[pre + "W2"]
+    if c.bias:
+        out += p[pre + "b2"]
+    return out, ({"h": h, "hid": hid, "local": local} if need_grad else {})
+
+
+def _mlp_backward(dout, mc, p, pre, c, grads):
+    """Gradients of the FFN into ``grads``; returns dh (N, d)."""
+    h = mc["h"]
+    if c.activation == "swiglu":
+        grads[pre + "W_down"] = mc["hid"].T @ dout               # out = hid W_down
+        dhid = dout @ p[pre + "W_down"].T
+        d_ff = dhid.shape[1]
+        dgu = np.empty((dhid.shape[0], 2 * d_ff), dhid.dtype)
+        dg, du = dgu[:, :d_ff], dgu[:, d_ff:]
+        np.multiply(dhid, mc["a"], out=du)                       # hid = a u: du = dhid a
+        dhid *= mc["u"]                                          #            da = dhid u
+        local = mc["g"] * mc["s_c"]                              # silu' = s + g s (1 - s)
+        local += 1.0
+        local *= mc["s"]
+        np.multiply(dhid, local, out=dg)
+        grads[pre + "W_gate"] = h.T @ dg
+        grads[pre + "W_up"] = h.T @ du
+        return dgu @ mc["W_gu"].T
+    grads[pre + "W2"] = mc["hid"].T @ dout                       # out = hid W2 + b2
+    if c.bias:
+        grads[pre + "b2"] = column_sums(dout)
+    dz = dout @ p[pre + "W2"].T
+    dz *= mc["local"]                                            # hid = act(z)
+    grads[pre + "W1"] = h.T @ dz                                 # z = h W1 + b1
+    if c.bias:
+        grads[pre + "b1"] = column_sums(dz)
+    return dz @ p[pre + "W1"].T
+
+
+# ---------------------------------------------------------------------------------------
+# Forward / backward
+# ---------------------------------------------------------------------------------------
+
+def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad):
+    B, T = ids.shape
+    L = _Layout(c, B, T, n_past)
+    flat_ids = ids.reshape(-1)
+    x = p["wte"][flat_ids]                                       # (N, d) rows of E
+    if c.positional == "learned":
+        x.reshape(B, T, -1)[...] += p["wpe"][n_past:n_past + T]
+    elif c.positional == "sinusoidal":
+        x.reshape(B, T, -1)[...] += _sinusoids(n_past + T, c.d_model, dtype)[n_past:]
+    cache = {"config": c, "dtype": dtype, "layout": L, "ids": flat_ids,
+             "positions": np.arange(n_past, n_past + T), "layers": [], "kv_cache": []}
+    cache["drop_embed"] = _dropout(x, c, rng, train)
+    for l in range(c.n_layers):
+        pre = f"h{l}."
+        lc = {}
+        pl = None if past is None else past[l]
+        if c.norm == "pre":
+            h, lc["n1"] = _norm(x, p, pre + "attn_norm", c)
+            out, lc["attn"] = _attention(h, p, pre + "attn.", c, L, pl, need_grad)
+            lc["d1"] = _dropout(out, c, rng, train)
+            x += out                                             # x = x + drop(attn(N(x)))
+            h, lc["n2"] = _norm(x, p, pre + "mlp_norm", c)
+            out, lc["mlp"] = _mlp(h, p, pre + "mlp.", c, need_grad)
+            lc["d2"] = _dropout(out, c, rng, train)
+            x += out                                             # x = x + drop(ffn(N(x)))
+        else:
+            out, lc["attn"] = _attention(x, p, pre + "attn.", c, L, pl, need_grad)
+            lc["d1"] = _dropout(out, c, rng, train)
+            out += x
+            x, lc["n1"] = _norm(out, p, pre + "attn_norm", c)     # x = N(x + drop(attn(x)))
+            out, lc["mlp"] = _mlp(x, p, pre + "mlp.", c, need_grad)
+            lc["d2"] = _dropout(out, c, rng, train)
+            out += x
+            x, lc["n2"] = _norm(out, p, pre + "mlp_norm", c)      # x = N(x + drop(ffn(x)))
+        cache["kv_cache"].append(lc["attn"].pop("kv"))
+        cache["layers"].append(lc)
+    if c.norm == "pre":
+        x, cache["norm_f"] = _norm(x, p, "norm_f", c)
+    W_out = p["wte"].T if c.tie_embeddings else p["lm_head.W"]
+    logits = x @ W_out                                           # (N, V)
+    if need_grad:
+        cache["xf"] = x
+        cache["params"] = p
+    return logits.reshape(B, T, -1), cache
+
+
+def _backward(dlogits, cache):
+    c, p, L = cache["config"], cache["params"], cache["layout"]
+    grads = {}
+    dl = dlogits.reshape(L.N, -1)
+    xf = cache["xf"]
+    if c.tie_embeddings:                                         # logits = x E^T
+        dwte = dl.T @ xf
+        dx = dl @ p["wte"]
+    else:
+        grads["lm_head.W"] = xf.T @ dl
+        dx = dl @ p["lm_head.W"].T
+    if c.norm == "pre":
+        dx = _norm_backward(dx, cache["norm_f"], p, c, grads)    # x = N_f(x)
+    for l in reversed(range(c.n_layers)):
+        pre, lc = f"h{l}.", cache["layers"][l]
+        if c.norm == "pre":
+            # x = x + drop(ffn(N2(x))): dx flows on and through the FFN
+            dout = dx if lc["d2"] is None else dx * lc["d2"]
+            dh = _mlp_backward(dout, lc["mlp"], p, pre + "mlp.", c, grads)
+            _norm_backward(dh, lc["n2"], p, c, grads, dx)
+            dout = dx if lc["d1"] is None else dx * lc["d1"]
+            dh = _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads)
+            _norm_backward(dh, lc["n1"], p, c, grads, dx)
+        else:
+            # x = N2(s), s = x + drop(ffn(x))
+            ds = _norm_backward(dx, lc["n2"], p, c, grads)
+            dout = ds if lc["d2"] is None else ds * lc["d2"]
+            ds += _mlp_backward(dout, lc["mlp"], p, pre + "mlp.", c, grads)
+            dx = _norm_backward(ds, lc["n1"], p, c, grads)
+            dout = dx if lc["d1"] is None else dx * lc["d1"]
+            dx += _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads)
+    if cache["drop_embed"] is not None:
+        dx *= cache["drop_embed"]
+    if c.tie_embeddings:
+        scatter_add_rows(dwte, cache["ids"], dx)                 # E gets both contributions
+    else:
+        dwte = np.zeros_like(p["wte"])
+        scatter_add_rows(dwte, cache["ids"], dx)
+    grads["wte"] = dwte
+    if c.positional == "learned":
+        dwpe = np.zeros_like(p["wpe"])
+        dwpe[L.n_past:L.n_past + L.T] = dx.reshape(L.B, L.T, -1).sum(axis=0)
+        grads["wpe"] = dwpe
+    return {k: grads[k] for k in p}
+
+
+class _AttentionWeights:
+    """cache["attn_weights"][l]: layer l's weights (B, n_heads, T, n_past + T), built from
+    the key-major A^T only when read."""
+
+    def __init__(self, layers, L):
+        self._layers, self._L = layers, L
+
+    def __len__(self):
+        return len(self._layers)
+
+    def __getitem__(self, l):
+        L = self._L
+        A = np.zeros((L.B, L.Hkv, L.G, L.T, L.n_k), self._layers[l]["attn"]["At"][0].dtype)
+        for (a, b), At in zip(query_blocks(L.T), self._layers[l]["attn"]["At"]):
+            n_k = L.n_past + b
+            A[:, :, :, a:b, :n_k] = At.reshape(L.B, L.Hkv, n_k, b - a, L.G).transpose(0, 1, 4, 3, 2)
+        return A.reshape(L.B, L.H, L.T, L.n_k)
+
+    def __iter__(self):
+        return (self[l] for l in range(len(self)))
+
+
+def gpt_forward(params, ids, *, config, kv_cache=None, rng=None, train=False):
+    """Forward pass of a GPT, as ``numpytfmr.gpt_forward`` (same arguments, same logits).
+
+    Returns (logits (B, T, vocab_size), cache); cache["kv_cache"] continues decoding,
+    cache["attn_weights"][l] gives layer l's attention weights, cache["positions"] the
+    positions of these tokens.
+    """
+    where = "fast.gpt_forward"
+    c = checks.check_config(config, where)
+    p, dtype = checks.check_params(params, c, where)
+    ids = checks.check_ids(ids, "ids", c.vocab_size, where)
+    train = bool(train)
+    if train and c.dropout > 0.0:
+        checks.check_rng(rng, where)
+    past, n_past = None, 0
+    if kv_cache is not None:
+        past, n_past = checks.check_kv_cache(kv_cache, c, ids.shape[0], dtype, where)
+    T = ids.shape[1]
+    if c.positional == "learned" and n_past + T > c.max_len:
+        raise ValueError(f"{where}: positions {n_past}..{n_past + T - 1} reach beyond max_len="
+                         f"{c.max_len} (ids has T={T}, kv_cache holds {n_past}); learned "
+                         f"positions have rows 0..{c.max_len - 1} only")
+    logits, cache = _forward(p, ids, c, dtype, past, n_past, rng, train, True)
+    cache["attn_weights"] = _AttentionWeights(cache["layers"], cache["layout"])
+    return logits, cache
+
+
+def gpt_backward(dlogits, cache):
+    """Backward of :func:`gpt_forward`: a dict of gradients with the keys of ``params``."""
+    where = "fast.gpt_backward"
+    if not isinstance(cache, dict) or "xf" not in cache:
+        raise TypeError(f"{where}: cache is not the cache of numpytfmr.fast.gpt_forward")
+    L = cache["layout"]
+    want = (L.B, L.T, cache["config"].vocab_size)
+    dlogits = np.asarray(dlogits)
+    if dlogits.shape != want:
+        raise ValueError(f"{where}: dlogits has shape {dlogits.shape}; expected the logits' "
+                         f"shape {want}")
+    if dlogits.dtype.kind != "f":
+        raise TypeError(f"{where}: dlogits has dtype {dlogits.dtype}; expected floats")
+    return _backward(dlogits.astype(cache["dtype"], copy=False), cache)   # read, never written
+
+
+def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
+             label_smoothing=0.0, rng=None, train=False):
+    """Mean next-token cross-entropy and its gradients, ``(loss, grads)``, as
+    ``numpytfmr.gpt_loss``; the softmax and the cross-entropy run fused on the logits."""
+    where = "fast.gpt_loss"
+    c = checks.check_config(config, where)
+    p, dtype = checks.check_params(params, c, where)
+    ids = checks.check_ids(ids, "ids", c.vocab_size, where)
+    if c.positional == "learned" and ids.shape[1] > c.max_len:
+        raise ValueError(f"{where}: positions 0..{ids.shape[1] - 1} reach beyond max_len="
+                         f"{c.max_len}; learned positions have rows 0..{c.max_len - 1} only")
+    eps = checks.real(label_smoothing, "label_smoothing", where, low=0.0, high=1.0)
+    train = bool(train)
+    if train and c.dropout > 0.0:
+        checks.check_rng(rng, where)
+    if loss_mask is not None:
+        lm = np.asarray(loss_mask)
+        t = np.asarray(targets)
+        if lm.dtype != np.bool_ or lm.shape != t.shape:
+            raise ValueError(f"{where}: loss_mask has dtype {lm.dtype} and shape {lm.shape}; "
+                             f"expected a bool array of the targets' shape {t.shape} "
+                             "(True = scored)")
+        ignore_index = -1 if ignore_index is None else ignore_index
+        targets = np.where(lm, t, ignore_index)
+    targets, valid = checks.check_targets(targets, ids.shape, c.vocab_size, ignore_index, where)
+    logits, cache = _forward(p, ids, c, dtype, None, 0, rng, train, True)
+    z = logits.reshape(-1, c.vocab_size)
+    t = targets.reshape(-1)
+    v = None
+    n_valid = t.size
+    if valid is not None:
+        v = valid.reshape(-1)
+        n_valid = int(v.sum())
+        t = np.where(v, t, 0)
+    loss = cross_entropy_fused(z, t, v, n_valid, eps)            # z becomes dlogits
+    return loss, _backward(logits, cache)
+
+
+# ---------------------------------------------------------------------------------------
+# Generation (000 §2.5, 003 §6.1-6.2)
+# ---------------------------------------------------------------------------------------
+
+def _next_token(logits, *, temperature, top_k, rng):
+    """Greedy (temperature 0 or top_k 1) or sampled from softmax(logits / temperature)
+    restricted to the top_k largest, by inverse-CDF sampling (the reference's draws)."""
+    if temperature == 0.0 or top_k == 1:
+        return np.argmax(logits, axis=-1)
+    z = logits.astype(np.float64) / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = np.partition(z, -top_k, axis=-1)[:, -top_k][:, None]
+        z = np.where(z >= kth, z, -np.inf)
+    z = z - z.max(axis=-1, keepdims=True)
+    pr = np.exp(z)
+    pr /= pr.sum(axis=-1, keepdims=True)
+    u = rng.random((pr.shape[0], 1))
+    idx = np.sum(np.cumsum(pr, axis=-1) <= u, axis=-1)
+    return np.minimum(idx, pr.shape[-1] - 1)
+
+
+def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top_k=None,
+             rng=None, use_cache=True, eos_id=None, return_logits=False):
+    """Autoregressive generation, as ``numpytfmr.generate`` (same arguments, same tokens)."""
+    where = "fast.generate"
+    c = checks.check_config(config, where)
+    p, dtype = checks.check_params(params, c, where)
+    prompt_ids = checks.check_ids(prompt_ids, "prompt_ids", c.vocab_size, where)
+    if (isinstance(max_new_tokens, (bool, np.bool_))
+            or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0):
+        raise ValueError(f"{where}: max_new_tokens is {max_new_tokens!r}; expected an integer >= 0")
+    max_new_tokens = int(max_new_tokens)
+    temperature = checks.real(temperature, "temperature", where, low=0.0)
+    if top_k is not None and (isinstance(top_k, (bool, np.bool_))
+                              or not isinstance(top_k, (int, np.integer)) or top_k < 1):
+        raise ValueError(f"{where}: top_k is {top_k!r}; expected None or an integer >= 1")
+    greedy = temperature == 0.0 or top_k == 1
+    if not greedy:
+        if rng is None:
+            raise ValueError(f"{where}: rng is None but sampling needs randomness (temperature="
+                             f"{temperature}, top_k={top_k}); pass rng=np.random.default_rng(seed),"
+                             " or use greedy decoding with top_k=1 or temperature=0")
+        checks.check_rng(rng, where)
+    if eos_id is not None:
+        e = np.asarray(eos_id)
+        if e.shape != () or e.dtype.kind not in "iu" or not 0 <= int(e) < c.vocab_size:
+            raise ValueError(f"{where}: eos_id is {eos_id!r}; expected an integer id in "
+                             f"[0, {c.vocab_size})")
+        eos_id = int(e)
+    B, T = prompt_ids.shape
+    if c.positional == "learned" and T + max_new_tokens - 1 > c.max_len:
+        raise ValueError(f"{where}: T + max_new_tokens - 1 = {T + max_new_tokens - 1} positions "
+                         f"exceed max_len={c.max_len} (prompt T={T}, max_new_tokens="
+                         f"{max_new_tokens}); learned positions have no row beyond max_len - 1")
+    out = np.empty((B, T + max_new_tokens), dtype=prompt_ids.dtype)
+    out[:, :T] = prompt_ids
+    steps = []
+    done = np.zeros(B, dtype=bool)
+    kv, n = None, T
+    for _ in range(max_new_tokens):
+        if use_cache:
+            new = out[:, :n] if kv is None else out[:, n - 1:n]
+            logits, cache = _forward(p, new, c, dtype, kv, 0 if kv is None else n - 1, None,
+                                     False, False)
+            kv = cache["kv_cache"]
+        else:
+            logits, _ = _forward(p, out[:, :n], c, dtype, None, 0, None, False, False)
+        last = logits[:, -1]
+        steps.append(last)
+        token = _next_token(last, temperature=temperature, top_k=top_k, rng=rng)
+        if eos_id is not None:
+            token = np.where(done, eos_id, token)
+            done = done | (token == eos_id)
+        out[:, n] = token
+        n += 1
+        if eos_id is not None and done.all():
+            out[:, n:] = eos_id
+            break
+    if return_logits:
+        if not steps:
+            return out, np.empty((B, 0, c.vocab_size), dtype=dtype)
+        return out, np.stack(steps, axis=1)
+    return out

@@ -1,0 +1,489 @@
+"""The elementwise and row-wise kernels of the fast GPT (rows = tokens, shape (N, d)).
+
+Each kernel computes the same numbers as the reference op of the same name (up to the
+order of floating-point operations), arranged for speed:
+
+- row means and column sums as BLAS matrix-vector products (``x @ (1/d) 1``, ``1^T G``);
+- row dot products with ``einsum`` (no temporary of the size of the rows);
+- temporaries updated in place (``out=``, ``+=``) instead of a new array per operation;
+- the exact float32 GELU through Mills' ratio, in blocks that stay in the L2 cache;
+- the causal softmax key-major (scores stored as (n_k, n_q)), so its reductions over the
+  keys run as elementwise operations on whole rows of memory;
+- the softmax and the cross-entropy fused into one pass structure.
+
+Nothing here validates its inputs: the entry points of ``numpytfmr.fast`` check them once.
+"""
+import numpy as np
+
+# ---------------------------------------------------------------------------------------
+# BLAS reductions
+# ---------------------------------------------------------------------------------------
+
+
+def column_sums(g):
+    """sum_n g[n, :] for g (N, d): the vector-matrix product 1^T G (gradient of a bias)."""
+    return np.ones(g.shape[0], g.dtype) @ g
+
+
+def row_means(x):
+    """(1/d) sum_j x[:, j] for x (N, d): the matrix-vector product x (1/d) 1, shape (N,)."""
+    d = x.shape[1]
+    return x @ np.full(d, 1.0 / d, x.dtype)
+
+
+def row_dots(a, b):
+    """sum_j a[n, j] b[n, j], shape (N,), without the temporary a * b."""
+    return np.einsum("nj,nj->n", a, b)
+
+
+def column_dots(a, b):
+    """sum_n a[n, j] b[n, j], shape (d,): the gradient of a gain gamma."""
+    return np.einsum("nj,nj->j", a, b)
+
+
+# ---------------------------------------------------------------------------------------
+# LayerNorm and RMSNorm (004 eq. 27-28)
+# ---------------------------------------------------------------------------------------
+
+def layernorm(x, gamma, beta, eps):
+    """h = gamma * (x - mu) / sigma + beta for x (N, d); returns h, xhat, rstd (N, 1)."""
+    d = x.shape[1]
+    xhat = x - row_means(x)[:, None]                  # x - mu (a new array, then in place)
+    var = row_dots(xhat, xhat)
+    var *= 1.0 / d
+    var += eps
+    rstd = np.sqrt(var, out=var)
+    np.divide(1.0, rstd, out=rstd)
+    rstd = rstd[:, None]
+    xhat *= rstd                                      # xhat = (x - mu) / sigma
+    h = xhat * gamma
+    if beta is not None:
+        h += beta
+    return h, xhat, rstd
+
+
+def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=True):
+    """The gradients of :func:`layernorm` given dh (overwritten): returns (dgamma, dbeta or
+    None, dx), dx added into ``dx`` when ``accumulate`` (a residual stream's gradient).
+
+        dgamma = sum_n dh xhat,  dbeta = sum_n dh,  dxhat = dh gamma,
+        dx = (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / sigma
+    """
+    d = xhat.shape[1]
+    dgamma = column_dots(dh, xhat)
+    dbeta = column_sums(dh) if has_beta else None
+    dh *= gamma                                       # dxhat
+    a = row_means(dh)                                 # mean(dxhat)
+    b = row_dots(dh, xhat)
+    b *= 1.0 / d                                      # mean(dxhat xhat)
+    t = xhat * b[:, None]
+    dh -= t
+    dh -= a[:, None]
+    dh *= rstd
+    if accumulate:
+        dx += dh
+        return dgamma, dbeta, dx
+    return dgamma, dbeta, dh
+
+
+def rmsnorm(x, gamma, eps):
+    """h = gamma * x / rms(x); returns h, xhat, rrms (N, 1)."""
+    ms = row_dots(x, x)
+    ms *= 1.0 / x.shape[1]
+    ms += eps
+    rrms = np.sqrt(ms, out=ms)
+    np.divide(1.0, rrms, out=rrms)
+    rrms = rrms[:, None]
+    xhat = x * rrms
+    return xhat * gamma, xhat, rrms
+
+
+def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate):
+    """The gradients of :func:`rmsnorm` given dh (overwritten): returns (dgamma, None, dx),
+    dx = (dxhat - xhat mean(dxhat xhat)) / rms added into ``dx`` when ``accumulate``."""
+    dgamma = column_dots(dh, xhat)
+    dh *= gamma
+    b = row_dots(dh, xhat)
+    b *= 1.0 / xhat.shape[1]
+    t = xhat * b[:, None]
+    dh -= t
+    dh *= rrms
+    if accumulate:
+        dx += dh
+        return dgamma, None, dx
+    return dgamma, None, dh
+
+
+# ---------------------------------------------------------------------------------------
+# The error function (float64 exact GELU): Cody's rational approximations
+# (W. J. Cody, Math. Comp. 23 (1969) 631; coefficients of SPECFUN's CALERF)
+# ---------------------------------------------------------------------------------------
+
+_ERF_SMALL = 0.46875
+_P1 = (0.185777706184603153, 3.1611237438705656, 113.864154151050156,
+       377.485237685302021, 3209.37758913846947)
+_Q1 = (1.0, 23.6012909523441209, 244.024637934444173, 1282.61652607737228,
+       2844.23683343917062)
+_P2 = (2.15311535474403846e-8, 0.564188496988670089, 8.88314979438837594,
+       66.1191906371416295, 298.635138197400131, 881.95222124176909,
+       1712.04761263407058, 2051.07837782607147, 1230.33935479799725)
+_Q2 = (1.0, 15.7449261107098347, 117.693950891312499, 537.181101862009858,
+       1621.38957456669019, 3290.79923573345963, 4362.61909014324716,
+       3439.36767414372164, 1230.33935480374942)
+_P3 = (0.0163153871373020978, 0.305326634961232344, 0.360344899949804439,
+       0.125781726111229246, 0.0160837851487422766, 6.58749161529837803e-4)
+_Q3 = (1.0, 2.56852019228982242, 1.87295284992346047, 0.527905102951428412,
+       0.0605183413124413191, 0.00233520497626869185)
+_INV_SQRT_PI = 0.56418958354775628695
+_INV_SQRT_2 = 0.70710678118654752440
+_INV_SQRT_2PI = 0.39894228040143267794
+
+
+def _horner(coeffs, y):
+    acc = np.full_like(y, coeffs[0])
+    for c in coeffs[1:]:
+        acc *= y
+        acc += c
+    return acc
+
+
+def _exp_minus_square(y):
+    """exp(-y^2) with y = a + (y - a), a = y rounded down to 1/16 (a*a exact)."""
+    a = y * 16.0
+    np.trunc(a, out=a)
+    a /= 16.0
+    rest = a - y
+    rest *= y + a
+    np.exp(rest, out=rest)
+    a *= a
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    a *= rest
+    return a
+
+
+def erfc(x):
+    """erfc(x) elementwise for a float64 array, relative error near 1e-16."""
+    flat = x.ravel()
+    out = np.empty_like(flat)
+    y = np.abs(flat)
+    small = np.flatnonzero(y <= _ERF_SMALL)
+    mid = np.flatnonzero((y > _ERF_SMALL) & (y <= 4.0))
+    big = np.flatnonzero(~(y <= 4.0))                 # y > 4 and NaN
+    xs = flat[small]
+    x2 = xs * xs
+    r = _horner(_P1, x2)
+    r /= _horner(_Q1, x2)
+    r *= xs
+    out[small] = 1.0 - r
+    ym = y[mid]
+    r = _horner(_P2, ym)
+    r /= _horner(_Q2, ym)
+    r *= _exp_minus_square(ym)
+    out[mid] = r
+    yb = np.minimum(y[big], 28.0)
+    z = 1.0 / (yb * yb)
+    r = _horner(_P3, z)
+    r /= _horner(_Q3, z)
+    r *= -z
+    r += _INV_SQRT_PI
+    r /= yb
+    r *= _exp_minus_square(yb)
+    out[big] = r
+    neg = np.flatnonzero(flat[np.concatenate([mid, big])] < 0)
+    tail = np.concatenate([mid, big])[neg]
+    out[tail] = 2.0 - out[tail]                       # erfc(-y) = 2 - erfc(y)
+    return out.reshape(x.shape)
+
+
+# ---------------------------------------------------------------------------------------
+# Activations: each returns (out, local derivative) or the pieces its backward needs
+# ---------------------------------------------------------------------------------------
+
+# Phi for float32 through Mills' ratio R(y) = Phi(-y) / phi(y) ~= t P(t), t = 1/(1 + 0.265 y)
+# (a minimax fit on 0 <= y <= 15, relative error < 1.6e-8), evaluated as s (s^8 + M s^7 +
+# ... ) with s = beta t, and Phi(x) = |[x > 0] - phi(x) R(|x|)|.
+_MILLS_T = 0.265
+_MILLS_P = (0.0762948683105, -0.356983480614, 0.53685415525, -0.281523852933,
+            0.338968955305, 0.154018438211, 0.256724209543, 0.263911655418, 0.265049171286)
+_MILLS_BETA = _MILLS_P[0] ** (1.0 / 9.0)
+_MILLS_M = tuple(c / _MILLS_BETA ** (8 - k) for k, c in enumerate(_MILLS_P[1:]))
+# elements per block: a block of x, out, dydx and the scratch arrays (25 bytes an
+# element, 800 KB) stay in a 1 MB L2 cache through the ~30 passes of the formula
+GELU_BLOCK = 1 << 15
+
+
+def gelu_float32(a, bias=None):
+    """Exact GELU of a float32 (N, f) pre-activation (plus ``bias``, added here, block by
+    block): returns (x Phi(x), Phi(x) + x phi(x)) with x = a + bias. ``a`` is overwritten
+    with x.
+
+        y = |x|,  s = beta / (1/0.265 + y),  phi = exp(-x^2/2) / sqrt(2 pi)
+        Phi(-y) = phi s (s^8 + M0 s^7 + ... + M7),   Phi(x) = |[x > 0] - Phi(-y)|
+    """
+    flat = a.reshape(-1)
+    out, dydx = np.empty_like(flat), np.empty_like(flat)
+    step = GELU_BLOCK
+    if bias is not None:
+        # whole rows per block, so the bias lines up with every row of the block
+        f = a.shape[-1]
+        rows = max(1, GELU_BLOCK // f)
+        step = rows * f
+        tiled = np.tile(bias, min(rows, a.shape[0]))
+    n = min(flat.size, step)
+    s_buf, e_buf, r_buf = (np.empty(n, np.float32) for _ in range(3))
+    pos_buf = np.empty(n, bool)
+    c_num, c_den = _MILLS_BETA / _MILLS_T, 1.0 / _MILLS_T
+    m0, ms = _MILLS_M[0], _MILLS_M[1:]
+    with np.errstate(over="ignore", under="ignore"):
+        for start in range(0, flat.size, step):
+            blk = slice(start, start + step)
+            xb = flat[blk]
+            ob, db = out[blk], dydx[blk]
+            k = xb.size
+            if bias is not None:
+                xb += tiled[:k]
+            s, e, r, pos = (buf[:k] if k < n else buf for buf in (s_buf, e_buf, r_buf, pos_buf))
+            np.abs(xb, out=s)
+            s += c_den
+            np.divide(c_num, s, out=s)                     # s = beta / (1 + 0.265 y)
+            np.multiply(xb, xb, out=e)
+            e *= -0.5
+            np.exp(e, out=e)
+            e *= _INV_SQRT_2PI                             # phi(x)
+            np.add(s, m0, out=r)                           # R = s (s^8 + M0 s^7 + ... + M7)
+            for c in ms:
+                r *= s
+                r += c
+            r *= s
+            r *= e                                         # Phi(-|x|) = phi R
+            # (the 0/1 step copied to float32 first: bool - float32 is a slow mixed loop)
+            np.greater(xb, 0.0, out=pos)
+            np.copyto(s, pos)
+            s -= r
+            np.abs(s, out=s)                               # Phi(x) = |[x > 0] - Phi(-|x|)|
+            np.multiply(xb, s, out=ob)                     # x Phi(x)
+            np.multiply(xb, e, out=db)
+            db += s                                        # Phi(x) + x phi(x)
+    return out.reshape(a.shape), dydx.reshape(a.shape)
+
+
+def gelu_float64(a, bias=None):
+    """Exact GELU in float64 through erfc: (x Phi(x), Phi(x) + x phi(x))."""
+    if bias is not None:
+        a += bias
+    with np.errstate(under="ignore"):
+        cdf = erfc(a * -_INV_SQRT_2)
+        cdf *= 0.5
+        xc = np.clip(a, -40.0, 40.0)
+        pdf = xc * xc
+        pdf *= -0.5
+        np.exp(pdf, out=pdf)
+        pdf *= _INV_SQRT_2PI
+        out = a * cdf
+        pdf *= a
+        pdf += cdf
+    return out, pdf
+
+
+_SQRT_8_OVER_PI = 1.5957691216057307118
+_GELU_CUBIC = 0.044715
+
+
+def gelu_tanh(a, bias=None):
+    """GPT-2's GELU, x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3), and its derivative."""
+    if bias is not None:
+        a += bias
+    with np.errstate(under="ignore", over="ignore"):
+        xc = np.clip(a, -50.0, 50.0)
+        x2 = xc * xc
+        v = x2 * _GELU_CUBIC
+        v += 1.0
+        v *= xc
+        v *= _SQRT_8_OVER_PI                               # v = 2u
+        s, s_c = _sigmoid_pair(v)
+        out = a * s
+        # d/dx = s + x s (1 - s) dv/dx,   dv/dx = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+        x2 *= 3.0 * _GELU_CUBIC
+        x2 += 1.0
+        x2 *= _SQRT_8_OVER_PI
+        s_c *= s
+        s_c *= a
+        s_c *= x2
+        s_c += s
+    return out, s_c
+
+
+def _sigmoid_pair(v):
+    """sigmoid(v), 1 - sigmoid(v) without overflow or cancellation."""
+    e = np.abs(v)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    pos = v >= 0
+    d = e + 1.0
+    s = np.where(pos, 1.0, e).astype(v.dtype, copy=False)
+    s_c = np.where(pos, e, 1.0).astype(v.dtype, copy=False)
+    s /= d
+    s_c /= d
+    return s, s_c
+
+
+def relu(a, bias=None):
+    """max(x, 0) and its derivative [x > 0]."""
+    if bias is not None:
+        a += bias
+    mask = a > 0
+    return a * mask, mask
+
+
+def silu(g):
+    """x sigmoid(x) and the pieces of its derivative: returns (out, s, s_c)."""
+    with np.errstate(under="ignore"):
+        s, s_c = _sigmoid_pair(g)
+    return g * s, s, s_c
+
+
+def activation(name, a, bias):
+    """(out, local derivative) of a FFN activation on the pre-activation a (+ bias)."""
+    if name == "gelu":
+        return gelu_float32(a, bias) if a.dtype == np.float32 else gelu_float64(a, bias)
+    if name == "gelu_tanh":
+        return gelu_tanh(a, bias)
+    return relu(a, bias)
+
+
+# ---------------------------------------------------------------------------------------
+# Causal attention, key-major
+# ---------------------------------------------------------------------------------------
+
+_BIAS_CACHE = {}
+
+
+def causal_bias_t(n_k, n_q, group, dtype):
+    """Key-major additive causal mask (n_k, n_q * group): 0 where key k <= n_past + q, else
+    -inf, with n_past = n_k - n_q.
+
+    Column q * group + g is query q of the g-th head of a group (the rows of the stacked
+    queries, see ``numpytfmr.fast.gpt``).
+    """
+    key = (n_k, n_q, group, np.dtype(dtype))
+    b = _BIAS_CACHE.get(key)
+    if b is None:
+        if len(_BIAS_CACHE) > 64:
+            _BIAS_CACHE.clear()
+        k = np.arange(n_k)[:, None]
+        q = np.arange(n_q)[None, :] + (n_k - n_q)
+        one = np.where(k <= q, 0.0, -np.inf).astype(dtype)
+        b = np.ascontiguousarray(np.repeat(one, group, axis=1))
+        b.setflags(write=False)
+        _BIAS_CACHE[key] = b
+    return b
+
+
+def causal_softmax_t(St, bias_t):
+    """In place: St (..., n_k, n_cols) key-major scores -> attention weights A^T.
+
+        A_qk = exp(S_qk - m_q) / sum_k' exp(S_qk' - m_q)  over allowed keys k <= n_past + q
+
+    Every query sees at least key 0, so no row is empty.
+    """
+    St += bias_t                                       # masked keys: -inf
+    # max over the keys of each query: fmax (NaN-ignoring) reduces 2.5x faster than max, and
+    # a NaN score still spreads through exp and the sum below
+    m = np.fmax.reduce(St, axis=-2, keepdims=True)
+    St -= m
+    np.exp(St, out=St)
+    s = np.ones(St.shape[-2], St.dtype) @ St           # sum over the keys: 1^T A^T (BLAS)
+    np.divide(1.0, s, out=s)
+    St *= s[..., None, :]
+    return St
+
+
+def softmax_backward_t(dAt, At):
+    """In place: dS^T = A^T * (dA^T - sum_k dA_k A_k) (the softmax Jacobian-vector product)."""
+    rs = np.einsum("...kq,...kq->...q", dAt, At)[..., None, :]
+    dAt -= rs
+    dAt *= At
+    return dAt
+
+
+# ---------------------------------------------------------------------------------------
+# RoPE (003 §7.3): rotate planes in place
+# ---------------------------------------------------------------------------------------
+
+def rope_planes(x, layout):
+    """The two halves of every plane of x (..., d): (x[2k], x[2k+1]) or (x[k], x[k+d/2])."""
+    if layout == "interleaved":
+        return x[..., 0::2], x[..., 1::2]
+    h = x.shape[-1] // 2
+    return x[..., :h], x[..., h:]
+
+
+def rope_rotate(src, dst, cos, sin, layout):
+    """dst = R(theta) src plane by plane (dst may be src):
+
+        first' = first cos - second sin,   second' = second cos + first sin
+    """
+    f, s = rope_planes(src, layout)
+    nf = f * cos
+    t = s * sin
+    nf -= t
+    ns = s * cos
+    np.multiply(f, sin, out=t)
+    ns += t
+    df, ds = rope_planes(dst, layout)
+    df[...] = nf
+    ds[...] = ns
+
+
+# ---------------------------------------------------------------------------------------
+# Embedding gradient: scatter-add of rows
+# ---------------------------------------------------------------------------------------
+
+def scatter_add_rows(table_grad, ids, rows):
+    """table_grad[ids[n]] += rows[n] for every n (repeated ids accumulate)."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
+    sums = np.add.reduceat(rows[order], starts, axis=0)
+    table_grad[sorted_ids[starts]] += sums
+
+
+# ---------------------------------------------------------------------------------------
+# Softmax + cross-entropy, fused (003 §2.1.2, §3.7)
+# ---------------------------------------------------------------------------------------
+
+def cross_entropy_fused(z, targets, valid, n_valid, eps):
+    """Mean cross-entropy of logits z (N, K) and its gradient, z overwritten with dlogits.
+
+        l_n = log sum_k exp(z_nk) - (1 - eps) z_{n,y_n} - (eps/K) sum_k z_nk
+        dz_n = (softmax(z_n) - q'_n) / N_valid,   q'_n = (1 - eps) onehot(y_n) + eps/K
+
+    targets: (N,) ids (any value where not valid); valid: (N,) bool or None (all valid).
+    Returns the loss as a Python float (accumulated in float64).
+    """
+    N, K = z.shape
+    rows = np.arange(N)
+    m = np.fmax.reduce(z, axis=1)
+    z -= m[:, None]                                    # z - max: exp never overflows
+    zt = z[rows, targets].astype(np.float64)
+    zsum = row_means(z).astype(np.float64) if eps > 0 else None
+    with np.errstate(under="ignore"):
+        np.exp(z, out=z)
+    s = z @ np.ones(K, z.dtype)                        # sum_k exp(z_k - max)
+    per = np.log(s.astype(np.float64)) - (1.0 - eps) * zt
+    if eps > 0:
+        per -= eps * zsum
+    inv_n = 1.0 / max(n_valid, 1)
+    if valid is None:
+        loss = float(per.sum()) * inv_n
+        w = np.full(N, inv_n, z.dtype)
+    else:
+        loss = float(per[valid].sum()) * inv_n
+        w = valid.astype(z.dtype) * inv_n
+    coef = w / s                                       # p = e / s, times 1/N_valid
+    z *= coef[:, None]
+    z[rows, targets] -= (1.0 - eps) * w                # minus the one-hot part of q'
+    if eps > 0:
+        z -= (eps / K * w)[:, None]                    # minus the uniform part
+    return loss

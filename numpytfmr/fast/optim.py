@@ -1,0 +1,113 @@
+"""Fast AdamW (Loshchilov & Hutter 2019), the update of ``numpytfmr.optim.adamw_step``.
+
+    theta <- theta (1 - eta lambda)                                  decoupled decay
+    m_t = beta1 m + (1 - beta1) g,   v_t = beta2 v + (1 - beta2) g^2
+    theta <- theta - (eta / (1 - beta1^t)) m_t / (sqrt(v_t) / sqrt(1 - beta2^t) + eps)
+
+:func:`adamw_step` returns new arrays like the reference (nothing passed in changes);
+each new array is computed in place after it is allocated, so a step allocates the
+three outputs and one temporary per parameter. :func:`adamw_step_` updates the
+parameters and the moments in place (a training loop that owns them allocates nothing).
+"""
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["adamw_step", "adamw_step_"]
+
+
+def _checked(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_decay, where):
+    if not isinstance(params, dict) or not isinstance(grads, dict) or not isinstance(state, dict):
+        raise TypeError(f"{where}: params, grads and state must be dicts of arrays")
+    if set(grads) != set(params):
+        missing = sorted(set(params) - set(grads))
+        extra = sorted(set(grads) - set(params))
+        raise ValueError(f"{where}: grads keys do not match params keys (missing {missing}; "
+                         f"unexpected {extra})")
+    for k, p in params.items():
+        g = grads[k]
+        for name, a in (("grads", g), ("state m", state.get("m/" + k)),
+                        ("state v", state.get("v/" + k))):
+            if not isinstance(a, np.ndarray) or a.shape != p.shape or a.dtype != p.dtype:
+                raise ValueError(f"{where}: {name} of {k!r} is not an array of shape {p.shape} "
+                                 f"and dtype {p.dtype} like params[{k!r}]")
+    step = state.get("step")
+    s = np.asarray(step)
+    if step is None or s.shape != () or s.dtype.kind not in "iu" or s < 0:
+        raise ValueError(f"{where}: state['step'] is {step!r}; expected a non-negative integer "
+                         "scalar array (the dict of adamw_init)")
+    for name, v, hi in (("lr", lr, None), ("beta1", beta1, 1.0), ("beta2", beta2, 1.0),
+                        ("eps", eps, None), ("weight_decay", weight_decay, None)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) \
+                or not math.isfinite(v) or v < 0 or (hi is not None and v >= hi):
+            bound = "[0, 1)" if hi is not None else "[0, inf)"
+            raise ValueError(f"{where}: {name} is {v!r}; expected a number in {bound}")
+    if no_decay is None:
+        exempt = frozenset()
+    elif callable(no_decay):
+        exempt = frozenset(k for k in params if no_decay(k))
+    elif isinstance(no_decay, str):
+        raise TypeError(f"{where}: no_decay is the string {no_decay!r}; expected a collection "
+                        "of parameter names or a predicate name -> bool")
+    else:
+        exempt = frozenset(no_decay)
+        unknown = sorted(k for k in exempt if k not in params)
+        if unknown:
+            raise ValueError(f"{where}: no_decay names {unknown}, which are not keys of params")
+    return int(s) + 1, exempt
+
+
+def _update(p, g, m, v, out, t, lr, beta1, beta2, eps, decay):
+    """One parameter: writes theta, m_t, v_t into ``out`` = (p', m', v', tmp), which may be
+    (p, m, v, tmp) for an update in place (every operation is elementwise)."""
+    p2, m2, v2, tmp = out
+    np.multiply(m, beta1, out=m2)
+    np.multiply(g, 1.0 - beta1, out=tmp)
+    m2 += tmp                                      # m_t = beta1 m + (1 - beta1) g
+    np.multiply(v, beta2, out=v2)
+    np.multiply(g, g, out=tmp)
+    tmp *= 1.0 - beta2
+    v2 += tmp                                      # v_t = beta2 v + (1 - beta2) g^2
+    np.sqrt(v2, out=tmp)
+    tmp *= 1.0 / math.sqrt(1.0 - beta2 ** t)
+    tmp += eps                                     # sqrt(v_hat) + eps
+    np.divide(m2, tmp, out=tmp)
+    tmp *= lr / (1.0 - beta1 ** t)                 # eta m_hat / (sqrt(v_hat) + eps)
+    if decay:
+        np.multiply(p, 1.0 - lr * decay, out=p2)   # theta (1 - eta lambda)
+        p2 -= tmp
+    else:
+        np.subtract(p, tmp, out=p2)
+
+
+def adamw_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+               no_decay=None):
+    """One AdamW step, as ``numpytfmr.optim.adamw_step``: returns (new_params, new_state)."""
+    t, exempt = _checked(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_decay,
+                         "fast.adamw_step")
+    new_params, new_state = {}, {"step": np.array(t, dtype=np.int64)}
+    for k, p in params.items():
+        out = (np.empty_like(p), np.empty_like(p), np.empty_like(p), np.empty_like(p))
+        _update(p, grads[k], state["m/" + k], state["v/" + k], out, t, float(lr), float(beta1),
+                float(beta2), float(eps), 0.0 if k in exempt else float(weight_decay))
+        new_params[k], new_state["m/" + k], new_state["v/" + k] = out[:3]
+    return new_params, new_state
+
+
+def adamw_step_(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+                no_decay=None):
+    """The same step in place: ``params`` and ``state`` (its moments and step) are updated.
+
+    Returns (params, state), the same dicts."""
+    t, exempt = _checked(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_decay,
+                         "fast.adamw_step_")
+    tmp_buf = np.empty(max(p.size for p in params.values()),
+                       np.result_type(*params.values()))
+    for k, p in params.items():
+        tmp = tmp_buf[:p.size].reshape(p.shape) if tmp_buf.dtype == p.dtype else np.empty_like(p)
+        m, v = state["m/" + k], state["v/" + k]
+        _update(p, grads[k], m, v, (p, m, v, tmp), t, float(lr), float(beta1), float(beta2),
+                float(eps), 0.0 if k in exempt else float(weight_decay))
+    state["step"] = np.array(t, dtype=np.int64)
+    return params, state

@@ -1,0 +1,17 @@
+"""What runs the reference: the ``numpytfmr`` command and the code behind it.
+
+Nothing here is an equation of the notes; the topic modules one level up never import it.
+
+    cli.py, commands/   the command line (``numpytfmr check``, ``train``, ``generate``, ...)
+    loop.py             TrainSettings, the AdamW training loop, the random stream of a step
+    checkpoint.py       the checkpoint format: save, load, rebuild a model, resume a run
+    models.py           the model families the commands train: default configs, seq2seq table
+    tasks.py            training and evaluating a GPT on a character task, a seq2seq model on
+                        the toy translation, greedy completion and translation
+    data.py             tokenizers, the synthetic tasks, batching, evaluation
+    hf.py               GPT-2 and LLaMA weights from local safetensors files
+    bench.py            speed and memory measurements (``numpytfmr bench``), one timing harness
+    blas.py             the number of threads of NumPy's BLAS
+    examples.py         the notes' worked examples recomputed (``numpytfmr examples``)
+    fileio.py           atomic file writes;  progress.py: the progress bar
+"""

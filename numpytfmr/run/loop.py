@@ -1,0 +1,180 @@
+"""The training loop: what every training command runs, as plain functions.
+
+One optimisation step is the recipe of the notes (003 §2.1.2: minimise the mean
+next-token cross-entropy) with the usual transformer optimiser::
+
+    batch  = data(seed, step)                         a fixed function of (seed, step)
+    loss, g = loss_and_grads(params, batch)           forward, cross-entropy, backward
+    g, N   = clip_grad_norm(g, clip_norm)             global L2 norm at most clip_norm
+    lr     = lr_schedule(step, ...)                   linear warmup, cosine decay
+    params, opt_state = adamw_step(params, g, opt_state, lr=lr, ...)
+
+Because a batch depends only on ``(seed, step)`` (:func:`step_rng`) and the whole training
+state (weights, AdamW moments, step, loss history) is saved (``checkpoint.py``), a run
+stopped after ``k`` steps and resumed continues exactly -- bit for bit -- as if it had
+never stopped.
+
+The update is ``numpytfmr.fast.adamw_step``: the reference AdamW's numbers, with in-place
+temporaries (new arrays all the same: nothing passed in is modified).
+"""
+from dataclasses import asdict, dataclass, fields
+import json
+import math
+import time
+
+import numpy as np
+
+from ..fast import adamw_step
+from ..optim import adamw_init, clip_grad_norm, decay_exempt_keys, lr_schedule
+
+__all__ = ["TrainSettings", "step_rng", "train_loop",
+           "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT", "STREAM_TEST"]
+
+# Independent random streams of a run, all derived from its seed.
+STREAM_INIT, STREAM_DATA, STREAM_DROPOUT, STREAM_TEST = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The optimisation settings of a run (saved in its checkpoint).
+
+    steps:        total number of AdamW updates of the run
+    batch_size:   examples per update
+    lr:           peak learning rate, reached after ``warmup_steps`` (``lr_schedule``)
+    min_lr:       learning rate at the end of the cosine decay
+    weight_decay: AdamW's decoupled decay, on matrices and tables only (``decay_exempt_keys``)
+    clip_norm:    the global gradient norm is clipped to this (``clip_grad_norm``)
+    seed:         initial weights and the data of every step derive from it
+    eval_every:   evaluate (and save a checkpoint) every this many steps, and at the end
+    """
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    min_lr: float = 0.0
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    seed: int = 0
+    eval_every: int = 250
+
+    def __post_init__(self):
+        where = "TrainSettings"
+        for name in ("steps", "batch_size", "eval_every"):
+            _positive_int(getattr(self, name), name, where)
+        for name in ("warmup_steps", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"{where}: {name} is {v!r}; expected an integer >= 0")
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"{where}: warmup_steps is {self.warmup_steps} but steps is "
+                             f"{self.steps}; expected fewer warmup steps than steps")
+        for name, low_open in (("lr", True), ("min_lr", False), ("weight_decay", False),
+                               ("clip_norm", True)):
+            v = getattr(self, name)
+            ok = isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) and \
+                math.isfinite(v) and (v > 0 if low_open else v >= 0)
+            if not ok:
+                raise ValueError(f"{where}: {name} is {v!r}; expected a finite number "
+                                 f"{'> 0' if low_open else '>= 0'}")
+        if self.min_lr > self.lr:
+            raise ValueError(f"{where}: min_lr is {self.min_lr} but lr is {self.lr}; expected "
+                             "min_lr <= lr")
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        names = {f.name for f in fields(cls)}
+        if not isinstance(d, dict) or set(d) - names:
+            raise ValueError(f"TrainSettings.from_dict: got {d!r}; expected a dict with keys among "
+                             f"{sorted(names)}")
+        return cls(**d)
+
+
+def _positive_int(v, name, where):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"{where}: {name} is {v!r}; expected an integer >= 1")
+    return int(v)
+
+
+def step_rng(seed, step, stream=STREAM_DATA):
+    """The random generator of one step: a fixed function of ``(seed, stream, step)``.
+
+    Data drawn with it at step ``s`` is the same whether the run got there in one go or
+    was stopped and resumed, which makes resuming exact.
+    """
+    return np.random.default_rng((int(seed), int(stream), int(step)))
+
+
+def _new_history():
+    return {"step": 0, "seconds": 0.0, "tokens": 0, "loss": [], "evals": []}
+
+
+def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None, evaluate=None,
+               save=None, progress=None, log=None):
+    """Run AdamW from ``history["step"]`` up to ``settings.steps`` (module docstring).
+
+    params:         flat dict of float arrays (the trainable ones)
+    loss_and_grads: ``f(params, step) -> (loss, grads, n_tokens)``; it draws its batch
+                    from ``step_rng(settings.seed, step)`` so the data of a step is fixed
+    settings:       :class:`TrainSettings`
+    opt_state:      AdamW state to continue from (``None``: fresh, ``adamw_init``)
+    history:        the training state to continue from (``None``: a new run): a dict
+                    ``{"step", "seconds", "tokens", "loss": [per step], "evals": [...]}``
+    evaluate:       optional ``f(params) -> dict`` of metrics, run every
+                    ``settings.eval_every`` steps and after the last one; appended to
+                    ``history["evals"]`` with the step
+    save:           optional ``f(params, opt_state, history)``, called after each
+                    evaluation, and when the run is interrupted (Ctrl-C) before the
+                    KeyboardInterrupt goes on
+    progress:       optional ``numpytfmr.run.progress.Progress`` over the remaining steps
+    log:            optional ``f(str)`` for one line per evaluation
+    Returns ``(params, opt_state, history)``; nothing passed in is modified.
+    """
+    history = _new_history() if history is None else json.loads(json.dumps(history))
+    opt_state = adamw_init(params) if opt_state is None else dict(opt_state)
+    no_decay = decay_exempt_keys(params)
+    s = settings
+    start_time = time.perf_counter()
+    seconds_before = history["seconds"]
+    try:
+        while history["step"] < s.steps:
+            step = history["step"]
+            loss, grads, n_tokens = loss_and_grads(params, step)
+            if not math.isfinite(loss):
+                raise ValueError(f"train_loop: the loss is {loss} at step {step}; training "
+                                 "diverged (try a smaller lr)")
+            grads, _ = clip_grad_norm(grads, s.clip_norm)      # ||g|| <= clip_norm
+            lr = lr_schedule(step, base_lr=s.lr, warmup_steps=s.warmup_steps,
+                             total_steps=s.steps, min_lr=s.min_lr)
+            new_params, new_state = adamw_step(params, grads, opt_state, lr=lr,
+                                               weight_decay=s.weight_decay, no_decay=no_decay)
+            params, opt_state = new_params, new_state
+            history["loss"].append(float(loss))
+            history["tokens"] += int(n_tokens)
+            history["step"] = step + 1
+            history["seconds"] = seconds_before + time.perf_counter() - start_time
+            if progress is not None:
+                recent = history["loss"][-20:]
+                progress.update(metrics={"loss": float(np.mean(recent)), "lr": lr},
+                                tokens=int(n_tokens))
+            last = history["step"] == s.steps
+            if evaluate is not None and (history["step"] % s.eval_every == 0 or last):
+                metrics = dict(evaluate(params))
+                history["evals"].append({"step": history["step"], **metrics})
+                if progress is not None and "exact_match" in metrics:
+                    progress.update(0, metrics={"exact": float(metrics["exact_match"])})
+                if log is not None:
+                    log(f"step {history['step']}: " + "  ".join(
+                        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in metrics.items()))
+                history["seconds"] = seconds_before + time.perf_counter() - start_time
+                if save is not None:
+                    save(params, opt_state, history)
+    except KeyboardInterrupt:
+        if save is not None and history["step"] > 0:
+            history["seconds"] = seconds_before + time.perf_counter() - start_time
+            save(params, opt_state, history)
+        raise
+    return params, opt_state, history

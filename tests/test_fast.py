@@ -1,0 +1,506 @@
+"""numpytfmr.fast against the reference, tensor by tensor.
+
+float64: logits, every gradient, the loss, the attention weights and the KV cache agree to
+1e-12 (relative to the tensor's magnitude); float32: to float32 rounding. Generation gives
+the same tokens, AdamW the same parameters and moments, and the float32 GELU kernel is the
+exact GELU to float32 precision, tails included.
+"""
+import math
+import sys
+
+import numpy as np
+import pytest
+
+import numpytfmr as R
+from numpytfmr import fast
+from numpytfmr.fast import kernels
+from numpytfmr.optim import adamw_init
+
+from conftest import well_conditioned
+
+TINY = dict(vocab_size=13, n_layers=2, d_model=16, n_heads=4, d_ff=12, max_len=16)
+
+CONFIGS = {
+    "learned-pre-gelu-tied": dict(),
+    "learned-post-gqa-untied-gelutanh": dict(norm="post", n_kv_heads=2, tie_embeddings=False,
+                                             activation="gelu_tanh"),
+    "sinusoidal-pre-mqa-rmsnorm-relu-nobias": dict(positional="sinusoidal", n_kv_heads=1,
+                                                   tie_embeddings=False, norm_type="rmsnorm",
+                                                   bias=False, activation="relu"),
+    "sinusoidal-post-rmsnorm": dict(positional="sinusoidal", norm="post", norm_type="rmsnorm"),
+    "rope-pre-gqa-swiglu": dict(positional="rope", n_kv_heads=2, bias=False, activation="swiglu"),
+    "rope-half-post-mqa-scaled": dict(positional="rope", norm="post", n_kv_heads=1,
+                                      tie_embeddings=False, rope_layout="half",
+                                      rope_scaling={"type": "yarn", "factor": 4.0,
+                                                    "original_max_positions": 8}),
+    "rope-gqa-dropout": dict(positional="rope", n_kv_heads=2, rope_layout="half", dropout=0.2,
+                             rope_scaling={"type": "linear", "factor": 2.0}),
+    "learned-post-swiglu-dropout": dict(norm="post", activation="swiglu", bias=False,
+                                        n_kv_heads=2, dropout=0.3),
+}
+
+
+def _model(options, dtype=np.float64, seed=0):
+    c = R.GPTConfig(**TINY, **options)
+    rng = np.random.default_rng(seed)
+    p = well_conditioned(R.init_gpt(c, rng=rng, dtype=np.float64), rng)
+    return c, {k: v.astype(dtype) for k, v in p.items()}, rng
+
+
+def _err(a, b, scale=None):
+    """max |a - b| relative to the magnitude of b (or to ``scale`` when that is larger:
+    a gradient that is exactly 0 in theory, such as bk without RoPE, is rounding noise
+    measured against the other gradients)."""
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+    m = max(float(np.max(np.abs(b))), scale or 0.0, 1e-300)
+    return float(np.max(np.abs(a - b))) / m
+
+
+def _zero_in_theory(config):
+    """Keys whose exact gradient is 0: without RoPE, bk adds q.bk to a whole row of scores,
+    which the softmax ignores, so only rounding noise comes out of any implementation.
+    These are measured against the largest gradient instead of their own size."""
+    if config.positional == "rope" or not config.bias:
+        return set()
+    return {f"h{l}.attn.bk" for l in range(config.n_layers)}
+
+
+def _grad_scales(gr, config):
+    top = max(float(np.max(np.abs(g))) for g in gr.values())
+    return {k: (top if k in _zero_in_theory(config) else 0.0) for k in gr}
+
+
+def _assert_grads(gf, gr, tol, config):
+    assert sorted(gf) == sorted(gr)
+    scales = _grad_scales(gr, config)
+    bad = {k: _err(gf[k], gr[k], scales[k]) for k in gr}
+    bad = {k: e for k, e in bad.items() if not e <= tol}
+    assert not bad, bad
+
+
+def _f32_close(a, b, scale=None):
+    """float32 rounding: |a - b| <= 1e-5 m + 1e-4 |b|, m = the magnitude of b."""
+    assert a.dtype == b.dtype == np.float32
+    m = max(float(np.max(np.abs(b))), scale or 0.0)
+    return np.allclose(a, b, rtol=1e-4, atol=1e-5 * m)
+
+
+# ---------------------------------------------------------------------------------------
+# forward and backward, every configuration
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_logits_and_every_gradient_match_the_reference_float64(name):
+    c, p, rng = _model(CONFIGS[name])
+    ids = rng.integers(0, c.vocab_size, (3, 7))
+    train = c.dropout > 0
+    lr, cr = R.gpt_forward(p, ids, config=c, train=train, rng=np.random.default_rng(5))
+    lf, cf = fast.gpt_forward(p, ids, config=c, train=train, rng=np.random.default_rng(5))
+    assert _err(lf, lr) <= 1e-12
+    for l in range(c.n_layers):
+        assert _err(cf["attn_weights"][l], cr["attn_weights"][l]) <= 1e-12
+        for k in ("k", "v"):
+            assert _err(np.asarray(cf["kv_cache"][l][k]), cr["kv_cache"][l][k]) <= 1e-12
+    np.testing.assert_array_equal(cf["positions"], cr["positions"])
+    dlogits = rng.standard_normal(lr.shape)
+    _assert_grads(fast.gpt_backward(dlogits, cf), R.gpt_backward(dlogits, cr), 1e-12, c)
+
+
+@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "rope-pre-gqa-swiglu",
+                                  "rope-half-post-mqa-scaled", "rope-gqa-dropout"])
+def test_causal_query_blocks_give_the_same_numbers(name, monkeypatch):
+    """Queries in blocks, each scored only against the keys it may see (as at T >= 128),
+    with and without a KV cache in front: the same logits, weights and gradients."""
+    from numpytfmr.fast import gpt as fast_gpt
+    monkeypatch.setattr(fast_gpt, "QUERY_BLOCK", 3)            # T = 11 -> blocks of 3-4 rows
+    assert len(fast_gpt.query_blocks(11)) == 3
+    c, p, rng = _model(CONFIGS[name])
+    ids = rng.integers(0, c.vocab_size, (2, 15))
+    train = c.dropout > 0
+    for past in (0, 4):
+        kv_r = kv_f = None
+        if past:
+            kv_r = R.gpt_forward(p, ids[:, :past], config=c)[1]["kv_cache"]
+            kv_f = fast.gpt_forward(p, ids[:, :past], config=c)[1]["kv_cache"]
+        new = ids[:, past:past + 11]
+        lr, cr = R.gpt_forward(p, new, config=c, kv_cache=kv_r, train=train,
+                               rng=np.random.default_rng(5))
+        lf, cf = fast.gpt_forward(p, new, config=c, kv_cache=kv_f, train=train,
+                                  rng=np.random.default_rng(5))
+        assert _err(lf, lr) <= 1e-12
+        for l in range(c.n_layers):
+            assert _err(cf["attn_weights"][l], cr["attn_weights"][l]) <= 1e-12
+        dlogits = rng.standard_normal(lr.shape)
+        _assert_grads(fast.gpt_backward(dlogits, cf), R.gpt_backward(dlogits, cr), 1e-12, c)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_float32_agrees_to_float32_rounding(name):
+    c, p, rng = _model(CONFIGS[name], np.float32)
+    ids = rng.integers(0, c.vocab_size, (2, 9))
+    train = c.dropout > 0
+    lr, cr = R.gpt_forward(p, ids, config=c, train=train, rng=np.random.default_rng(1))
+    lf, cf = fast.gpt_forward(p, ids, config=c, train=train, rng=np.random.default_rng(1))
+    assert _f32_close(lf, lr)
+    dlogits = rng.standard_normal(lr.shape).astype(np.float32)
+    gr, gf = R.gpt_backward(dlogits, cr), fast.gpt_backward(dlogits, cf)
+    scales = _grad_scales(gr, c)
+    bad = [k for k in gr if not _f32_close(gf[k], gr[k], scales[k])]
+    assert not bad
+
+
+@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "rope-gqa-dropout",
+                                  "learned-post-swiglu-dropout"])
+@pytest.mark.parametrize("options", [dict(), dict(label_smoothing=0.1, ignore_index=3),
+                                     dict(loss_mask=True)])
+def test_loss_and_its_gradients_match_gpt_loss(name, options):
+    c, p, rng = _model(CONFIGS[name])
+    ids = rng.integers(0, c.vocab_size, (3, 6))
+    targets = rng.integers(0, c.vocab_size, (3, 6))
+    if options.get("loss_mask"):
+        options = dict(loss_mask=rng.random((3, 6)) < 0.6)
+    train = c.dropout > 0
+    loss_r, gr = R.gpt_loss(p, ids, targets, config=c, train=train,
+                            rng=np.random.default_rng(2), **options)
+    loss_f, gf = fast.gpt_loss(p, ids, targets, config=c, train=train,
+                               rng=np.random.default_rng(2), **options)
+    assert isinstance(loss_f, float)
+    assert abs(loss_f - loss_r) <= 1e-12 * abs(loss_r)
+    _assert_grads(gf, gr, 1e-12, c)
+
+
+def test_loss_in_float32_and_with_every_target_ignored():
+    c, p, rng = _model(CONFIGS["rope-pre-gqa-swiglu"], np.float32)
+    ids = rng.integers(0, c.vocab_size, (2, 8))
+    targets = rng.integers(0, c.vocab_size, (2, 8))
+    loss_r, gr = R.gpt_loss(p, ids, targets, config=c, label_smoothing=0.05)
+    loss_f, gf = fast.gpt_loss(p, ids, targets, config=c, label_smoothing=0.05)
+    assert abs(loss_f - loss_r) <= 1e-5 * abs(loss_r)
+    scales = _grad_scales(gr, c)
+    assert all(gf[k].dtype == np.float32 and _f32_close(gf[k], gr[k], scales[k]) for k in gr)
+    none = np.full_like(targets, -100)
+    loss_r, gr = R.gpt_loss(p, ids, none, config=c, ignore_index=-100)
+    loss_f, gf = fast.gpt_loss(p, ids, none, config=c, ignore_index=-100)
+    assert loss_f == loss_r == 0.0
+    assert all(not np.any(g) for g in gf.values())
+
+
+def test_backward_after_a_cached_forward_matches():
+    """The cached keys and values are constants: the gradient reaches the new tokens only."""
+    c, p, rng = _model(CONFIGS["rope-pre-gqa-swiglu"])
+    ids = rng.integers(0, c.vocab_size, (2, 9))
+    _, cr = R.gpt_forward(p, ids[:, :6], config=c)
+    lr, cr = R.gpt_forward(p, ids[:, 6:], config=c, kv_cache=cr["kv_cache"])
+    _, cf = fast.gpt_forward(p, ids[:, :6], config=c)
+    lf, cf = fast.gpt_forward(p, ids[:, 6:], config=c, kv_cache=cf["kv_cache"])
+    assert _err(lf, lr) <= 1e-12
+    dlogits = rng.standard_normal(lr.shape)
+    _assert_grads(fast.gpt_backward(dlogits, cf), R.gpt_backward(dlogits, cr), 1e-12, c)
+
+
+def test_inputs_are_left_unchanged():
+    c, p, rng = _model(CONFIGS["learned-post-swiglu-dropout"])
+    before = {k: v.copy() for k, v in p.items()}
+    ids = rng.integers(0, c.vocab_size, (2, 5))
+    ids_before = ids.copy()
+    logits, cache = fast.gpt_forward(p, ids, config=c, train=True, rng=np.random.default_rng(0))
+    dlogits = np.ones_like(logits)
+    fast.gpt_backward(dlogits, cache)
+    fast.gpt_loss(p, ids, ids, config=c, train=True, rng=np.random.default_rng(0))
+    assert all(np.array_equal(p[k], before[k]) for k in p)
+    assert np.array_equal(ids, ids_before) and np.all(dlogits == 1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# KV-cached decoding and generation
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "sinusoidal-pre-mqa-rmsnorm-relu-nobias",
+                                  "rope-half-post-mqa-scaled", "rope-pre-gqa-swiglu"])
+def test_cached_decoding_steps_equal_the_full_forward(name):
+    c, p, rng = _model(CONFIGS[name])
+    ids = rng.integers(0, c.vocab_size, (2, 10))
+    full, _ = R.gpt_forward(p, ids, config=c)
+    step, cache = fast.gpt_forward(p, ids[:, :4], config=c)        # prefill
+    rows = [step]
+    kv = cache["kv_cache"]
+    for t in range(4, 10):                                          # one token at a time
+        step, cache = fast.gpt_forward(p, ids[:, t:t + 1], config=c, kv_cache=kv)
+        kv = cache["kv_cache"]
+        rows.append(step)
+    assert _err(np.concatenate(rows, axis=1), full) <= 1e-12
+    assert R.kv_cache_size(kv) == 2 * c.n_layers * 2 * c.n_kv_heads * 10 * c.d_head
+    # a fast cache continues a reference decoding and the other way round
+    ref_step, _ = R.gpt_forward(p, ids[:, 9:], config=c,
+                                kv_cache=fast.gpt_forward(p, ids[:, :9], config=c)[1]["kv_cache"])
+    assert _err(ref_step[:, 0], full[:, 9]) <= 1e-12
+
+
+@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "rope-pre-gqa-swiglu",
+                                  "learned-post-gqa-untied-gelutanh"])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_greedy_token_for_token(name, use_cache):
+    c, p, rng = _model(CONFIGS[name])
+    prompt = rng.integers(0, c.vocab_size, (3, 4))
+    ref, ref_logits = R.generate(p, prompt, config=c, max_new_tokens=8, top_k=1,
+                                 return_logits=True)
+    out, logits = fast.generate(p, prompt, config=c, max_new_tokens=8, top_k=1,
+                                use_cache=use_cache, return_logits=True)
+    np.testing.assert_array_equal(out, ref)
+    assert _err(logits, ref_logits) <= 1e-12
+
+
+def test_generate_sampling_and_eos_match():
+    c, p, rng = _model(CONFIGS["rope-gqa-dropout"], np.float32)
+    prompt = rng.integers(0, c.vocab_size, (4, 3))
+    for kw in (dict(temperature=0.8, top_k=5), dict(temperature=1.3), dict(temperature=0.0)):
+        ref = R.generate(p, prompt, config=c, max_new_tokens=10, rng=np.random.default_rng(7), **kw)
+        out = fast.generate(p, prompt, config=c, max_new_tokens=10, rng=np.random.default_rng(7),
+                            **kw)
+        np.testing.assert_array_equal(out, ref)
+    greedy = R.generate(p, prompt, config=c, max_new_tokens=6, top_k=1)
+    eos = int(greedy[0, 4])
+    ref = R.generate(p, prompt, config=c, max_new_tokens=6, top_k=1, eos_id=eos)
+    out, logits = fast.generate(p, prompt, config=c, max_new_tokens=6, top_k=1, eos_id=eos,
+                                return_logits=True)
+    np.testing.assert_array_equal(out, ref)
+    assert logits.dtype == np.float32 and logits.shape[0] == 4
+    empty = fast.generate(p, prompt, config=c, max_new_tokens=0, return_logits=True, top_k=1)
+    assert empty[0].shape == (4, 3) and empty[1].shape == (4, 0, c.vocab_size)
+
+
+# ---------------------------------------------------------------------------------------
+# AdamW
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_adamw_equals_the_reference(dtype):
+    c, p, rng = _model(CONFIGS["learned-pre-gelu-tied"], dtype)
+    no_decay = R.decay_exempt_keys(p)
+    ref_p, ref_s = p, adamw_init(p)
+    fast_p, fast_s = p, adamw_init(p)
+    inplace_p = {k: v.copy() for k, v in p.items()}
+    inplace_s = adamw_init(p)
+    for step in range(3):
+        g = {k: rng.standard_normal(v.shape).astype(dtype) for k, v in p.items()}
+        g_before = {k: v.copy() for k, v in g.items()}
+        kw = dict(lr=1e-2 / (step + 1), weight_decay=0.1, no_decay=no_decay, beta2=0.99)
+        ref_p, ref_s = R.adamw_step(ref_p, g, ref_s, **kw)
+        passed_p, passed_s = fast_p, fast_s
+        copies = ({k: v.copy() for k, v in fast_p.items()}, {k: v.copy() for k, v in fast_s.items()})
+        fast_p, fast_s = fast.adamw_step(fast_p, g, fast_s, **kw)
+        for passed, copy in zip((passed_p, passed_s), copies):   # new arrays: inputs untouched
+            assert all(np.array_equal(passed[k], copy[k]) for k in copy)
+        fast.adamw_step_(inplace_p, g, inplace_s, **kw)
+        assert all(np.array_equal(g[k], g_before[k]) for k in g)
+    assert int(fast_s["step"]) == int(inplace_s["step"]) == int(ref_s["step"]) == 3
+    for k in ref_p:
+        for a, b in ((fast_p[k], ref_p[k]), (inplace_p[k], ref_p[k]),
+                     (fast_s["m/" + k], ref_s["m/" + k]), (fast_s["v/" + k], ref_s["v/" + k]),
+                     (inplace_s["v/" + k], ref_s["v/" + k])):
+            assert a.dtype == b.dtype == dtype
+            if dtype == np.float64:
+                assert _err(a, b) <= 1e-12, k
+            else:
+                assert _f32_close(a, b), k
+
+
+def test_adamw_rejects_mismatched_inputs():
+    p = {"w": np.zeros((2, 3))}
+    with pytest.raises(ValueError, match="grads keys"):
+        fast.adamw_step(p, {}, adamw_init(p), lr=0.1)
+    with pytest.raises(ValueError, match="shape"):
+        fast.adamw_step(p, {"w": np.zeros(3)}, adamw_init(p), lr=0.1)
+    with pytest.raises(ValueError, match="lr"):
+        fast.adamw_step(p, {"w": np.zeros((2, 3))}, adamw_init(p), lr=-1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# the float32 GELU kernel
+# ---------------------------------------------------------------------------------------
+
+def _exact_gelu(x):
+    """x Phi(x), Phi(x) + x phi(x) and the sum of the magnitudes of the two terms, in
+    float64 through math.erfc."""
+    cdf = 0.5 * np.vectorize(math.erfc)(-x / math.sqrt(2.0))
+    with np.errstate(over="ignore", under="ignore"):
+        xpdf = x * np.exp(-0.5 * np.minimum(x * x, 1e4)) / math.sqrt(2.0 * math.pi)
+    return x * cdf, cdf + xpdf, cdf + np.abs(xpdf)
+
+
+def _within(got, want, size, x, eps, tiny):
+    """|got - want| <= 4 eps (1 + x^2) size + 1000 tiny: the precision of the dtype times
+    the condition number of GELU in its input (about x^2 in the tails: one rounding of x,
+    or of x^2 inside exp(-x^2/2), moves the result by x^2 eps relative), plus the
+    subnormal range."""
+    bound = 4 * eps * (1 + x * x) * size + 1e3 * tiny
+    return np.abs(got - want) <= bound
+
+
+def test_float32_gelu_is_the_exact_gelu_to_float32_precision():
+    """x Phi(x) and Phi(x) + x phi(x) against float64 math.erfc, on [-50, 50] (tails,
+    the exact zero, the largest float32), with the bias added inside the kernel."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.linspace(-50, 50, 200_001), rng.standard_normal(50_000) * 4,
+                        [0.0, -0.0, 1e-30, -1e-30, 3e38, -3e38]]).astype(np.float32)
+    bias = np.linspace(-0.25, 0.25, 7).astype(np.float32)
+    x = x[: x.size // 7 * 7].reshape(-1, 7)
+    out, dydx = kernels.gelu_float32(x.copy(), bias)
+    xs = (x + bias).astype(np.float64)
+    want_out, want_d, size_d = _exact_gelu(xs)
+    f32 = np.finfo(np.float32)
+    for got, want, size in ((out, want_out, np.abs(want_out)), (dydx, want_d, size_d)):
+        assert got.dtype == np.float32 and np.all(np.isfinite(got))
+        assert np.all(_within(got, want, size, xs, f32.eps, f32.tiny))
+    bulk = np.abs(xs) <= 3                             # a few roundings, at most 8 eps
+    assert np.all(np.abs(out - want_out)[bulk] <= 8 * f32.eps * np.abs(want_out)[bulk] + 1e-37)
+    assert np.all(out[xs > 6] == x[xs > 6] + np.broadcast_to(bias, x.shape)[xs > 6])
+    assert np.all(out[xs < -15] == 0.0)
+
+
+def test_float64_gelu_kernel_matches_math_erfc():
+    x = np.linspace(-40, 40, 4001)
+    out, dydx = kernels.gelu_float64(x.copy())
+    want_out, want_d, size_d = _exact_gelu(x)
+    f64 = np.finfo(np.float64)
+    assert np.all(_within(out, want_out, np.abs(want_out), x, f64.eps, f64.tiny))
+    assert np.all(_within(dydx, want_d, size_d, x, f64.eps, f64.tiny))
+
+
+# ---------------------------------------------------------------------------------------
+# entry checks
+# ---------------------------------------------------------------------------------------
+
+def test_inputs_are_checked_once_at_the_entry():
+    c, p, rng = _model(CONFIGS["learned-pre-gelu-tied"])
+    ids = rng.integers(0, c.vocab_size, (2, 5))
+    with pytest.raises(TypeError, match="GPTConfig"):
+        fast.gpt_forward(p, ids, config=dict(TINY))
+    with pytest.raises(ValueError, match="missing"):
+        fast.gpt_forward({k: v for k, v in p.items() if k != "wte"}, ids, config=c)
+    with pytest.raises(ValueError, match=r"params\['h0.attn.Wq'\] has shape"):
+        fast.gpt_forward({**p, "h0.attn.Wq": p["h0.attn.Wq"][:, :3]}, ids, config=c)
+    with pytest.raises(TypeError, match="mix dtypes"):
+        fast.gpt_forward({**p, "wte": p["wte"].astype(np.float32)}, ids, config=c)
+    with pytest.raises(ValueError, match="values in"):
+        fast.gpt_forward(p, ids + c.vocab_size, config=c)
+    with pytest.raises(ValueError, match="max_len"):
+        fast.gpt_forward(p, rng.integers(0, c.vocab_size, (1, c.max_len + 1)), config=c)
+    with pytest.raises(TypeError, match="rng"):
+        fast.gpt_forward(p, ids, config=R.GPTConfig(**TINY, dropout=0.1), train=True)
+    logits, cache = fast.gpt_forward(p, ids, config=c)
+    with pytest.raises(ValueError, match="dlogits has shape"):
+        fast.gpt_backward(logits[:, :-1], cache)
+    with pytest.raises(ValueError, match="targets"):
+        fast.gpt_loss(p, ids, ids + c.vocab_size, config=c)
+    with pytest.raises(ValueError, match="rng is None"):
+        fast.generate(p, ids, config=c, max_new_tokens=2, temperature=1.0)
+
+
+def test_the_reference_never_enters_fast_code():
+    """A reader stepping through numpytfmr.gpt_loss / gpt_forward stays in the reference."""
+    c, p, rng = _model(CONFIGS["rope-pre-gqa-swiglu"])
+    ids = rng.integers(0, c.vocab_size, (1, 4))
+    seen = set()
+
+    def tracer(frame, event, arg):
+        if event == "call":
+            seen.add(frame.f_code.co_filename)
+
+    sys.setprofile(tracer)
+    try:
+        R.gpt_loss(p, ids, ids, config=c)
+        R.generate(p, ids, config=c, max_new_tokens=2, top_k=1)
+    finally:
+        sys.setprofile(None)
+    assert any(f.endswith("gpt.py") for f in seen)
+    assert not [f for f in seen if "fast" in f.replace("\\", "/").split("/")]
+
+
+# ---------------------------------------------------------------------------------------
+# LoRA and DPO (fast.posttrain against numpytfmr.posttrain)
+# ---------------------------------------------------------------------------------------
+
+def _adapted(name, dtype=np.float64):
+    """A model with random (non-zero) adapters on Wq, Wv and, without SwiGLU, W1."""
+    from numpytfmr.posttrain import add_lora
+    c, p, rng = _model(CONFIGS[name], dtype)
+    targets = ("Wq", "Wv") if c.activation == "swiglu" else ("Wq", "Wv", "W1")
+    a = add_lora(p, c, r=3, targets=targets, rng=rng)
+    a = {k: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype) for k, v in a.items()}
+    return c, p, a, rng
+
+
+@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "rope-pre-gqa-swiglu"])
+def test_lora_forward_backward_and_loss_match(name):
+    from numpytfmr import posttrain as RP
+    c, p, a, rng = _adapted(name)
+    ids = rng.integers(0, c.vocab_size, (3, 6))
+    lr, cr = RP.gpt_lora_forward(p, a, ids, config=c, alpha=6.0)
+    lf, cf = fast.posttrain.gpt_lora_forward(p, a, ids, config=c, alpha=6.0)
+    assert _err(lf, lr) <= 1e-12
+    dlogits = rng.standard_normal(lr.shape)
+    gr, gf = RP.gpt_lora_backward(dlogits, cr), fast.posttrain.gpt_lora_backward(dlogits, cf)
+    assert sorted(gr) == sorted(gf) == sorted(a)
+    assert max(_err(gf[k], gr[k]) for k in gr) <= 1e-12
+    targets = np.where(rng.random((3, 6)) < 0.3, -1, rng.integers(0, c.vocab_size, (3, 6)))
+    loss_r, gr = RP.gpt_lora_loss(p, a, ids, targets, config=c, alpha=6.0, ignore_index=-1,
+                                  rank_stabilized=True)
+    loss_f, gf = fast.posttrain.gpt_lora_loss(p, a, ids, targets, config=c, alpha=6.0,
+                                              ignore_index=-1, rank_stabilized=True)
+    assert abs(loss_f - loss_r) <= 1e-12 * abs(loss_r)
+    assert max(_err(gf[k], gr[k]) for k in gr) <= 1e-12
+
+
+@pytest.mark.parametrize("options", [dict(), dict(nll_weight=0.5, loss_type="hinge"),
+                                     dict(precomputed=True, label_smoothing=0.1)])
+def test_dpo_loss_grads_and_metrics_match(options):
+    from numpytfmr import posttrain as RP
+    c, p, a, rng = _adapted("rope-gqa-dropout")
+    B, T = 4, 7
+    batch = {"chosen_ids": rng.integers(0, c.vocab_size, (B, T)),
+             "rejected_ids": rng.integers(0, c.vocab_size, (B, T))}
+    for side in ("chosen", "rejected"):
+        m = np.zeros((B, T), bool)
+        m[:, 3:] = rng.random((B, T - 3)) < 0.8
+        batch[f"{side}_mask"] = m
+    options = dict(options)
+    if options.pop("precomputed", False):
+        ref, _ = RP.completion_logprobs_forward(
+            p, None, np.concatenate([batch["chosen_ids"], batch["rejected_ids"]]),
+            np.concatenate([batch["chosen_mask"], batch["rejected_mask"]]), config=c)
+        options.update(ref_chosen=ref[:B], ref_rejected=ref[B:])
+    loss_r, gr, mr = RP.dpo_loss_and_grads(p, a, batch, config=c, alpha=4.0, beta=0.5, **options)
+    loss_f, gf, mf = fast.posttrain.dpo_loss_and_grads(p, a, batch, config=c, alpha=4.0, beta=0.5,
+                                                       **options)
+    assert abs(loss_f - loss_r) <= 1e-12 * abs(loss_r)
+    assert sorted(gf) == sorted(gr) and max(_err(gf[k], gr[k]) for k in gr) <= 1e-12
+    assert sorted(mf) == sorted(mr)
+    for k in mr:
+        assert np.allclose(mf[k], mr[k], rtol=1e-12, atol=0), k
+    ids = np.concatenate([batch["chosen_ids"], batch["rejected_ids"]])
+    mask = np.concatenate([batch["chosen_mask"], batch["rejected_mask"]])
+    for adapters in (None, a):
+        lr, _ = RP.completion_logprobs_forward(p, adapters, ids, mask, config=c, alpha=4.0)
+        lf, _ = fast.posttrain.completion_logprobs_forward(p, adapters, ids, mask, config=c,
+                                                           alpha=4.0)
+        assert _err(lf, lr) <= 1e-12
+
+
+def test_complete_prompts_and_completion_kl_match():
+    from numpytfmr import posttrain as RP
+    c, p, a, rng = _adapted("learned-pre-gelu-tied", np.float32)
+    ids = rng.integers(3, c.vocab_size, (6, 5))
+    lengths = np.array([2, 3, 2, 4, 3, 2])
+    for kw in (dict(), dict(temperature=1.0, top_k=4)):
+        sr, mr = RP.complete_prompts(p, ids, lengths, config=c, max_new_tokens=5, batch_size=2,
+                                     rng=np.random.default_rng(4), **kw)
+        sf, mf = fast.posttrain.complete_prompts(p, ids, lengths, config=c, max_new_tokens=5,
+                                                 batch_size=2, rng=np.random.default_rng(4), **kw)
+        np.testing.assert_array_equal(sf, sr)
+        np.testing.assert_array_equal(mf, mr)
+    kr = RP.completion_kl(p, a, sr, mr, config=c, alpha=4.0, batch_size=4)
+    kf = fast.posttrain.completion_kl(p, a, sr, mr, config=c, alpha=4.0, batch_size=4)
+    assert kr["kl_per_token"] > 0
+    for k in kr:
+        assert abs(kf[k] - kr[k]) <= 1e-4 * abs(kr[k]), k

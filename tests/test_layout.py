@@ -1,0 +1,299 @@
+"""The package's architecture, checked: what may import what, and how the reference reads.
+
+- (a) no module reaches into another module's private ``_x`` names;
+- (b) the topic modules (every ``numpytfmr/*.py`` but ``__init__`` and ``__main__``) do not
+  import the machinery (``run/``, ``grading/``, ``fast/``, ``registry/``);
+- (c) ``numpytfmr.fast`` imports, and the reference GPT does not use it;
+- (d) every registered forward carries a contract, and its backward refuses a cache that
+  is not its own forward's;
+- (e) no public forward body is longer than 45 code lines, counted as
+  ``.ci/reading_figures.py`` counts them (the figures the README reports).
+
+The source checks parse the files with ``ast`` and do not import the package, so they
+report even when an import is broken.
+"""
+import ast
+import importlib
+import importlib.util
+import inspect
+import pathlib
+import types
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = "numpytfmr"
+PKG_DIR = pathlib.Path(importlib.util.find_spec(PACKAGE).submodule_search_locations[0])
+MACHINERY = ("run", "grading", "fast", "registry")
+NOT_TOPICS = {"__init__.py", "__main__.py"}
+MAX_FORWARD_LINES = 45
+
+
+def _load_figures():
+    path = REPO / ".ci" / "reading_figures.py"
+    spec = importlib.util.spec_from_file_location("reading_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = _load_figures()
+
+TOPICS = sorted(p.name for p in PKG_DIR.glob("*.py") if p.name not in NOT_TOPICS)
+ALL_MODULES = sorted(str(p.relative_to(PKG_DIR)) for p in PKG_DIR.rglob("*.py")
+                     if "__pycache__" not in p.parts)
+
+
+def _parse(relpath):
+    path = PKG_DIR / relpath
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _dotted(relpath):
+    parts = list(pathlib.PurePath(relpath).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join([PACKAGE] + parts)
+
+
+def _imported_modules(relpath):
+    """(line, absolute module name) for every package module ``relpath`` imports, wherever
+    the import sits (function bodies too), ``from . import x`` resolved to ``numpytfmr.x``,
+    and ``importlib.import_module("numpytfmr.x")`` / ``__import__`` with a literal name."""
+    importer = _dotted(relpath)
+    is_package = relpath.endswith("__init__.py")
+    out = []
+    for node in ast.walk(_parse(relpath)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = figures.source_module(importer, is_package, node)
+            if source is None:
+                continue
+            out.append((node.lineno, source))
+            out += [(node.lineno, f"{source}.{a.name}") for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            fn = node.func
+            called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if called in ("import_module", "__import__"):
+                name = node.args[0].value
+                if name.startswith(".") and len(node.args) > 1:  # import_module(".x", "numpytfmr")
+                    name = "numpytfmr" + name
+                out.append((node.lineno, name))
+    return [(line, m) for line, m in out if m == PACKAGE or m.startswith(PACKAGE + ".")]
+
+
+# ---------------------------------------------------------------------------------------
+# (a) private names stay private
+# ---------------------------------------------------------------------------------------
+
+def test_no_module_imports_another_modules_private_names():
+    found = [p for p in figures.private_imports(str(PKG_DIR)) if p["kind"] == "name"]
+    assert not found, "private names imported from another module (make them public names " \
+        "of a named module instead):\n" + "\n".join(
+            f"  {p['module']} line {p['line']}: from {p['source']} import {', '.join(p['names'])}"
+            for p in found)
+
+
+def _module_aliases(relpath, tree):
+    """Local names bound to a package module in ``relpath`` (``from . import attention``,
+    ``import numpytfmr.gpt as gpt``, ``import numpytfmr``) -> that module's dotted name."""
+    importer = _dotted(relpath)
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == PACKAGE or a.name.startswith(PACKAGE + "."):
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else PACKAGE
+        elif isinstance(node, ast.ImportFrom):
+            source = figures.source_module(importer, relpath.endswith("__init__.py"), node)
+            for a in node.names:
+                if source and figures.module_path(str(PKG_DIR), f"{source}.{a.name}"):
+                    aliases[a.asname or a.name] = f"{source}.{a.name}"
+    return aliases
+
+
+def test_no_module_reaches_private_names_through_another_module():
+    """``attention._T`` after ``from . import attention`` is the same breach as ``from
+    .attention import _T``."""
+    found = []
+    for relpath in ALL_MODULES:
+        tree = _parse(relpath)
+        me = _dotted(relpath)
+        aliases = _module_aliases(relpath, tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and figures.is_private(node.attr)):
+                continue
+            chain, base = [], node.value
+            while isinstance(base, ast.Attribute):
+                chain.insert(0, base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in aliases:
+                owner = ".".join([aliases[base.id]] + chain)
+                if owner != me:
+                    found.append(f"  {me} line {node.lineno}: {owner}.{node.attr}")
+    assert not found, "private names used through another module:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------------------------------
+# (b) topics do not depend on the machinery
+# ---------------------------------------------------------------------------------------
+
+def test_topic_modules_are_listed():
+    # the reference is here: a guard against globbing the wrong directory
+    for name in ("linear.py", "norms.py", "attention.py", "gpt.py", "contract.py"):
+        assert name in TOPICS, f"{name} not found among the topic modules in {PKG_DIR}"
+
+
+@pytest.mark.parametrize("module", TOPICS)
+def test_topic_module_does_not_import_machinery(module):
+    banned = tuple(f"{PACKAGE}.{m}" for m in MACHINERY)
+    found = [(line, m) for line, m in _imported_modules(module)
+             if any(m == b or m.startswith(b + ".") for b in banned)]
+    assert not found, (f"{module} is a topic module (read beside the notes) but imports the "
+                       "machinery: " + ", ".join(f"{m} (line {line})" for line, m in found)
+                       + "; topic modules may import only other topic modules")
+
+
+# ---------------------------------------------------------------------------------------
+# (c) the fast path exists and the reference does not use it
+# ---------------------------------------------------------------------------------------
+
+def _code_objects(code):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def test_fast_imports_and_reference_gpt_does_not_use_it():
+    if not (PKG_DIR / "fast").is_dir():
+        pytest.skip("numpytfmr/fast/ does not exist yet")
+    importlib.import_module(f"{PACKAGE}.fast")
+    import numpytfmr
+
+    fn = inspect.unwrap(numpytfmr.gpt_forward)
+    tree = ast.parse(_dedent(inspect.getsource(fn)))
+    mentions = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "fast":
+            mentions.append(f"name 'fast' (line {node.lineno})")
+        elif isinstance(node, ast.Attribute) and node.attr == "fast":
+            mentions.append(f"attribute '.fast' (line {node.lineno})")
+        elif isinstance(node, ast.ImportFrom) and ("fast" in (node.module or "").split(".")
+                                                  or any(a.name == "fast" for a in node.names)):
+            mentions.append(f"an import from fast (line {node.lineno})")
+        elif isinstance(node, ast.Import) and any("fast" in a.name.split(".") for a in node.names):
+            mentions.append(f"an import of fast (line {node.lineno})")
+    assert not mentions, "the reference gpt_forward refers to the fast path: " + ", ".join(mentions)
+
+    # and no global it calls is a fast kernel under a reference name
+    used = set()
+    for code in _code_objects(fn.__code__):
+        used.update(code.co_names)
+    from_fast = sorted(n for n in used if n in fn.__globals__ and
+                       str(getattr(fn.__globals__[n], "__module__", "")).startswith(f"{PACKAGE}.fast"))
+    assert not from_fast, f"gpt_forward calls fast kernels: {from_fast}"
+
+
+def _dedent(source):
+    lines = source.splitlines()
+    indent = min(len(l) - len(l.lstrip()) for l in lines if l.strip())
+    return "\n".join(l[indent:] for l in lines)
+
+
+# ---------------------------------------------------------------------------------------
+# (d) every registered op goes through the contract layer
+# ---------------------------------------------------------------------------------------
+
+def _ops():
+    from numpytfmr.registry import registry
+    return registry() if callable(registry) else registry
+
+
+def _registered():
+    try:
+        return list(_ops())
+    except Exception:  # a broken import fails the tests below instead of the collection
+        return ["<registry could not be loaded>"]
+
+
+OPS = _registered()
+
+
+def _first_case(spec):
+    from numpytfmr.registry import bind
+    cases = spec.make_cases(np.random.default_rng(0), np.float64)
+    case = next((c for c in cases if c.check), cases[0])
+    out, cache = bind(spec.forward, case.kwargs)(*case.args)
+    dout = tuple(np.ones_like(o) for o in out) if isinstance(out, tuple) else np.ones_like(np.asarray(out))
+    return dout, cache
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_registered_forward_carries_a_contract(name):
+    import numpytfmr
+    spec = _ops()[name]
+    assert hasattr(spec.forward, "__contract__"), \
+        f"{name}_forward has no contract (declare it with @op(...) from numpytfmr.contract)"
+    assert getattr(numpytfmr, f"{name}_forward", None) is spec.forward, \
+        f"the registry's {name}_forward is not numpytfmr.{name}_forward"
+    assert getattr(numpytfmr, f"{name}_backward", None) is spec.backward, \
+        f"the registry's {name}_backward is not numpytfmr.{name}_backward"
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_registered_backward_checks_its_cache(name):
+    ops = _ops()
+    spec = ops[name]
+    dout, cache = _first_case(spec)
+    spec.backward(dout, cache)  # its own forward's cache is accepted
+
+    with pytest.raises(TypeError, match="cache"):
+        spec.backward(dout, {})
+    with pytest.raises(TypeError, match="cache"):
+        spec.backward(dout, dict(cache))  # the right contents, but not tagged by the forward
+
+    names = list(ops)
+    other = ops[names[(names.index(name) + 1) % len(names)]]
+    _, foreign = _first_case(other)
+    with pytest.raises(TypeError, match="cache"):
+        spec.backward(dout, foreign)  # another op's cache
+
+
+# ---------------------------------------------------------------------------------------
+# (e) forwards stay short enough to read beside the notes
+# ---------------------------------------------------------------------------------------
+
+def test_longest_forward_body_is_at_most_45_code_lines():
+    ops = figures.measure_ops(str(PKG_DIR))
+    forwards = [o for o in ops if o["kind"] == "forward"]
+    assert len(forwards) >= 10, f"only {len(forwards)} forwards found in {PKG_DIR}"
+    long = sorted((o for o in forwards if o["lines"] > MAX_FORWARD_LINES), key=lambda o: -o["lines"])
+    assert not long, f"forward bodies over {MAX_FORWARD_LINES} code lines: " + ", ".join(
+        f"{o['op']} ({o['lines']})" for o in long)
+
+
+def test_line_counting_counts_code_only():
+    """The counter the figures rely on: docstring, comments and blank lines are not code."""
+    source = '''
+@decorator("x: (..., d)")
+def demo_forward(x):
+    """Docstring,
+    two lines."""
+    # a comment
+    y = x + 1   # an end-of-line comment
+
+    z = f(y,
+          "# not a comment")
+    raise ValueError("x")
+    return z, {}
+'''
+    func = ast.parse(source).body[0]
+    lines = figures.body_lines(source, func)
+    assert [l.strip() for l in lines] == ['y = x + 1   # an end-of-line comment', 'z = f(y,',
+                                          '"# not a comment")', 'raise ValueError("x")',
+                                          'return z, {}']
+    assert [figures.is_plumbing(l) for l in lines] == [False, False, False, True, False]
