@@ -11,8 +11,11 @@ backward. Three functions:
   gradient ``dout``, checks the properties every backward must have (right shapes and dtypes,
   linear in ``dout``, leaves its cache, inputs and ``dout`` alone, deterministic), tells a
   non-smooth point (ReLU at 0) apart from a wrong gradient, and, when a gradient is wrong,
-  says how: off by a named factor (``1/sqrt(64)``), wrong sign, transposed, a missing term,
-  an error confined to one slice, or a backward that ignores ``dout``.
+  says how: off by a factor named in the case's terms (``1/scale``, ``sqrt(d_k)``), wrong
+  sign, transposed, a missing term (``- mean(dxhat)``, ``- y * sum(dout * y)``, with its
+  axis), a sum over the wrong axis, a wrong ``f'(x)``, a transposed factor inside a product,
+  repeated ids that overwrite, masked positions, a rotation in the wrong direction, an error
+  confined to one slice, or a backward that ignores ``dout``.
 
 The gradient of ``L = sum(out * dout)`` with respect to an input is what ``backward(dout)``
 must return (a vector-Jacobian product), so both sides are compared on that scalar.
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import choice, number
+from .contract import one_of, positive, real
 from .checking.compare import FAIL, INCONCLUSIVE, compare_input
 from .checking.diagnose import NO_PATTERN, diagnose, kink_sentence
 from .checking.evidence import Case
@@ -79,8 +82,8 @@ def numerical_gradient(f, x, dout=None, *, h=1e-6, order=2):
     x: any shape -> gradient of the same shape (float64).
     """
     where = "numerical_gradient"
-    choice(order, "order", where, tuple(_STENCILS))
-    h = number(h, "h", where, low=0.0, low_open=True)
+    one_of(*_STENCILS)(order, "order", where)
+    h = positive(h, "h", where)
     pairs, den = _STENCILS[order]
     x = np.array(x, dtype=np.float64, order="C")      # our own copy; f only ever sees this one
     if dout is not None:
@@ -159,10 +162,10 @@ def check_gradients(forward, backward, inputs, *, h=1e-3, rtol=1e-6, atol=1e-9, 
     call (``registry.bind`` does this): finite differences need a deterministic forward.
     """
     where = "check_gradients"
-    choice(mode, "mode", where, _MODES)
-    h = number(h, "h", where, low=0.0, low_open=True)
-    rtol = number(rtol, "rtol", where, low=0.0)
-    atol = number(atol, "atol", where, low=0.0)
+    one_of(*_MODES)(mode, "mode", where)
+    h = positive(h, "h", where)
+    rtol = real(rtol, "rtol", where, low=0.0)
+    atol = real(atol, "atol", where, low=0.0)
     n_directions = _count(n_directions, "n_directions", where)
     n_coordinates = _count(n_coordinates, "n_coordinates", where)
     seed = _count(seed, "seed", where)

@@ -58,7 +58,6 @@ def test_terms_name_factors_in_the_cases_own_words():
     assert t.name_factor(2.0).startswith("1/scale") and "scale = 0.5" in t.name_factor(2.0)
     assert t.name_factor(math.sqrt(7)).startswith("sqrt(d_k)")
     assert t.name_factor(1.0 / math.sqrt(7)).startswith("1/sqrt(d_k)")
-    assert t.name_factor(2.0 / 1.0 - 0.0) != ""
     assert "alpha/r" in Terms([("alpha", 6.0), ("r", 3)]).name_factor(2.0)
     assert t.name_factor(1.2345) == ""                     # nothing fits: no name at all
     assert Terms().name_factor(6.0) == ""                  # no "6 = 6"
@@ -77,7 +76,10 @@ def test_terms_come_from_partial_bind_cache_contract_and_the_caller():
     assert terms.axis_name(0, 2, 7) == "d_k"
     terms = learn_terms(nt.cross_entropy_forward, [np.zeros((2, 3, 5)), np.zeros((2, 3), int)],
                         ["logits", "targets"], cache={"n_valid": 6})
-    assert terms.name_factor(6.0).startswith("n_valid")
+    assert terms.name_factor(6.0) == "N, N = 6 rows of logits (2 x 3)"
+    assert learn_terms(nt.cross_entropy_forward, [np.zeros((2, 3, 5)), np.zeros((2, 3), int)],
+                       ["logits", "targets"], cache={"n_valid": 4}).name_factor(1.5) == \
+        "N/n_valid, N = 6 rows of logits (2 x 3), n_valid = 4"
     assert "6 = batch size" in str(check_gradients(
         lambda x: (x.mean(), {}), lambda d, c: d * np.ones(6), (np.arange(6.0),),
         terms={"batch size": 6}))
@@ -529,6 +531,8 @@ BUGS = [
         _attention_in((2, 4, 5), (2, 4, 5), (2, 4, 5)), {"transpose_product"}, names=_QKV),
     Bug("attention: dV = A @ dout", nt.attention_forward, P(_att, bug="dV_not_transposed"),
         _attention_in((2, 4, 5), (2, 4, 5), (2, 4, 5)), {"transpose_product"}, names=_QKV),
+    Bug("attention: dQ without scale=0.5", P(nt.attention_forward, scale=0.5), P(_att, bug="dQ_no_scale"),
+        _attention_in((3, 7), (4, 7), (4, 7)), {"factor"}, names=_QKV),
     Bug("attention: 1/sqrt(d_k) where scale=0.5 was given", P(nt.attention_forward, scale=0.5),
         P(_att, bug="default_scale"), _attention_in((3, 7), (4, 7), (4, 7)), {"factor"}, names=_QKV),
     Bug("attention: softmax term missing in dS", nt.attention_forward,
@@ -626,9 +630,11 @@ CLASSES = [
     ("a factor left out (gamma)", "layernorm: dxhat = dout (gamma forgotten)",
      ["with gamma = 1", "dxhat = dout * gamma"]),
     ("a path left out", "lora: dx without the LoRA branch", ["= 0: the term of dx that goes through"]),
-    ("factor named 1/scale", "attention: 1/sqrt(d_k) where scale=0.5 was given",
+    ("factor named 1/scale", "attention: dQ without scale=0.5",
+     ["analytic = 2 x numeric (2 = 1/scale, scale = 0.5)"]),
+    ("factor named 1/(scale*sqrt(d_k))", "attention: 1/sqrt(d_k) where scale=0.5 was given",
      ["1/(scale*sqrt(d_k))"]),
-    ("factor named N", "cross_entropy: /N missing", ["analytic = 6 x numeric (6 = n_valid"]),
+    ("factor named N", "cross_entropy: /N missing", ["analytic = 6 x numeric (6 = N, N = 6 rows of logits)"]),
     ("factor named sqrt(d_k)", "attention: dQ without the scale", ["sqrt(d_k)", "d_k = 7"]),
     ("factor named r (alpha/r)", "lora: alpha instead of alpha/r in dB", ["(3 = r"]),
 ]
@@ -660,6 +666,20 @@ def test_battery_of_planted_bugs():
     rate = hits / len(BUGS)
     assert not wrong_causes, wrong_causes
     assert rate >= 0.9, f"{hits}/{len(BUGS)} named; missed: {misses}"
+
+
+def test_grading_diagnoses_use_the_case_when_given():
+    from numpytfmr.grading.compare import diagnose_values
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 7))
+    y, cache = nt.softmax_forward(x)
+    dout = np.random.default_rng(1).standard_normal(y.shape)
+    expected, got = nt.softmax_backward(dout, cache), y * dout
+    assert diagnose_values(got, expected, dout) == []          # two arrays alone: no pattern
+    text = " ".join(diagnose_values(got, expected, dout, forward=nt.softmax_forward, inputs=(x,),
+                                    position=0, names=["x"], out=y))
+    assert "expected - yours = c_i * y along axis -1 (d = 7)" in text
+    assert "a term proportional to the output is missing" in text
 
 
 def test_factor_sentences_print_no_name_when_there_is_none():

@@ -97,7 +97,7 @@ def mask_diagnoses(ev):
         touched_b = touched.reshape(-1, size).any(axis=0)
         wrong_b = wrong.reshape(-1, size).any(axis=0)
     if touched_b.all() or not touched_b.any() or not np.array_equal(wrong_b, touched_b):
-        return []                                 # the mask touches every row or none; or other rows are wrong
+        return []                    # the mask touches every row or none, or other rows are wrong
     positions = _list(np.flatnonzero(wrong_b.reshape(-1, size).any(axis=0)))
     return [Diagnosis(
         f"the error is confined to positions a mask touches: the wrong rows of {case.name} "

@@ -23,7 +23,8 @@ from .evidence import Diagnosis
 
 __all__ = ["row_diagnoses", "invariant_axes", "MAX_FIT_SIZE"]
 
-MAX_FIT_SIZE = 4096         # least-squares fits on larger inputs are skipped
+MAX_FIT_SIZE = 4096         # row-by-row fits on larger inputs are skipped
+MAX_TWO_AXIS_SIZE = 1024    # the two-axis fit is one dense least-squares problem
 
 # family -> (the form of numeric - analytic, what the term is, the term as the notes write it)
 _FAMILIES = {
@@ -69,49 +70,55 @@ _TERM = {"ones": "`mean(dxhat)` term", "xhat": "`xhat * mean(dxhat * xhat)` term
 def row_diagnoses(ev):
     """Sentences for errors of the form ``V * (one number per row)`` (a missing term) or
     ``V * (one number per row + one per slice of another axis)`` (a reduction over the
-    wrong axis). [] when none fits."""
-    if ev.a.ndim == 0 or ev.a.size > MAX_FIT_SIZE or ev.a.size < 3:
-        return []
+    wrong axis), along an axis the forward normalises. [] when none fits."""
     case = ev.case
-    if case is None or case.x.shape != ev.shape:
+    if case is None or case.x.shape != ev.shape or ev.a.ndim == 0 or not 3 <= ev.a.size <= MAX_FIT_SIZE:
         return []
-    axes = [k for k, _ in invariant_axes(case)]         # the axes the forward normalises
-    # 1. a missing term: V * c_i along one axis
+    axes = [k for k, _ in invariant_axes(case) if ev.shape[k] >= 3]
     for k in axes:
-        if ev.shape[k] < 3:
-            continue
-        families = _families(ev, k)
-        for name, Vs in families:
-            if ev.shape[k] < len(Vs) + 2:
-                continue
-            coef, fit = _fit_rows(ev.r, Vs, k)
-            if coef is None or not ev.close(fit, ev.r) or float(np.max(np.abs(fit))) <= 10 * ev.tol:
-                continue
-            name, _, targets = name.partition(":")
-            return [_missing_sentence(ev, name, Vs, coef, k, targets)]
-    # 2. a reduction over the wrong axis: V * (c_i + e_j)
-    for k in axes:
-        if ev.shape[k] < 3:
-            continue
-        for name, Vs in _families(ev, k):
-            if len(Vs) != 1 or name not in _TERM:
-                continue
-            variants = [Vs[0]]
-            if name in ("ones", "xhat"):
-                # LayerNorm's terms carry 1/sigma of the row, sigma = sqrt(var + eps): (m_j - m_i) / sigma_i
-                x = ev.case.x
-                var = ((x - x.mean(axis=k, keepdims=True)) ** 2).mean(axis=k, keepdims=True)
-                for eps in _eps_values(ev):
-                    if np.all(var + eps > 0):
-                        variants.append(Vs[0] / np.sqrt(var + eps))
-            for k2 in range(ev.a.ndim):
-                if k2 == k or ev.shape[k2] < 2:
-                    continue
-                for i, V in enumerate(variants):
-                    fit = _fit_two_axes(ev.r, V, k, k2)
-                    if fit is not None and ev.close(fit, ev.r):
-                        return [_wrong_axis_sentence(ev, name, k, k2, over_sigma=i > 0)]
+        found = _missing_term(ev, k)
+        if found:
+            return [found]
+    if ev.a.size <= MAX_TWO_AXIS_SIZE:
+        for k in axes:
+            found = _wrong_axis(ev, k)
+            if found:
+                return [found]
     return []
+
+
+def _missing_term(ev, k):
+    """numeric - analytic = sum_m c_m,i V_m along axis k, one set of c per row."""
+    for name, Vs in _families(ev, k):
+        if ev.shape[k] < len(Vs) + 2:
+            continue                                  # as many unknowns as entries: proves nothing
+        coef, fit = _fit_rows(ev.r, Vs, k)
+        if coef is None or not ev.close(fit, ev.r) or float(np.max(np.abs(fit))) <= 10 * ev.tol:
+            continue
+        name, _, targets = name.partition(":")
+        return _missing_sentence(ev, name, Vs, coef, k, targets)
+    return None
+
+
+def _wrong_axis(ev, k):
+    """numeric - analytic = V * (one number per row along k + one per slice along k2)."""
+    x = ev.case.x
+    var = ((x - x.mean(axis=k, keepdims=True)) ** 2).mean(axis=k, keepdims=True)
+    for name, Vs in _families(ev, k):
+        if len(Vs) != 1 or name not in _TERM:
+            continue
+        variants = [Vs[0]]
+        if name in ("ones", "xhat"):
+            # LayerNorm's terms carry 1/sigma of the row, sigma = sqrt(var + eps): (m_j - m_i) / sigma_i
+            variants += [Vs[0] / np.sqrt(var + eps) for eps in _eps_values(ev) if np.all(var + eps > 0)]
+        for k2 in range(ev.a.ndim):
+            if k2 == k or ev.shape[k2] < 2:
+                continue
+            for i, V in enumerate(variants):
+                fit = _fit_two_axes(ev.r, V, k, k2)
+                if fit is not None and ev.close(fit, ev.r):
+                    return _wrong_axis_sentence(ev, name, k, k2, over_sigma=i > 0)
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,9 +261,9 @@ def _wrong_axis_sentence(ev, name, k, k2, over_sigma=False):
     right, wrong = ev.axis_label(k), f"axis {k2 - ev.a.ndim}"
     return Diagnosis(
         f"numeric - analytic = {v_text}(one number per row along {right} + one number per slice of "
-        f"{wrong}){' / sigma' if over_sigma else ''}: a reduction in the backward runs over {wrong} where it must run over {right}, "
-        "the axis the forward normalises -- check the axis= (and keepdims=True) of the sums and "
-        "means in the backward", "wrong_axis")
+        f"{wrong}){' / sigma' if over_sigma else ''}: a reduction in the backward runs over {wrong} "
+        f"where it must run over {right}, the axis the forward normalises -- check the axis= "
+        "(and keepdims=True) of the sums and means in the backward", "wrong_axis")
 
 
 def _missing_sentence(ev, name, Vs, coef, k, targets=""):

@@ -6,19 +6,22 @@ Where the terms come from, first found first named:
 1. ``check_gradients(..., terms={"batch size": 6})``: names the caller gives;
 2. the keyword options of the call, when ``forward`` is a reference op (decorated with
    ``contract.op``) or a thin wrapper around one: ``functools.partial(op, scale=0.5)``, or a
-   closure holding the op and a dict of its options (``registry.bind``). ``scale`` also
-   gives ``1/scale``;
-3. numbers stored in the forward's cache under a name (``cache["scale"]``, ``cache["n_valid"]``);
-4. the symbolic axes of the op's contract (``forward.__contract__``, e.g. ``d_k`` in
+   closure holding the op and a dict of its options (``registry.bind``);
+3. the symbolic axes of the op's contract (``forward.__contract__``, e.g. ``d_k`` in
    ``"Q: (..., n_q, d_k)"``) bound to the input shapes, and ``N``, the number of rows of
    the first input (the product of its leading ``...`` axes: positions averaged over);
    sizes of 1 and 2 are left out (a 2 would name every gradient added twice);
-5. without a contract, the sizes of the inputs' axes (``the size of Q's last axis``).
+4. numbers stored in the forward's cache under a name (``cache["scale"]``, ``cache["n_valid"]``);
+5. when no named term fits and ``forward`` has no contract, the sizes of the inputs' axes
+   (``the size of Q's last axis``).
 
 A factor is matched against each term ``t`` as ``t``, ``1/t``, ``sqrt(t)`` and
 ``1/sqrt(t)``, and against ``t1*t2``, ``t1/t2``, ``t1/sqrt(t2)`` and ``1/(t1*sqrt(t2))`` (a
 ``1/sqrt(d_k)`` used where ``scale`` was given) for pairs of named terms
-(sources 1-4). Nothing is printed when no term matches: a bare ``6 = 6`` says nothing.
+(sources 1-4); the first expression that fits is printed, with the values of the terms it
+uses (``2 = 1/scale, scale = 0.5``), since a second one of equal size is mostly a
+coincidence (``n_k = 4``). Nothing is printed when no term matches: a bare ``6 = 6`` says
+nothing.
 """
 import functools
 import inspect
@@ -62,10 +65,6 @@ class Terms:
         if all(n != name for n, _ in where):
             where.append((name, value))
 
-    @property
-    def values(self):
-        return dict(self.named)
-
     def value(self, name):
         return next((v for n, v in self.named if n == name), None)
 
@@ -74,7 +73,7 @@ class Terms:
         symbol = self.axes.get((p, axis))
         return symbol if symbol else "d"
 
-    def name_factor(self, c, limit=2):
+    def name_factor(self, c, limit=1):
         """How ``|c|`` reads in the case's terms, e.g. ``"1/scale, scale = 0.5"``,
         ``"alpha/r, alpha = 6, r = 3"``, ``"1/sqrt(64), 64 = the size of Q's last axis"``;
         "" when no term fits."""
@@ -84,8 +83,6 @@ class Terms:
         exprs, used = [], []
         for expr, value, names in self._named_expressions():
             if abs(c - value) <= _REL * value and expr not in exprs:
-                if exprs and expr in self.values:
-                    continue          # a second bare term of equal size is a coincidence (n_q = 4)
                 exprs.append(expr)
                 used += [n for n in names if n not in used]
                 if len(exprs) >= limit:
@@ -138,7 +135,9 @@ def _wrap(name):
 def find_op(forward):
     """``(op, options)``: the reference op behind ``forward`` (a function with a
     ``__contract__``) and the keyword options it is called with, looking through
-    ``functools.partial`` and simple closures; ``(None, {})`` when there is none."""
+    ``functools.partial`` and simple wrappers (a closure or lambda that calls one op with
+    its own inputs in order, and whose options sit in a dict, as in ``registry.bind``);
+    ``(None, {})`` when there is none."""
     options = {}
     f = forward
     for _ in range(4):
@@ -159,6 +158,11 @@ def find_op(forward):
         if len(ops) != 1:
             return None, {}
         op = ops[0]
+        # the wrapper must pass its inputs on in order: lambda Q, K, V: op(Q, K, V, mask=M),
+        # or *args as registry.bind does (else the contract's axes would name other arrays)
+        own = _positional_names(f)
+        if own and own != _positional_names(op)[:len(own)]:
+            return None, {}
         keyword = _keyword_names(op)
         for v in seen.nonlocals.values():
             if isinstance(v, dict) and v and all(isinstance(k, str) and k in keyword for k in v):
@@ -195,10 +199,6 @@ def _learn(forward, inputs, names, cache, named):
         if key in ("rng", "axis") or not _is_number(value):
             continue
         named.append((key, value))
-    if isinstance(cache, dict):
-        for key, value in cache.items():
-            if isinstance(key, str) and _is_number(value) and key not in ("axis",):
-                named.append((key, value))
     axes, notes = {}, {}
     if op is not None:
         spec = op.__contract__
@@ -225,8 +225,13 @@ def _learn(forward, inputs, names, cache, named):
                 rows_named = True
                 if rows > 2:
                     named.append(("N", rows))
-                    notes["N"] = (f"N = {rows} rows of {s.name} "
-                                  f"({' x '.join(str(k) for k in x.shape[:x.ndim - n])})")
+                    lead = x.shape[:x.ndim - n]
+                    notes["N"] = f"N = {rows} rows of {s.name}" + (
+                        f" ({' x '.join(str(k) for k in lead)})" if len(lead) > 1 else "")
+    if isinstance(cache, dict):
+        for key, value in cache.items():
+            if isinstance(key, str) and _is_number(value) and key not in ("axis",):
+                named.append((key, value))
     shapes = []
     if op is None:
         for p, x in enumerate(inputs):
