@@ -28,6 +28,8 @@ from .gpt import *  # noqa: F401,F403
 from .encdec import *  # noqa: F401,F403
 from .rnn import *  # noqa: F401,F403
 from .run.hf import *  # noqa: F401,F403
+from .run.bpe import *  # noqa: F401,F403
+from .run.batches import *  # noqa: F401,F403
 from .lora import *  # noqa: F401,F403
 from .preference import *  # noqa: F401,F403
 from .posttrain import *  # noqa: F401,F403

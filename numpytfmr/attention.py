@@ -65,7 +65,7 @@ def unbroadcast(g, shape):
 
 
 def additive_bias(bias, name, where, args=None):
-    """Validator: an additive score bias holds finite numbers or -inf (-inf: may not attend)."""
+    """An additive score bias: holds finite numbers or -inf (-inf: may not attend)."""
     if bias is not None and (np.isnan(bias).any() or np.isposinf(bias).any()):
         raise ValueError(f"{where}: {name} contains NaN or +inf; expected finite values or -inf")
     return bias

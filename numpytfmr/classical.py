@@ -2,6 +2,8 @@
 
 - 003 §2.1      bigram maximum likelihood, sequence log-likelihood, precision / recall / F1
 - 003 §2.1.1-2  perplexity = exp(cross-entropy); entropy, cross-entropy, KL divergence
+- 003 §2.1      n-gram language models with interpolated Kneser-Ney smoothing, scored in
+                bits per byte (the baselines of ``numpytfmr pretrain``)
 - 003 §3.1      edit distance (Levenshtein), its table and an optimal list of operations
 - 003 §3.2      co-occurrence counts and point-wise mutual information (PMI, PPMI)
 - 003 §3.3      term frequency variants, inverse document frequency, TF-IDF
@@ -13,6 +15,7 @@ lists. These are counting algorithms, not differentiable ops: no forward/backwar
 Logarithms are natural unless a ``base``/``log_base`` argument says otherwise.
 """
 from collections import Counter
+from dataclasses import dataclass
 import math
 import numbers
 import re
@@ -25,6 +28,8 @@ __all__ = [
     "word_tokenize", "sentence_tokenize",
     "bigram_counts", "bigram_mle", "bigram_sequence_probs", "bigram_log_likelihood",
     "perplexity", "entropy", "cross_entropy", "kl_divergence",
+    "NGramModel", "NGramLevel", "ngram_model", "ngram_probs", "ngram_log_probs", "text_bytes",
+    "bits_per_byte", "ngram_bits_per_byte",
     "confusion_counts", "precision", "recall", "f1_score", "precision_recall_f1",
     "edit_distance", "edit_distance_table", "edit_operations",
     "cooccurrence_matrix", "pmi", "pmi_matrix",
@@ -349,6 +354,212 @@ def _pair(P, Q, where, axis):
 
 def _scalar(x):
     return float(x) if np.ndim(x) == 0 else x
+
+
+# ----------------------------------------------------------------------------- n-gram language models (003 §2.1)
+
+@dataclass(frozen=True)
+class NGramLevel:
+    """The counts of one order k of an :class:`NGramModel`.
+
+    A k-gram ``h w`` (``h`` its k-1 ids of context, ``w`` the next id) is stored as the
+    integer ``code(h w) = h_1 V^(k-1) + ... + h_(k-1) V + w``, so ``code(h) = code // V``.
+
+    grams, counts:           sorted codes of the k-grams seen, and their counts: the plain
+                             counts ``c(h w)`` at the model's highest order, the
+                             continuation counts ``N1+(. h w)`` (how many distinct ids were
+                             seen just before ``h w``) at the lower orders (Kneser-Ney)
+    contexts, totals, types: sorted codes of the contexts ``h`` seen, ``sum_w c(h w)`` and
+                             the number of distinct ``w`` seen after ``h``
+    discount:                D, subtracted from every count seen (absolute discounting)
+    """
+    grams: np.ndarray
+    counts: np.ndarray
+    contexts: np.ndarray
+    totals: np.ndarray
+    types: np.ndarray
+    discount: float
+
+
+@dataclass(frozen=True)
+class NGramModel:
+    """A smoothed n-gram language model over ids ``0 .. vocab_size-1`` (:func:`ngram_model`).
+
+    order:       n: the next id depends on the n-1 ids before it (a Markov model of order
+                 n-1; the bigram model of 003 §2.1 is n = 2)
+    vocab_size:  V (256 for bytes)
+    levels:      one :class:`NGramLevel` per k = 1 .. n
+    """
+    order: int
+    vocab_size: int
+    levels: tuple
+
+
+def _ngram_codes(ids, k, V):
+    """``code(ids[i:i+k])`` for every i (k = 0 gives zeros: the empty context)."""
+    n = ids.size - k + 1
+    codes = np.zeros(max(n, 0), dtype=np.int64)
+    for j in range(k):
+        codes = codes * V + ids[j:j + n]
+    return codes
+
+
+def _ngram_level(grams, counts, V, discount):
+    """An :class:`NGramLevel` from sorted k-gram codes and their counts."""
+    contexts, first = np.unique(grams // V, return_index=True)   # grams sorted: contexts grouped
+    totals = np.add.reduceat(counts, first)                      # sum_w c(h w)
+    types = np.diff(np.append(first, grams.size))                # |{w : c(h w) > 0}|
+    if discount is None:
+        n1, n2 = np.sum(counts == 1), np.sum(counts == 2)        # counts of counts
+        discount = n1 / (n1 + 2 * n2) if n1 > 0 else 0.5
+    return NGramLevel(grams, counts, contexts, totals, types, float(discount))
+
+
+def ngram_model(ids, order, *, vocab_size, discount=None):
+    """Fit an interpolated Kneser-Ney n-gram model to a sequence of ids (003 §2.1).
+
+    003 §2.1 estimates the bigram ``P(w_i | w_{i-1}) = Count(w_{i-1}, w_i) / Count(w_{i-1})``
+    (:func:`bigram_mle`). That gives probability 0 to every pair not in the training text,
+    so a held-out text gets perplexity infinity (003 §2.1.1). Here the context is the n-1
+    previous ids and the counts are smoothed: each seen count gives up D, and the mass
+    freed goes to the model of one order lower (interpolated absolute discounting)::
+
+        P_k(w | h) = max(c(h w) - D_k, 0) / c(h .)  +  D_k N1+(h .) / c(h .) * P_{k-1}(w | h')
+        P_0(w)     = 1 / V
+
+    with ``h'`` the context ``h`` without its first id, ``c(h .) = sum_w c(h w)`` and
+    ``N1+(h .)`` the number of distinct ids seen after ``h``; a context never seen uses
+    ``P_{k-1}`` alone. At the highest order ``c`` are the counts; below it they are the
+    Kneser-Ney continuation counts ``N1+(. h w)`` (in how many contexts ``h w`` was seen),
+    and ``D_k = n1 / (n1 + 2 n2)`` from the numbers of k-grams seen once and twice (0.5 if
+    none was seen once). Every distribution sums to 1 and, since the uniform ``P_0`` is
+    always mixed in, no id ever gets probability 0.
+
+    ids:        1-D ints in [0, vocab_size), at least ``order`` of them (bytes of a text:
+                :func:`text_bytes`)
+    order:      n (1 unigram, 2 bigram, 3 trigram)
+    discount:   a fixed D in (0, 1] for every order instead of the estimate
+    Returns an :class:`NGramModel`; score it with :func:`ngram_log_probs`, read its
+    distributions with :func:`ngram_probs`.
+    """
+    where = "ngram_model"
+    order = count(order, "order", where)
+    V = count(vocab_size, "vocab_size", where)
+    ids = int_array(ids, "ids", where, high=V)
+    if ids.ndim != 1 or ids.size < order:
+        raise ValueError(f"{where}: ids has shape {ids.shape}; expected a 1-D sequence of at "
+                         f"least order={order} ids")
+    if float(V) ** order >= 2.0 ** 62:
+        raise ValueError(f"{where}: vocab_size**order = {V}**{order} is too large to code "
+                         "n-grams in 64-bit integers")
+    if discount is not None:
+        discount = real(discount, "discount", where, low=0.0, high=1.0, low_open=True)
+    ids = ids.astype(np.int64)
+    levels = []
+    for k in range(1, order + 1):
+        if k == order:                                           # c(h w): plain counts
+            grams, counts = np.unique(_ngram_codes(ids, k, V), return_counts=True)
+        else:                                                    # N1+(. h w): continuation
+            longer = np.unique(_ngram_codes(ids, k + 1, V))      # distinct (k+1)-grams u h w
+            grams, counts = np.unique(longer % V ** k, return_counts=True)
+        levels.append(_ngram_level(grams, counts.astype(np.int64), V, discount))
+    return NGramModel(order, V, tuple(levels))
+
+
+def _lookup(keys, values, queries):
+    """``values[keys == q]`` for each query, 0 where the key is absent (keys sorted)."""
+    i = np.minimum(np.searchsorted(keys, queries), keys.size - 1)
+    return np.where(keys[i] == queries, values[i], 0)
+
+
+def _interpolate(level, h, w, lower, V):
+    """``P_k(w | h)`` of :func:`ngram_model` from the lower order's ``P_{k-1}(w | h')``."""
+    c = _lookup(level.grams, level.counts, h * V + w)            # c(h w)
+    total = _lookup(level.contexts, level.totals, h)             # c(h .)
+    types = _lookup(level.contexts, level.types, h)              # N1+(h .)
+    D = level.discount
+    seen = total > 0
+    safe = np.where(seen, total, 1)
+    mixed = np.maximum(c - D, 0) / safe + D * types / safe * lower
+    return np.where(seen, mixed, lower)
+
+
+def ngram_probs(model, context=()):
+    """The next-id distribution ``P(. | context)`` of an :class:`NGramModel`, shape (V,).
+
+    Only the last ``order - 1`` ids of ``context`` are read; a shorter context (the start of
+    a text) uses the orders it has enough ids for. The entries sum to 1 and are all > 0.
+    """
+    where = "ngram_probs"
+    if not isinstance(model, NGramModel):
+        raise TypeError(f"{where}: model is a {type(model).__name__}; expected an NGramModel "
+                        "(from ngram_model)")
+    V = model.vocab_size
+    ctx = int_array(np.asarray(context, dtype=np.int64).reshape(-1), "context", where, high=V)
+    ctx = ctx[ctx.size - (model.order - 1):] if model.order > 1 else ctx[:0]
+    w = np.arange(V)
+    p = np.full(V, 1.0 / V)                                      # P_0(w) = 1 / V
+    for k, level in enumerate(model.levels, start=1):
+        if ctx.size < k - 1:
+            break
+        h = _ngram_codes(ctx[ctx.size - (k - 1):], k - 1, V)[0]  # the last k-1 ids
+        p = _interpolate(level, np.full(V, h), w, p, V)
+    return p
+
+
+def ngram_log_probs(model, ids):
+    """``log P(ids[i] | ids[i-n+1 .. i-1])`` (natural log) for every position i of a
+    sequence under an :class:`NGramModel`; the first n-1 positions use the context they
+    have. Their negative mean is the cross-entropy of 003 eq. 2.2, and its exponential the
+    perplexity (003 §2.1.1)."""
+    where = "ngram_log_probs"
+    if not isinstance(model, NGramModel):
+        raise TypeError(f"{where}: model is a {type(model).__name__}; expected an NGramModel "
+                        "(from ngram_model)")
+    V = model.vocab_size
+    ids = int_array(ids, "ids", where, high=V)
+    if ids.ndim != 1:
+        raise ValueError(f"{where}: ids has shape {ids.shape}; expected a 1-D sequence")
+    ids = ids.astype(np.int64)
+    p = np.full(ids.size, 1.0 / V)                               # P_0(w) = 1 / V
+    for k, level in enumerate(model.levels, start=1):
+        if ids.size < k:
+            break
+        h = _ngram_codes(ids[:-1], k - 1, V) if k > 1 else np.zeros(ids.size, np.int64)
+        pos = slice(k - 1, None)                                 # positions with k-1 ids before
+        p[pos] = _interpolate(level, h, ids[pos], p[pos], V)
+    return np.log(p)
+
+
+def text_bytes(text):
+    """The UTF-8 bytes of ``text`` as int64 ids in [0, 256): what byte-level models read."""
+    if not isinstance(text, str):
+        raise TypeError(f"text_bytes: text is a {type(text).__name__}; expected a str")
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+
+def bits_per_byte(nats, n_bytes):
+    """Total negative log-likelihood ``nats`` (natural log) of a text of ``n_bytes`` UTF-8
+    bytes, in bits per byte: ``nats / ln 2 / n_bytes``.
+
+    Unlike perplexity per token, this does not depend on the tokenizer: a byte model, a
+    character model and a BPE model of the same text are compared on the same scale
+    (a model with cross-entropy ``L_CE`` nats per token over N tokens spends
+    ``N L_CE / ln 2`` bits on the text; 003 §2.1.1 measures entropy in bits).
+    """
+    nats = real(nats, "nats", "bits_per_byte", low=0.0)
+    n_bytes = count(n_bytes, "n_bytes", "bits_per_byte")
+    return nats / math.log(2.0) / n_bytes
+
+
+def ngram_bits_per_byte(train_text, val_text, order, *, discount=None):
+    """Bits per byte of ``val_text`` under the byte-level :func:`ngram_model` of ``order``
+    fitted on ``train_text``: the n-gram baselines of ``numpytfmr pretrain``."""
+    model = ngram_model(text_bytes(train_text), order, vocab_size=256, discount=discount)
+    val = text_bytes(val_text)
+    if val.size == 0:
+        raise ValueError("ngram_bits_per_byte: val_text is empty; expected some text to score")
+    return bits_per_byte(-float(np.sum(ngram_log_probs(model, val))), val.size)
 
 
 # ----------------------------------------------------------------------------- precision / recall (003 §2.1)

@@ -198,7 +198,8 @@ def optional(validator):
     """``None``, or a value ``validator`` accepts."""
     def check(v, name, where, args=None):
         return None if v is None else validator(v, name, where, args)
-    check.__doc__ = f"None or {validator.__doc__ or validator.__name__}"
+    doc = (validator.__doc__ or validator.__name__).strip()
+    check.__doc__ = f"None or {doc[:1].lower()}{doc[1:]}"
     return check
 
 
@@ -319,7 +320,8 @@ class ContractSpec:
         """The contract as text lines (for skeletons and the reader's pages)."""
         out = [s.text for s in self.arrays]
         for k, val in self.options.items():
-            out.append(f"{k}: {(val.__doc__ or val.__name__).strip().splitlines()[0]}")
+            first_paragraph = (val.__doc__ or val.__name__).strip().split("\n\n")[0]
+            out.append(f"{k}: {' '.join(first_paragraph.split())}")
         return out
 
 

@@ -5,6 +5,7 @@
 - 001 §2.2      KV cache shapes (B, h, T, d_k) for K and V, per layer
 - 000 §2.5.1 / 003 §6.2.1   decoding cost with and without a KV cache (sum t^2 vs sum t)
 - 000 §2.7.2    LoRA trainable parameter counts
+- 001 §1.1, §2.1  one training step of a GPT: matrix-product FLOPs and saved activations
 
 Plain integer arithmetic, no arrays: every function returns Python ints (a float only where
 a fractional byte size is passed in).
@@ -15,7 +16,7 @@ from .contract import count, real
 
 __all__ = [
     "matmul_cost", "mha_matmul_cost", "attention_score_memory", "kv_cache_bytes",
-    "decoding_cost",
+    "decoding_cost", "train_step_cost",
 ]
 
 
@@ -163,3 +164,53 @@ def decoding_cost(n_new, *, prompt_len=1, use_cache=True, causal=False, d_k=1):
             "kv_rows": kv_rows}
 
 
+def train_step_cost(batch, seq_len, d_model, n_layers, n_heads, d_ff, vocab_size, *,
+                    n_kv_heads=None):
+    """Matrix-product FLOPs and saved activations of one GPT training step (001 §1.1, §2.1).
+
+    FLOPs count each product ``(m, k) x (k, n)`` as ``2 m k n`` (:func:`matmul_cost`'s
+    m k n multiplications, each with its addition), with N = B n tokens:
+
+        forward, per layer:  the attention's six products (:func:`mha_matmul_cost`:
+                             q, k, v, the scores Q K^T, the values A V, the output
+                             projection) and the FFN's two, (N, d) x (d, d_ff), (N, d_ff) x (d_ff, d)
+        output layer:        (N, d) x (d, V)
+        backward:            2 x forward (each product's two operand gradients)
+
+    Activations kept for the backward pass, in elements (what a straightforward
+    implementation saves; norms, softmax and the optimizer are not counted):
+
+        per layer:  B h n^2 attention weights (:func:`attention_score_memory`)
+                    + 6 N d (the two norms' outputs, Q, K, V, the heads' concatenation)
+                    + 2 N d_ff (the FFN's pre-activation and activation)
+        plus        N V logits
+
+    and the weight matrices, which the step's gradients match one for one: per layer
+    4 d^2 + 2 d d_ff (biases and norm gains, O(d), are left out), plus the V d embedding.
+
+    So time follows d^2 and n (projections) plus n^2 (attention); activation memory
+    follows d and n plus n^2 (the weights), the gradients d^2 and not n or B; all grow
+    linearly in the number of layers.
+
+    Returns a dict: ``"forward_flops"``, ``"step_flops"`` (3 x forward),
+    ``"activation_elements"``, ``"score_elements"`` (the attention-weight part of it),
+    ``"parameter_elements"`` and ``"memory_elements"`` (activations + one gradient per weight).
+    """
+    where = "train_step_cost"
+    B = count(batch, "batch", where)
+    n = count(seq_len, "seq_len", where)
+    d = count(d_model, "d_model", where)
+    L = count(n_layers, "n_layers", where)
+    h = count(n_heads, "n_heads", where)
+    f = count(d_ff, "d_ff", where)
+    V = count(vocab_size, "vocab_size", where)
+    N = B * n
+    attention = mha_matmul_cost(n, d, h, batch=B, n_kv_heads=n_kv_heads)["total"][0]
+    ffn = matmul_cost(N, d, f)[0] + matmul_cost(N, f, d)[0]
+    forward = 2 * (L * (attention + ffn) + matmul_cost(N, d, V)[0])
+    scores = attention_score_memory(B, h, n, n_layers=L)[0]
+    activations = scores + L * (6 * N * d + 2 * N * f) + N * V
+    weights = L * (4 * d * d + 2 * d * f) + V * d
+    return {"forward_flops": forward, "step_flops": 3 * forward,
+            "activation_elements": activations, "score_elements": scores,
+            "parameter_elements": weights, "memory_elements": activations + weights}

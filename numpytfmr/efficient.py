@@ -7,23 +7,27 @@ and h heads form a (B, h, n, n) array) and "Strategies to Mitigate Inefficiency"
                       at a time with a running row maximum and normaliser (Dao et al. 2022,
                       FlashAttention; loop order and backward as in FlashAttention-2). Memory
                       O(n d) plus one tile, never an n_q x n_k array (strategy 3).
-    sliding window    a banded boolean mask, the simplest "limited attention" (strategy 1,
-                      Longformer's local window, Mistral's sliding window). Use it with
-                      attention_forward or flash_attention_forward.
+    sliding window    the simplest "limited attention" (strategy 1, Longformer's local window,
+                      Mistral's sliding window): each query sees the ``window`` keys before it.
+                      As a banded boolean mask for attention_forward (sliding_window_mask),
+                      or computed band by band in O(n window) memory, with no n x n array
+                      (sliding_window_attention_forward).
     linear attention  softmax(q^T k) replaced by the kernel phi(q)^T phi(k), phi(x) = elu(x) + 1
                       (Katharopoulos et al. 2020, "Transformers are RNNs"), so Q K^T is never
-                      formed (strategy 2).
+                      formed (strategy 2); causal, in chunks with a running state, memory
+                      O(n d + d^2).
 """
 import numbers
 
 import numpy as np
 
-from .attention import additive_bias, unbroadcast
+from .attention import additive_bias, causal_mask, masked_softmax, softmax_jvp, unbroadcast
 from .contract import backward_of, count, flag, op, optional, positive, real
 
 __all__ = [
     "flash_attention_forward", "flash_attention_backward",
     "sliding_window_mask",
+    "sliding_window_attention_forward", "sliding_window_attention_backward",
     "linear_attention_forward", "linear_attention_backward",
 ]
 
@@ -196,6 +200,108 @@ def sliding_window_mask(n_q, n_k=None, *, window, causal=True):
 
 
 # ---------------------------------------------------------------------------------------
+# Sliding-window attention, computed band by band
+# ---------------------------------------------------------------------------------------
+
+def _window_option(window, name, where, args):
+    """A non-negative integer (0: each query sees only its own position); the queries must be
+    the last n_q of the n_k positions (n_k >= n_q), as in :func:`sliding_window_mask`."""
+    if isinstance(window, (bool, np.bool_)) or not isinstance(window, numbers.Integral):
+        raise TypeError(f"{where}: {name} is {window!r}; expected a non-negative integer")
+    if window < 0:
+        raise ValueError(f"{where}: {name} is {window}; expected a non-negative integer")
+    n_q, n_k = args["Q"].shape[-2], args["K"].shape[-2]
+    if n_k < n_q:
+        raise ValueError(f"{where}: K has {n_k} positions but Q has {n_q}; sliding-window "
+                         "attention expects n_k >= n_q (the queries are the last n_q positions)")
+    return int(window)
+
+
+def _window_tiles(n_q, n_k, window, causal, block_size):
+    """For each block of queries: (rows, cols, band). ``cols`` is the one range of keys the
+    block's windows reach, ``band`` the (rows, cols) mask of sliding_window_mask on it:
+
+        p_i - window <= j <= p_i   (causal),    |j - p_i| <= window   (causal=False)
+    """
+    first = n_k - n_q                               # p_i = first + i
+    reach = 0 if causal else window                 # keys after the query's position
+    tiles = []
+    for rows in _blocks(n_q, block_size):
+        cols = slice(max(0, first + rows.start - window), min(n_k, first + rows.stop + reach))
+        p = first + np.arange(rows.start, rows.stop)[:, None]      # positions of the queries
+        j = np.arange(cols.start, cols.stop)[None, :]               # positions of the keys
+        tiles.append((rows, cols, (j >= p - window) & (j <= p + reach)))
+    return tiles
+
+
+@op("Q: (..., n_q, d_k)", "K: (..., n_k, d_k)", "V: (..., n_k, d_v)",
+    window=_window_option, causal=flag, scale=optional(real), block_size=count)
+def sliding_window_attention_forward(Q, K, V, *, window, causal=True, scale=None, block_size=128):
+    """Sliding-window (local) attention without an n_q x n_k array (001 §2.1 "Sparse or
+    Limited Attention"; Longformer's local window, Mistral's sliding window).
+
+    The same result as ``attention_forward(Q, K, V, mask=sliding_window_mask(n_q, n_k,
+    window=window, causal=causal), scale=scale)``:
+
+        A = softmax(Q K^T * scale + M_window),   out = A V
+        M_window[i, j] = 0 if p_i - window <= j <= p_i (causal; |j - p_i| <= window
+                         otherwise), else -inf,    p_i = n_k - n_q + i
+
+    but only the band is computed: the queries go in blocks of ``block_size``, and a block
+    is scored against the keys its windows reach, at most block_size + window of them
+    (block_size + 2 window when not causal). Each row's softmax is complete inside its
+    tile, so no running maximum is needed (unlike flash attention).
+
+    Q: (..., n_q, d_k)   K: (..., n_k, d_k)   V: (..., n_k, d_v)   ->  out: (..., n_q, d_v)
+    window: keys each query sees before its own position (and after it, when not causal);
+        needs n_k >= n_q. scale: defaults to 1/sqrt(d_k). Every query sees at least itself.
+
+    Memory: O(n_q (block_size + window)) for the band's weights, kept for the backward,
+    instead of the n_q n_k of the dense mask and weights.
+
+    cache keys: "Q", "K", "V", "band" (the weights of each query block, a list of arrays
+    (..., rows, cols)), "window", "causal", "scale", "block_size".
+    """
+    if scale is None:
+        scale = Q.shape[-1] ** -0.5                 # 1 / sqrt(d_k)
+    out, band = [], []
+    for rows, cols, allowed in _window_tiles(Q.shape[-2], K.shape[-2], window, causal, block_size):
+        S = Q[..., rows, :] @ K[..., cols, :].swapaxes(-1, -2) * scale   # S = Q_i K_j^T scale
+        A = masked_softmax(S, allowed)              # A = softmax(S + M_window) on the band
+        out.append(A @ V[..., cols, :])             # out_i = A V_j
+        band.append(A)
+    out = np.concatenate(out, axis=-2)
+    return out, {"Q": Q, "K": K, "V": V, "band": band, "window": window, "causal": causal,
+                 "scale": scale, "block_size": block_size}
+
+
+@backward_of(sliding_window_attention_forward)
+def sliding_window_attention_backward(dout, cache):
+    """Backward of :func:`sliding_window_attention_forward`: returns ``(dQ, dK, dV)``.
+
+    attention_backward on each band tile, the key gradients of overlapping tiles summed:
+
+        dV_j += A^T dO_i,   dA = dO_i V_j^T,   dS = A * (dA - rowsum(dA * A)),
+        dQ_i = dS K_j * scale,   dK_j += dS^T Q_i * scale
+    """
+    Q, K, V, scale = cache["Q"], cache["K"], cache["V"], cache["scale"]
+    batch = dout.shape[:-2]                         # the broadcast leading axes of Q, K, V
+    dQ = np.zeros_like(Q, shape=batch + Q.shape[-2:])
+    dK = np.zeros_like(K, shape=batch + K.shape[-2:])
+    dV = np.zeros_like(V, shape=batch + V.shape[-2:])
+    tiles = _window_tiles(Q.shape[-2], K.shape[-2], cache["window"], cache["causal"],
+                          cache["block_size"])
+    for (rows, cols, _), A in zip(tiles, cache["band"]):
+        dO = dout[..., rows, :]
+        dV[..., cols, :] += A.swapaxes(-1, -2) @ dO            # out = A V      ->  dV = A^T dO
+        dA = dO @ V[..., cols, :].swapaxes(-1, -2)             #                ->  dA = dO V^T
+        dS = softmax_jvp(A, dA)                                # A = softmax(S) ->  dS
+        dQ[..., rows, :] = dS @ K[..., cols, :] * scale        # S = Q K^T scale -> dQ = dS K scale
+        dK[..., cols, :] += dS.swapaxes(-1, -2) @ Q[..., rows, :] * scale   # dK = dS^T Q scale
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape), unbroadcast(dV, V.shape)
+
+
+# ---------------------------------------------------------------------------------------
 # Linear attention
 # ---------------------------------------------------------------------------------------
 
@@ -209,11 +315,6 @@ def _phi_grad(x):
     return np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))
 
 
-def _reverse_cumsum(x, axis):
-    """y_j = sum_{p >= j} x_p along ``axis`` (the backward of a cumulative sum)."""
-    return np.flip(np.cumsum(np.flip(x, axis), axis), axis)
-
-
 def _causal_option(causal, name, where, args):
     """True or False; causal linear attention needs n_k >= n_q (the queries are the last
     n_q of the n_k positions)."""
@@ -225,9 +326,25 @@ def _causal_option(causal, name, where, args):
     return causal
 
 
+def _chunks(n_q, n_k, chunk_size):
+    """(rows, keys, mask) per chunk of queries: queries ``rows`` sit at the key positions
+    ``keys`` (p_i = n_k - n_q + i), and ``mask`` is the causal mask inside the chunk."""
+    first = n_k - n_q
+    return [(rows, slice(first + rows.start, first + rows.stop),
+             causal_mask(rows.stop - rows.start)) for rows in _blocks(n_q, chunk_size)]
+
+
+def _state_before(phi_K, V, n_q):
+    """S = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j) over the keys before the first query."""
+    first = phi_K.shape[-2] - n_q
+    S = phi_K[..., :first, :].swapaxes(-1, -2) @ V[..., :first, :]   # (..., d_k, d_v)
+    z = phi_K[..., :first, :].sum(axis=-2, keepdims=True)            # (..., 1, d_k)
+    return S, z
+
+
 @op("Q: (..., n_q, d_k)", "K: (..., n_k, d_k)", "V: (..., n_k, d_v)",
-    causal=_causal_option, eps=positive)
-def linear_attention_forward(Q, K, V, *, causal=False, eps=1e-6):
+    causal=_causal_option, eps=positive, chunk_size=count)
+def linear_attention_forward(Q, K, V, *, causal=False, eps=1e-6, chunk_size=64):
     """Linear attention (001 §2.1 "Linear Attention"; Katharopoulos et al. 2020).
 
     The softmax similarity exp(q^T k) is replaced by phi(q)^T phi(k), phi(x) = elu(x) + 1,
@@ -243,31 +360,80 @@ def linear_attention_forward(Q, K, V, *, causal=False, eps=1e-6):
     the softmax weights: linear attention is a different model, not an approximation of
     attention_forward.
 
-    Q: (..., n_q, d_k)   K: (..., n_k, d_k)   V: (..., n_k, d_v)   ->  out: (..., n_q, d_v)
-    causal: use the prefix sums (needs n_k >= n_q). This reference builds all n_k prefix
-        states S_i at once with a cumulative sum, memory O(n d_k d_v) per batch item; a
-        recurrent implementation keeps only the current one (the "RNN" view of the paper).
-    eps: added to the normaliser (as in the paper's code), > 0.
+    Causal, in chunks of ``chunk_size`` queries (the "RNN" view of the paper, a chunk at a
+    time): a running state S, z holds the keys before the chunk, and inside the chunk the
+    few pairs j <= i are summed directly,
 
-    cache keys: "Q", "K", "V", "phi_Q", "phi_K", "S" ((..., d_k, d_v), or (..., n_q, d_k,
-    d_v) when causal), "z" ((..., 1, d_k), or (..., n_q, d_k) when causal), "den"
-    ((..., n_q, 1)), "out", "causal".
+        num_i = phi(q_i)^T S + sum_{j in chunk, j <= p_i} a_ij v_j,   a_ij = phi(q_i)^T phi(k_j)
+        den_i = phi(q_i)^T z + sum_{j in chunk, j <= p_i} a_ij + eps
+        then  S += sum_{j in chunk} phi(k_j) v_j^T,   z += sum_{j in chunk} phi(k_j)
+
+    so memory is O(n d + d_k d_v + chunk_size^2), never one state per position.
+
+    Q: (..., n_q, d_k)   K: (..., n_k, d_k)   V: (..., n_k, d_v)   ->  out: (..., n_q, d_v)
+    causal: use the prefix sums (needs n_k >= n_q). eps: added to the normaliser (as in the
+        paper's code), > 0. chunk_size: queries per chunk when causal (the result does not
+        depend on it, up to rounding).
+
+    cache keys: "Q", "K", "V", "phi_Q", "phi_K", "den" ((..., n_q, 1)), "out", "causal",
+    "chunk_size"; non-causal also "S" ((..., d_k, d_v)) and "z" ((..., 1, d_k)).
     """
     phi_Q, phi_K = _phi(Q), _phi(K)                 # phi(x) = elu(x) + 1
+    cache = {"Q": Q, "K": K, "V": V, "phi_Q": phi_Q, "phi_K": phi_K, "causal": causal,
+             "chunk_size": chunk_size}
     if causal:
-        first = K.shape[-2] - Q.shape[-2]           # position p_0 of query 0
-        S = np.cumsum(phi_K[..., :, :, None] * V[..., :, None, :], axis=-3)[..., first:, :, :]
-        #                                             S_i = sum_{j <= p_i} phi(k_j) v_j^T
-        z = np.cumsum(phi_K, axis=-2)[..., first:, :]      # z_i = sum_{j <= p_i} phi(k_j)
-        num = np.einsum("...id,...ide->...ie", phi_Q, S)   # phi(q_i)^T S_i
+        S, z = _state_before(phi_K, V, Q.shape[-2])  # the keys before the first query
+        num, den = [], []
+        for rows, keys, mask in _chunks(Q.shape[-2], K.shape[-2], chunk_size):
+            q, k, v = phi_Q[..., rows, :], phi_K[..., keys, :], V[..., keys, :]
+            a = np.where(mask, q @ k.swapaxes(-1, -2), 0.0)   # a_ij, j <= i in the chunk
+            num.append(q @ S + a @ v)                # phi(q_i)^T S + sum_j a_ij v_j
+            den.append((q * z).sum(axis=-1, keepdims=True) + a.sum(axis=-1, keepdims=True))
+            S = S + k.swapaxes(-1, -2) @ v           # S += sum_j phi(k_j) v_j^T
+            z = z + k.sum(axis=-2, keepdims=True)    # z += sum_j phi(k_j)
+        num, den = np.concatenate(num, axis=-2), np.concatenate(den, axis=-2) + eps
     else:
         S = phi_K.swapaxes(-1, -2) @ V              # (..., d_k, d_v)  S = sum_j phi(k_j) v_j^T
         z = phi_K.sum(axis=-2, keepdims=True)       # (..., 1, d_k)    z = sum_j phi(k_j)
         num = phi_Q @ S                             # phi(q_i)^T S
-    den = (phi_Q * z).sum(axis=-1, keepdims=True) + eps    # phi(q_i)^T z_i + eps
+        den = (phi_Q * z).sum(axis=-1, keepdims=True) + eps    # phi(q_i)^T z + eps
+        cache.update(S=S, z=z)
     out = num / den
-    return out, {"Q": Q, "K": K, "V": V, "phi_Q": phi_Q, "phi_K": phi_K, "S": S, "z": z,
-                 "den": den, "out": out, "causal": causal}
+    cache.update(den=den, out=out)
+    return out, cache
+
+
+def _causal_linear_backward(dnum, dden, cache):
+    """dphi_Q, dphi_K, dV of causal linear attention, chunk by chunk (see the backward)."""
+    phi_Q, phi_K, V = cache["phi_Q"], cache["phi_K"], cache["V"]
+    batch = dnum.shape[:-2]
+    dphi_Q = np.zeros_like(phi_Q, shape=batch + phi_Q.shape[-2:])
+    dphi_K = np.zeros_like(phi_K, shape=batch + phi_K.shape[-2:])
+    dV = np.zeros_like(V, shape=batch + V.shape[-2:])
+    chunks = _chunks(phi_Q.shape[-2], phi_K.shape[-2], cache["chunk_size"])
+    S, z = _state_before(phi_K, V, phi_Q.shape[-2])
+    for rows, keys, mask in chunks:                 # forward order: the state S, z before each chunk
+        q, k, v = phi_Q[..., rows, :], phi_K[..., keys, :], V[..., keys, :]
+        dn, dd = dnum[..., rows, :], dden[..., rows, :]
+        a = np.where(mask, q @ k.swapaxes(-1, -2), 0.0)
+        da = np.where(mask, dn @ v.swapaxes(-1, -2) + dd, 0.0)    # num += a v, den += a 1
+        dphi_Q[..., rows, :] = dn @ S.swapaxes(-1, -2) + dd * z + da @ k   # q S, q.z, a = q k^T
+        dphi_K[..., keys, :] = da.swapaxes(-1, -2) @ q             # a = q k^T
+        dV[..., keys, :] = a.swapaxes(-1, -2) @ dn                 # a v
+        S = S + k.swapaxes(-1, -2) @ v
+        z = z + k.sum(axis=-2, keepdims=True)
+    dS = np.zeros_like(S, shape=batch + S.shape[-2:])   # dS, dz: from the chunks after this one
+    dz = np.zeros_like(z, shape=batch + z.shape[-2:])
+    for rows, keys, _ in reversed(chunks):          # reverse order: the state's gradient
+        k, v = phi_K[..., keys, :], V[..., keys, :]
+        dphi_K[..., keys, :] += v @ dS.swapaxes(-1, -2) + dz   # S += k v^T, z += k
+        dV[..., keys, :] += k @ dS
+        dS = dS + phi_Q[..., rows, :].swapaxes(-1, -2) @ dnum[..., rows, :]   # num = q S
+        dz = dz + (phi_Q[..., rows, :] * dden[..., rows, :]).sum(axis=-2, keepdims=True)
+    first = phi_K.shape[-2] - phi_Q.shape[-2]       # the keys before the first query
+    dphi_K[..., :first, :] = V[..., :first, :] @ dS.swapaxes(-1, -2) + dz
+    dV[..., :first, :] = phi_K[..., :first, :] @ dS
+    return dphi_Q, dphi_K, dV
 
 
 @backward_of(linear_attention_forward)
@@ -275,30 +441,26 @@ def linear_attention_backward(dout, cache):
     """Backward of :func:`linear_attention_forward`: returns ``(dQ, dK, dV)``.
 
         out = num / den        ->  dnum = dout / den,   dden = -rowsum(dout * out) / den
-        num_i = phi_Q_i S_i    ->  dphi_Q_i = S_i dnum_i + dden_i z_i,   dS_i = phi_Q_i^T dnum_i
-        den_i = phi_Q_i . z_i  ->  dz_i = dden_i phi_Q_i
-        S = sum_j phi_K_j v_j^T, z = sum_j phi_K_j  (causal: prefix sums, so key j collects
-            the dS_i, dz_i of every query at a position >= j: a reversed cumulative sum)
+        num_i = phi_Q_i S      ->  dphi_Q_i = S dnum_i + dden_i z,   dS = sum_i phi_Q_i^T dnum_i
+        den_i = phi_Q_i . z    ->  dz = sum_i dden_i phi_Q_i
+        S = sum_j phi_K_j v_j^T, z = sum_j phi_K_j
                                ->  dphi_K_j = dS v_j + dz,   dv_j = dS^T phi_K_j
         phi = elu + 1          ->  dQ = dphi_Q * phi'(Q),    dK = dphi_K * phi'(K)
+
+    Causal, chunk by chunk: a forward sweep recomputes the state S, z before each chunk
+    for dphi_Q, and takes the in-chunk pairs (da_ij = dnum_i . v_j + dden_i for j <= i:
+    dphi_Q_i += da_ij phi_K_j, dphi_K_j += da_ij phi_Q_i, dv_j += a_ij dnum_i); a reverse
+    sweep then carries dS, dz from the later chunks, whose state held key j:
+    dphi_K_j += dS v_j + dz, dv_j += dS^T phi_K_j.
     """
     Q, K, V, phi_Q, phi_K = (cache[k] for k in ("Q", "K", "V", "phi_Q", "phi_K"))
-    S, z, den, out = (cache[k] for k in ("S", "z", "den", "out"))
+    den, out = cache["den"], cache["out"]
     dnum = dout / den                                           # out = num / den
     dden = -(dout * out).sum(axis=-1, keepdims=True) / den      # d(1/den) = -1/den^2, num/den = out
     if cache["causal"]:
-        first = K.shape[-2] - Q.shape[-2]
-        dphi_Q = np.einsum("...ide,...ie->...id", S, dnum) + dden * z   # num_i = phi_Q_i S_i
-        dS = phi_Q[..., :, :, None] * dnum[..., :, None, :]     # (..., n_q, d_k, d_v): outer products
-        dz = dden * phi_Q                                       # (..., n_q, d_k)
-        # keys before the first query position get zero gradients (padding); then the
-        # reversed cumulative sum gives key j the sum over all queries at positions >= j
-        pad = [(0, 0)] * (dS.ndim - 3)
-        dS = _reverse_cumsum(np.pad(dS, pad + [(first, 0), (0, 0), (0, 0)]), axis=-3)
-        dz = _reverse_cumsum(np.pad(dz, pad + [(first, 0), (0, 0)]), axis=-2)
-        dphi_K = np.einsum("...jde,...je->...jd", dS, V) + dz  # S += phi_K_j v_j^T, z += phi_K_j
-        dV = np.einsum("...jde,...jd->...je", dS, phi_K)
+        dphi_Q, dphi_K, dV = _causal_linear_backward(dnum, dden, cache)
     else:
+        S, z = cache["S"], cache["z"]
         dphi_Q = dnum @ S.swapaxes(-1, -2) + dden * z           # num = phi_Q S, den = phi_Q z^T
         dS = phi_Q.swapaxes(-1, -2) @ dnum                      # (..., d_k, d_v)
         dz = (dden * phi_Q).sum(axis=-2, keepdims=True)         # (..., 1, d_k)

@@ -259,14 +259,15 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
 # ---------------------------------------------------------------------------------------
 
 def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top_k=None,
-             rng=None, use_cache=True, eos_id=None, return_logits=False):
+             top_p=None, rng=None, use_cache=True, eos_id=None, return_logits=False):
     """Autoregressive generation (000 §2.5, 003 §6.1-6.2): append ``max_new_tokens`` tokens.
 
     Each step feeds the model, takes the logits of the last position and picks the next
     token: greedy (``top_k=1`` or ``temperature=0``) or sampled from
     ``softmax(logits / temperature)`` over the ``top_k`` most likely tokens (all when
-    None). Sampling needs ``rng`` (a np.random.Generator): without one it is a
-    ValueError, never hidden global randomness.
+    None), then over the nucleus: the smallest set of most likely tokens whose
+    probabilities sum to at least ``top_p`` (all when None). Sampling needs ``rng`` (a
+    np.random.Generator): without one it is a ValueError, never hidden global randomness.
 
     use_cache: True runs the prompt once and then one new token per step against the KV
                cache (003 §6.2); False re-runs the whole sequence each step (003 §6.2.1).
@@ -285,7 +286,7 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     dtype = check_params(params, gpt_param_shapes(c), where)
     prompt_ids = check_ids(prompt_ids, "prompt_ids", c.vocab_size, c, where)
     max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
-    temperature, top_k = check_sampling(temperature, top_k, rng, where)
+    temperature, top_k, top_p = check_sampling(temperature, top_k, rng, where, top_p=top_p)
     if eos_id is not None:
         eos_id = token_id(eos_id, "eos_id", c.vocab_size, where)
     B, T = prompt_ids.shape
@@ -310,7 +311,7 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
             logits, _ = gpt_forward(params, out[:, :n], config=c)   # the whole sequence again
         last = logits[:, -1]                                           # (B, V) next-token logits
         step_logits.append(last)
-        token = next_token(last, temperature=temperature, top_k=top_k, rng=rng)
+        token = next_token(last, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
         if eos_id is not None:
             token = np.where(done, eos_id, token)
             done = done | (token == eos_id)

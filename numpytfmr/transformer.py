@@ -395,11 +395,13 @@ def lm_head_backward(dlogits, cache, grads, c, *, table="wte"):
 # The next token (000 §2.5, 003 §6.1)
 # ---------------------------------------------------------------------------------------
 
-def check_sampling(temperature, top_k, rng, where):
-    """``(temperature, top_k)`` checked; sampling (not greedy) needs an rng."""
+def check_sampling(temperature, top_k, rng, where, *, top_p=None):
+    """``(temperature, top_k, top_p)`` checked; sampling (not greedy) needs an rng."""
     temperature = real(temperature, "temperature", where, low=0.0)
     if top_k is not None:
         top_k = count(top_k, "top_k", where)
+    if top_p is not None:
+        top_p = real(top_p, "top_p", where, low=0.0, high=1.0, low_open=True)
     greedy = temperature == 0.0 or top_k == 1
     if not greedy and rng is None:
         raise ValueError(f"{where}: rng is None but sampling needs randomness (temperature="
@@ -407,14 +409,16 @@ def check_sampling(temperature, top_k, rng, where):
                          "or use greedy decoding with top_k=1 or temperature=0")
     if not greedy:
         generator(rng, "rng", where)
-    return temperature, top_k
+    return temperature, top_k, top_p
 
 
-def next_token(logits, *, temperature=0.0, top_k=None, rng=None):
+def next_token(logits, *, temperature=0.0, top_k=None, top_p=None, rng=None):
     """One token per row from last-position logits (B, V): greedy or sampled.
 
         greedy:  argmax_v logits[v]           (temperature == 0 or top_k == 1)
-        sample:  p = softmax(logits / temperature) restricted to the top_k largest
+        sample:  p = softmax(logits / temperature) restricted to the top_k largest, then
+                 to the nucleus (top_p): the smallest set of most likely tokens whose
+                 probabilities sum to at least top_p, renormalised
     """
     if temperature == 0.0 or top_k == 1:
         return np.argmax(logits, axis=-1)
@@ -425,8 +429,23 @@ def next_token(logits, *, temperature=0.0, top_k=None, rng=None):
     z = z - z.max(axis=-1, keepdims=True)
     p = np.exp(z)
     p /= p.sum(axis=-1, keepdims=True)
+    if top_p is not None and top_p < 1.0:
+        p = nucleus(p, top_p)
     # inverse-CDF sampling, all rows at once: first v with cumsum(p)[v] > u
     u = rng.random((p.shape[0], 1))
     idx = np.sum(np.cumsum(p, axis=-1) <= u, axis=-1)
     return np.minimum(idx, p.shape[-1] - 1)
 
+
+def nucleus(p, top_p):
+    """Nucleus (top-p) filtering of distributions p (B, V): keep, per row, the most likely
+    tokens until their probabilities sum to at least ``top_p`` (a token is kept when the
+    tokens ranked above it sum to less than ``top_p``; equal probabilities rank by id),
+    zero the rest and renormalise."""
+    order = np.argsort(-p, axis=-1, kind="stable")                   # most likely first
+    ranked = np.take_along_axis(p, order, axis=-1)
+    above = np.cumsum(ranked, axis=-1) - ranked                      # mass ranked above each
+    keep = np.empty(p.shape, dtype=bool)
+    np.put_along_axis(keep, order, above < top_p, axis=-1)
+    q = np.where(keep, p, 0.0)
+    return q / q.sum(axis=-1, keepdims=True)

@@ -12,7 +12,7 @@ import pytest
 
 from numpytfmr.run import bench
 from numpytfmr.run.cli import main
-from numpytfmr.cost import matmul_cost
+from numpytfmr.cost import matmul_cost, train_step_cost
 from numpytfmr.gpt import GPTConfig
 
 TINY = {"vocab_size": 16, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 16, "batch": 2,
@@ -31,6 +31,20 @@ def test_train_step_flops_by_hand():
     assert f["forward"] == expected
     assert f["step"] == 3 * expected and f["backward"] == 2 * expected
     assert f["lm_head"] == 2 * matmul_cost(N, 4, 5)[0]
+    # cost.train_step_cost counts the same products
+    cost = train_step_cost(2, 3, 4, 1, 2, 8, 5)
+    assert cost["forward_flops"] == expected and cost["step_flops"] == 3 * expected
+
+
+def test_train_step_cost_memory_by_hand():
+    # B = 2, n = 3, d = 4, 2 layers, 2 heads, d_ff = 8, V = 5: N = 6 tokens
+    c = train_step_cost(2, 3, 4, 2, 2, 8, 5)
+    assert c["score_elements"] == 2 * 2 * 2 * 3 * 3                  # layers B h n^2
+    assert c["activation_elements"] == 72 + 2 * (6 * 6 * 4 + 2 * 6 * 8) + 6 * 5
+    assert c["parameter_elements"] == 2 * (4 * 16 + 2 * 4 * 8) + 5 * 4
+    assert c["memory_elements"] == c["activation_elements"] + c["parameter_elements"]
+    with pytest.raises(ValueError, match="train_step_cost: batch is 0"):
+        train_step_cost(0, 3, 4, 2, 2, 8, 5)
 
 
 def test_peak_bytes_sees_numpy_arrays():
@@ -85,11 +99,55 @@ def test_decoding_cached_and_uncached_agree():
 
 
 def test_attention_methods_run_and_flash_holds_less():
-    r = bench.bench_attention((128,), d=8, block_size=16, window=8, repeat=1)[128]
+    r = bench.bench_attention((256,), d=8, block_size=16, window=8, repeat=1)[256]
     assert set(r) == set(bench.ATTENTION_METHODS)
-    # standard attention holds the 128 x 128 weights (64 KiB in float32); flash never does
-    assert r["standard"]["peak_bytes"] >= 128 * 128 * 4
-    assert r["flash"]["peak_bytes"] < r["standard"]["peak_bytes"] / 4
+    # standard attention holds the 256 x 256 weights (256 KiB in float32); flash, the
+    # sliding window (band by band) and causal linear attention (in chunks) never do
+    assert r["standard"]["peak_bytes"] >= 256 * 256 * 4
+    for method in ("flash", "sliding_window", "linear_causal"):
+        assert r[method]["peak_bytes"] < r["standard"]["peak_bytes"] / 4, method
+
+
+def test_scaling_study_fits_slopes_beside_the_counts():
+    base = {"vocab_size": 16, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 32, "batch": 2,
+            "seq_len": 4}
+    axes = {"n_layers": (1, 2, 4), "batch": (1, 2)}
+    sc = bench.bench_scaling(base, axes, repeat=1)
+    assert set(sc["axes"]) == {"n_layers", "batch"}
+    layers = sc["axes"]["n_layers"]
+    assert layers["values"] == [1, 2, 4] and len(layers["seconds"]) == 3
+    assert all(t > 0 for t in layers["seconds"]) and all(b > 0 for b in layers["peak_bytes"])
+    # FLOPs: n_layers x (per layer) + the output layer: a slope just under 1
+    assert 0.7 < layers["flop_slope"] < 1.0
+    assert sc["axes"]["batch"]["flop_slope"] == pytest.approx(1.0)
+    assert layers["flops"][0] == train_step_cost(2, 4, 8, 1, 2, 32, 16)["step_flops"]
+    for key in ("time_slope", "memory_slope", "predicted_memory_slope"):
+        assert np.isfinite(layers[key])
+
+
+def test_hf_gpt2_gives_the_same_logits_and_tokens():
+    pytest.importorskip("transformers")
+    import torch
+    from numpytfmr import fast
+    from numpytfmr.gpt import init_gpt
+    c = bench.bench_config(TINY, max_len=12)
+    p = init_gpt(c, rng=np.random.default_rng(0), dtype=np.float32)
+    model = bench.hf_gpt2_from_params(p, c)
+    ids = np.random.default_rng(1).integers(0, c.vocab_size, (2, 6))
+    with torch.no_grad():
+        hf_logits = model(torch.as_tensor(ids)).logits.numpy()
+    logits, _ = fast.gpt_forward(p, ids, config=c)
+    np.testing.assert_allclose(logits, hf_logits, rtol=1e-4, atol=1e-5)
+    r = bench.bench_decoding_vs_hf(TINY, n_new=5, prompt_len=3, batches=(1, 2), repeat=1)
+    assert r["available"] and set(r["by_batch"]) == {1, 2}
+    for row in r["by_batch"].values():
+        assert row["same_tokens"] and row["ratio"] > 0 and row["ms_per_token"] > 0
+
+
+def test_decoding_vs_hf_is_skipped_cleanly_without_transformers(monkeypatch):
+    monkeypatch.setattr(bench, "_transformers_or_none", lambda: None)
+    r = bench.bench_decoding_vs_hf(TINY, n_new=2, prompt_len=2, repeat=1)
+    assert r["available"] is False and "not installed" in r["note"] and r["by_batch"] == {}
 
 
 def test_quick_bench_command_writes_the_summary(tmp_path, capsys, monkeypatch):
@@ -104,11 +162,32 @@ def test_quick_bench_command_writes_the_summary(tmp_path, capsys, monkeypatch):
         assert key in s
     assert s["train_step_ratio_vs_torch"] is None          # --skip-torch
     assert s["reference_step_ratio_vs_torch"] is None
+    assert s["decode_ratio_vs_hf"] is None and s["decode_ratio_vs_hf_batch8"] is None
+    assert "not compared with Hugging Face" in s["decoding_vs_hf"]["note"]
     assert s["reference_step_seconds"] > 0 and s["numpy_step_seconds"] > 0
     assert "NumPy, fast path" in out and "NumPy, reference" in out
     assert s["gemm_fraction"] > 0
     assert s["clock"] == "cpu"
     assert set(s["attention"]["by_n"]["64"]) == set(bench.ATTENTION_METHODS)
+
+
+def test_scaling_command_writes_the_scaling_summary(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "QUICK_SCALING_AXES", {"n_layers": (1, 2), "seq_len": (4, 8)})
+    monkeypatch.setattr(bench, "QUICK_SCALING_BASE", TINY)
+    path = tmp_path / "scaling.json"
+    assert main(["bench", "--quick", "--scaling", "--quiet", "--summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "scaling of the fast training step" in out and "n_layers" in out and "seq_len" in out
+    s = json.loads(path.read_text())
+    assert set(s["scaling"]["axes"]) == {"n_layers", "seq_len"}
+    assert "train_step" not in s                          # --scaling runs nothing else
+
+
+def test_keep_freed_memory_reports_what_it_did():
+    r = bench.keep_freed_memory()
+    assert set(r) == {"allocator", "kept"} and isinstance(r["kept"], bool)
+    if r["kept"]:
+        assert "glibc" in r["allocator"]
 
 
 def test_bad_option_is_a_usage_error(capsys):

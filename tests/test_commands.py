@@ -79,7 +79,11 @@ def test_generate_refuses_bad_prompts(trained, capsys, prompt, message):
 def test_generate_refuses_missing_and_corrupt_checkpoints(trained, tmp_path, capsys):
     run, _ = trained
     assert main(["generate", "--checkpoint", str(tmp_path / "none"), "--prompt", "1"]) == 2
-    assert "no checkpoint" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--checkpoint is" in err and "does not exist" in err
+    (tmp_path / "empty").mkdir()
+    assert main(["generate", "--checkpoint", str(tmp_path / "empty"), "--prompt", "1"]) == 2
+    assert "holds no checkpoint.json" in capsys.readouterr().err
     bad = tmp_path / "bad"
     bad.mkdir()
     for name in os.listdir(run):

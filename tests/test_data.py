@@ -93,7 +93,9 @@ def test_char_tokenizer_errors_and_serialisation():
     small = CharTokenizer("xyz")
     restored = tokenizer_from_dict(json.loads(json.dumps(small.to_dict())))
     assert restored == small and restored.encode("zyx").tolist() == [6, 5, 4]
-    with pytest.raises(ValueError, match="tokenizer_from_dict"):
+    with pytest.raises(ValueError, match="tokenizer_from_dict: .* of type 'unigram'; expected"):
+        tokenizer_from_dict({"type": "unigram"})
+    with pytest.raises(ValueError, match="BPETokenizer.from_dict"):     # a bpe dict without its tables
         tokenizer_from_dict({"type": "bpe"})
 
 

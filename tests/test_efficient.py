@@ -1,10 +1,12 @@
-"""Memory-efficient attention: flash attention, sliding-window masks, linear attention.
+"""Memory-efficient attention: flash attention, sliding-window attention, linear attention.
 
 Flash attention must equal attention_forward (forward and gradients, 1e-12 in float64) for
 every shape, block size, mask and bias, and must use far less memory (measured with
-tracemalloc, which sees NumPy's allocations; nothing is timed). Linear attention is checked
-against its quadratic form, a per-position loop and PyTorch autograd. Every RuntimeWarning
-is an error in this file: a fully masked row must not even warn.
+tracemalloc, which sees NumPy's allocations; nothing is timed). Sliding-window attention
+must equal attention_forward with sliding_window_mask (1e-12) without any n x n array.
+Linear attention is checked against its quadratic form, a per-position loop and PyTorch
+autograd, for any chunk size. Every RuntimeWarning is an error in this file: a fully
+masked row must not even warn.
 """
 import tracemalloc
 
@@ -15,7 +17,8 @@ from hypothesis import given, settings, strategies as st
 from numpytfmr.attention import attention_backward, attention_forward, causal_mask, padding_mask
 from numpytfmr.efficient import (
     flash_attention_backward, flash_attention_forward, linear_attention_backward,
-    linear_attention_forward, sliding_window_mask,
+    linear_attention_forward, sliding_window_attention_backward,
+    sliding_window_attention_forward, sliding_window_mask,
 )
 from numpytfmr.registry.efficient import OPS
 
@@ -24,7 +27,7 @@ from numpytfmr.registry.efficient import OPS
 # would otherwise turn a clear failure report into an internal error.)
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
-FLASH, LINEAR = OPS
+FLASH, SLIDING, LINEAR = OPS
 
 
 def _phi(x):
@@ -73,8 +76,12 @@ def test_registry_covers_every_requested_case():
                  "n_q=2 != n_k=5", "block 3 (n=7 not divisible)", "d_k=6 != d_v=3",
                  "leading axes", "sliding window"):
         assert word in labels["flash_attention"], word
-    for word in ("non-causal", "causal (2, 6, 5)", "leading axes", "n_q=2 < n_k=5", "(2, 5, 7)"):
+    for word in ("non-causal", "causal (2, 6, 5)", "leading axes", "n_q=2 < n_k=5", "(2, 5, 7)",
+                 "chunks of 3 (n=7 not divisible)", "a state before the first query"):
         assert word in labels["linear_attention"], word
+    for word in ("window 2, block 3", "window 3 > block 2", "non-causal", "n_q=3 < n_k=7",
+                 "leading axes", "window 0", "window >= n"):
+        assert word in labels["sliding_window_attention"], word
 
 
 # ---------------------------------------------------------------------------------------
@@ -369,6 +376,127 @@ def test_sliding_window_mask_needs_window():
 
 
 # ---------------------------------------------------------------------------------------
+# sliding-window attention, band by band
+# ---------------------------------------------------------------------------------------
+
+def _sliding_vs_standard(Q, K, V, dout, *, window, causal=True, scale=None, block_size=128):
+    """Assert sliding_window_attention equals attention_forward with the dense band mask."""
+    n_q, n_k = Q.shape[-2], K.shape[-2]
+    mask = sliding_window_mask(n_q, n_k, window=window, causal=causal)
+    out, cache = attention_forward(Q, K, V, mask=mask, scale=scale)
+    s_out, s_cache = sliding_window_attention_forward(Q, K, V, window=window, causal=causal,
+                                                      scale=scale, block_size=block_size)
+    assert s_out.shape == out.shape and s_out.dtype == out.dtype
+    assert_close(s_out, out)
+    for g_s, g, name in zip(sliding_window_attention_backward(dout, s_cache),
+                            attention_backward(dout, cache), "QKV"):
+        assert g_s.shape == g.shape, name
+        assert_close(g_s, g)
+    return s_cache
+
+
+@pytest.mark.parametrize("i,case", list(enumerate(SLIDING.make_cases(np.random.default_rng(2),
+                                                                      np.float64))),
+                         ids=lambda x: x.label if hasattr(x, "label") else str(x))
+def test_sliding_window_registered_case_equals_masked_attention(i, case):
+    Q, K, V = case.args
+    out, _ = sliding_window_attention_forward(Q, K, V, **case.kwargs)
+    dout = np.random.default_rng(i).standard_normal(out.shape)
+    _sliding_vs_standard(Q, K, V, dout, **case.kwargs)
+
+
+@st.composite
+def _sliding_problems(draw):
+    lead_q, lead_kv = draw(st.sampled_from([((), ()), ((2,), (2,)), ((2, 3), (2, 1)),
+                                            ((1, 2), (3, 1)), ((3,), ())]))
+    n_q = draw(st.integers(1, 12))
+    n_k = n_q + draw(st.integers(0, 5))
+    d_k, d_v = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    Q = rng.standard_normal(lead_q + (n_q, d_k))
+    K = rng.standard_normal(lead_kv + (n_k, d_k))
+    V = rng.standard_normal(lead_kv + (n_k, d_v))
+    kwargs = {"window": draw(st.integers(0, 14)), "causal": draw(st.booleans()),
+              "block_size": draw(st.integers(1, 13))}
+    if draw(st.booleans()):
+        kwargs["scale"] = draw(st.floats(0.1, 3.0))
+    return Q, K, V, kwargs
+
+
+@settings(max_examples=150, deadline=None)
+@given(_sliding_problems())
+def test_sliding_window_equals_masked_attention_for_any_shape_window_and_block(problem):
+    Q, K, V, kwargs = problem
+    out, _ = sliding_window_attention_forward(Q, K, V, **kwargs)
+    dout = np.random.default_rng(0).standard_normal(out.shape)
+    _sliding_vs_standard(Q, K, V, dout, **kwargs)
+
+
+def test_sliding_window_holds_no_n_by_n_array():
+    """At n = 2048, window 32, block 64: every array the op creates (cache included) is a
+    band of at most n (block + window) entries; the peak of forward + backward stays far
+    below ONE n x n array. Deterministic, not timed."""
+    n, d, window, block = 2048, 8, 32, 64
+    rng = np.random.default_rng(19)
+    Q, K, V, dout = (rng.standard_normal((n, d)) for _ in range(4))
+    _, cache = sliding_window_attention_forward(Q, K, V, window=window, block_size=block)
+    sizes = [a.size for a in cache["band"]]
+    assert max(sizes) <= block * (block + window) and sum(sizes) <= n * (block + window)
+
+    def sliding():
+        _, c = sliding_window_attention_forward(Q, K, V, window=window, block_size=block)
+        sliding_window_attention_backward(dout, c)
+
+    peak = _peak_bytes(sliding)
+    assert peak < n * n * 8 / 8, peak                  # an eighth of one n x n float64 array
+    assert peak < 8 * n * (block + window + 4 * d) * 8  # a few bands and (n, d) arrays
+
+
+def test_sliding_window_output_ignores_keys_outside_the_window():
+    rng = np.random.default_rng(20)
+    Q, K, V = (rng.standard_normal((9, 3)) for _ in range(3))
+    out, _ = sliding_window_attention_forward(Q, K, V, window=2, block_size=4)
+    K2, V2 = K.copy(), V.copy()
+    K2[0] += 5.0
+    V2[0] -= 7.0                                     # key 0 is in the window of queries 0, 1, 2
+    out2, _ = sliding_window_attention_forward(Q, K2, V2, window=2, block_size=4)
+    assert np.array_equal(out[3:], out2[3:]) and not np.allclose(out[:3], out2[:3])
+
+
+def test_sliding_window_float32_stays_float32():
+    rng = np.random.default_rng(21)
+    Q, K, V = (rng.standard_normal((2, 7, 3)).astype(np.float32) for _ in range(3))
+    out, cache = sliding_window_attention_forward(Q, K, V, window=2, block_size=3)
+    assert out.dtype == np.float32 and all(A.dtype == np.float32 for A in cache["band"])
+    grads = sliding_window_attention_backward(np.ones((2, 7, 3)), cache)   # float64 dout: cast
+    assert all(g.dtype == np.float32 for g in grads)
+    ref, _ = attention_forward(Q, K, V, mask=sliding_window_mask(7, window=2))
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs,shapes,exc,words", [
+    ({"window": -1}, None, ValueError, "window is -1"),
+    ({"window": 1.5}, None, TypeError, "window is 1.5"),
+    ({"window": True}, None, TypeError, "window is True"),
+    ({"window": 2, "block_size": 0}, None, ValueError, "block_size is 0"),
+    ({"window": 2, "causal": "yes"}, None, TypeError, "causal"),
+    ({"window": 2}, ((2, 5, 3), (2, 4, 3), (2, 4, 3)), ValueError, "n_k >= n_q"),
+    ({"window": 2}, ((2, 4, 3), (2, 4, 2), (2, 4, 3)), ValueError, "the axes d_k must match"),
+])
+def test_sliding_window_bad_input(kwargs, shapes, exc, words):
+    shapes = shapes or ((2, 4, 3), (2, 4, 3), (2, 4, 3))
+    with pytest.raises(exc) as info:
+        sliding_window_attention_forward(*(np.zeros(s) for s in shapes), **kwargs)
+    assert str(info.value).startswith("sliding_window_attention_forward:")
+    assert words in str(info.value)
+
+
+def test_sliding_window_needs_window():
+    with pytest.raises(TypeError, match="window"):
+        sliding_window_attention_forward(np.zeros((3, 2)), np.zeros((3, 2)), np.zeros((3, 2)))
+
+
+# ---------------------------------------------------------------------------------------
 # linear attention
 # ---------------------------------------------------------------------------------------
 
@@ -401,6 +529,52 @@ def test_linear_attention_causal_equals_masked_quadratic_form_and_a_loop():
             q = _phi(Q[:, i])
             loop[:, i] = np.einsum("bd,bde->be", q, S) / (np.sum(q * z, -1, keepdims=True) + 0.01)
     assert_close(out, loop)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 5, 64])
+@pytest.mark.parametrize("n_q,n_k", [(7, 7), (3, 8), (1, 4)])
+def test_linear_attention_causal_chunks_give_the_same_output_and_gradients(chunk_size, n_q, n_k):
+    """Any chunk size: the masked quadratic form's output and the same gradients as one
+    chunk holding every query (1e-12, float64)."""
+    rng = np.random.default_rng(22)
+    Q = rng.standard_normal((2, 1, n_q, 3))
+    K, V = rng.standard_normal((2, 2, n_k, 3)), rng.standard_normal((2, 2, n_k, 4))
+    dout = rng.standard_normal((2, 2, n_q, 4))
+    out, cache = linear_attention_forward(Q, K, V, causal=True, chunk_size=chunk_size)
+    A = (_phi(Q) @ np.swapaxes(_phi(K), -1, -2)) * causal_mask(n_q, n_k)
+    assert_close(out, (A @ V) / (A.sum(-1, keepdims=True) + 1e-6))
+    one, one_cache = linear_attention_forward(Q, K, V, causal=True, chunk_size=n_q)
+    for g, g_one in zip(linear_attention_backward(dout, cache),
+                        linear_attention_backward(dout, one_cache)):
+        assert_close(g, g_one)
+
+
+def test_linear_attention_causal_memory_is_linear_in_n():
+    """Forward + backward, d = 64, chunk 64: no (n, d, d) prefix states and no n x n array.
+    The peak is a small multiple of the (n, d) inputs and doubles with n. Deterministic,
+    not timed."""
+    d = 64
+    rng = np.random.default_rng(23)
+    peaks = {}
+    for n in (1024, 2048):
+        Q, K, V, dout = (rng.standard_normal((n, d)) for _ in range(4))
+
+        def causal():
+            _, c = linear_attention_forward(Q, K, V, causal=True)
+            linear_attention_backward(dout, c)
+
+        peaks[n] = _peak_bytes(causal)
+        assert peaks[n] < 24 * n * d * 8, peaks    # ~two dozen (n, d) float64 arrays at most
+        assert peaks[n] < n * d * d * 8 / 2        # under half of the (n, d, d) states alone
+    assert peaks[2048] < 2.2 * peaks[1024], peaks
+
+
+def test_linear_attention_chunk_size_is_checked():
+    Q = np.zeros((4, 3))
+    with pytest.raises(ValueError, match="^linear_attention_forward: chunk_size is 0"):
+        linear_attention_forward(Q, Q, Q, causal=True, chunk_size=0)
+    with pytest.raises(TypeError, match="chunk_size"):
+        linear_attention_forward(Q, Q, Q, causal=True, chunk_size=2.0)
 
 
 def test_linear_attention_causal_output_ignores_future_keys():

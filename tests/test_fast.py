@@ -169,6 +169,39 @@ def test_loss_and_its_gradients_match_gpt_loss(name, options):
     _assert_grads(gf, gr, 1e-12, c)
 
 
+@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "rope-gqa-dropout",
+                                  "learned-post-swiglu-dropout"])
+def test_loss_workspace_is_reused_and_never_leaks_into_results(name):
+    """gpt_loss keeps its activations in a Workspace between calls: a second call (other
+    batch, then other shapes) reuses or replaces that memory, yet returns the reference's
+    numbers and leaves the gradients of the first call untouched (they are new arrays)."""
+    c, p, rng = _model(CONFIGS[name])
+    train = c.dropout > 0
+    ws = fast.Workspace()
+    batches = [(rng.integers(0, c.vocab_size, s), rng.integers(0, c.vocab_size, s))
+               for s in ((3, 6), (3, 6), (2, 9))]
+    kept = []
+    for ids, targets in batches:
+        loss_r, gr = R.gpt_loss(p, ids, targets, config=c, train=train,
+                                rng=np.random.default_rng(2))
+        loss_f, gf = fast.gpt_loss(p, ids, targets, config=c, train=train,
+                                   rng=np.random.default_rng(2), workspace=ws)
+        assert abs(loss_f - loss_r) <= 1e-12 * abs(loss_r)
+        _assert_grads(gf, gr, 1e-12, c)
+        kept.append((gf, {k: v.copy() for k, v in gf.items()}))
+        assert ws.arrays and not any(np.shares_memory(g, a) for g in gf.values()
+                                     for a in ws.arrays.values())
+    for gf, copy in kept:
+        assert all(np.array_equal(gf[k], copy[k]) for k in copy)
+    n_arrays = len(ws.arrays)
+    fast.gpt_loss(p, *batches[-1], config=c, train=train, rng=np.random.default_rng(2),
+                  workspace=ws)
+    assert len(ws.arrays) == n_arrays                    # same shapes: nothing new
+    assert isinstance(fast.loss_workspace(), fast.Workspace)
+    with pytest.raises(TypeError, match="workspace"):
+        fast.gpt_loss(p, *batches[0], config=c, workspace={})
+
+
 def test_loss_in_float32_and_with_every_target_ignored():
     c, p, rng = _model(CONFIGS["rope-pre-gqa-swiglu"], np.float32)
     ids = rng.integers(0, c.vocab_size, (2, 8))
@@ -236,10 +269,11 @@ def test_cached_decoding_steps_equal_the_full_forward(name):
     assert _err(ref_step[:, 0], full[:, 9]) <= 1e-12
 
 
-@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "rope-pre-gqa-swiglu",
-                                  "learned-post-gqa-untied-gelutanh"])
+@pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_generate_greedy_token_for_token(name, use_cache):
+    """Every configuration: generate's one-position decoding step (cached) and the full
+    forward (uncached) give the reference's tokens and logits."""
     c, p, rng = _model(CONFIGS[name])
     prompt = rng.integers(0, c.vocab_size, (3, 4))
     ref, ref_logits = R.generate(p, prompt, config=c, max_new_tokens=8, top_k=1,

@@ -21,6 +21,7 @@ from numpytfmr.run.cli import main
 from numpytfmr.grading import grade, make_assignment
 from numpytfmr.grading.channel import Returned, decode_value
 from numpytfmr.grading.compare import check_value, diagnose_bool
+from numpytfmr.grading.contracts import clean_reference_text
 from numpytfmr.grading.notebook import SubmissionError, notebook_to_chunks, read_submission
 from numpytfmr.grading.skeleton import function_skeleton
 
@@ -94,8 +95,10 @@ def test_make_assignment_writes_skeleton_notebook_config_and_gradescope_pair(tmp
                            "softmax_backward", "causal_mask"]
     for name, node in funcs.items():
         ref = getattr(numpytfmr, name)
-        # signature and docstring kept, body replaced
-        assert ast.get_docstring(node) == inspect.getdoc(ref)
+        # signature kept, a student docstring (the reference's summary first), body replaced
+        doc = ast.get_docstring(node)
+        assert doc.splitlines()[0] == clean_reference_text(inspect.getdoc(ref)).splitlines()[0]
+        assert "Required (graded):" in doc
         assert ast.unparse(node.args) == ast.unparse(ast.parse(inspect.getsource(ref)).body[0].args)
         assert isinstance(node.body[-1], ast.Raise) and "NotImplementedError" in ast.unparse(node.body[-1])
         assert len(node.body) == 2
@@ -429,9 +432,14 @@ def test_cli_exit_status_and_unknown_names(tmp_path, capsys):
     assert main(["grade", str(CORRECT), "--only", "no_such_op"]) == 2
     assert "unknown function 'no_such_op'" in capsys.readouterr().err
     missing = tmp_path / "results.json"
-    assert main(["grade", str(tmp_path / "nothing.py"), "--only", "relu", "--json", str(missing)]) == 1
+    # a path that does not exist is a usage error (2); an empty submission folder is graded 0
+    assert main(["grade", str(tmp_path / "nothing.py"), "--only", "relu", "--json", str(missing)]) == 2
+    assert "nothing.py' does not exist" in capsys.readouterr().err and not missing.exists()
+    (tmp_path / "empty").mkdir()
+    assert main(["grade", str(tmp_path / "empty"), "--only", "relu", "--json", str(missing)]) == 1
     results = json.loads(missing.read_text())
     assert results["score"] == 0 and "could not be read" in results["tests"][0]["output"]
+    assert results["max_score"] == 10
 
 
 def test_missing_functions_fail_only_their_own_tests(tmp_path):
@@ -473,3 +481,108 @@ def test_gradescope_run_autograder_end_to_end(tmp_path):
     assert set(results["tests"][0]) == {"name", "number", "score", "max_score", "status", "output",
                                         "visibility"}
     assert paths["config"].endswith("grading.json")
+
+
+# --- fair isolation, load failures, exact points (issue #16) ----------------------------------
+
+def test_a_hanging_or_crashing_backward_costs_only_the_backwards_tests(tmp_path):
+    start = time.perf_counter()
+    report = _hostile(tmp_path, "fail_in_backward", ["softmax", "layernorm", "relu"], timeout=1.0)
+    assert time.perf_counter() - start < 30
+    for fwd in ("softmax_forward", "layernorm_forward"):
+        tests = _tests(report, fwd)
+        assert len(tests) > 3 and all(t.passed for t in tests), [t.output() for t in tests if not t.passed]
+    hang = _tests(report, "softmax_backward")
+    assert "timed out: softmax_backward did not finish within 1 s" in hang[0].output()
+    assert all(not t.passed and "softmax_backward timed out on case" in t.output() for t in hang[1:])
+    crash = _tests(report, "layernorm_backward")
+    assert not any(t.passed for t in crash)
+    assert "exited with status 1" in crash[0].output()
+    assert any("ended 3 times while layernorm_backward ran" in t.output() for t in crash)
+    assert all(t.passed for t in report.tests if t.item == "relu")
+    # the points: the forwards' share of softmax and layernorm, and all of relu
+    fwd_points = sum(t.max_score for t in report.tests if t.function in ("softmax_forward",
+                                                                          "layernorm_forward"))
+    assert report.score == pytest.approx(fwd_points + 10.0)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("hostile/loop_at_import.py", "did not finish loading within 1 s"),
+    ("hostile/import_reference.py", "import of 'numpytfmr' is not allowed"),
+    ("syntax", "raised SyntaxError"),
+])
+def test_a_submission_that_does_not_load_shows_every_test_at_zero_of_its_points(tmp_path, source,
+                                                                                 message):
+    path = tmp_path / "homework.py"
+    if source == "syntax":
+        path.write_text("import numpy as np\n\ndef softmax_forward(x, *, axis=-1):\n    return x +\n\n"
+                        "def softmax_backward(dout, cache):\n    return dout\n")
+    else:
+        path.write_text((FIXTURES / source).read_text())
+    report = grade(path, timeout=1.0)            # no config and no --only: names from the source
+    assert {t.item for t in report.tests} == {"softmax"}
+    assert report.score == 0 and report.max_score == 10
+    assert all(t.max_score > 0 and not t.passed and message in t.output() for t in report.tests)
+    results = report.gradescope()
+    assert results["score"] == 0 and results["max_score"] == 10
+    assert message in results["output"]
+
+
+def test_points_are_exact_multiples_of_a_hundredth_that_sum_to_the_weights(tmp_path):
+    from decimal import Decimal
+    from numpytfmr.grading.grader import split_points
+
+    assert split_points(10, [1, 1, 1]) == [3.34, 3.33, 3.33]
+    # 1 point over 7 cases: exact shares 0.0571 and 0.0857; the 9 hundredths left after rounding
+    # down go to the largest remainders (every forward), then to the earliest backwards
+    assert split_points(1, [0.4, 0.6] * 7) == [0.06, 0.09, 0.06, 0.09] + [0.06, 0.08] * 5
+    assert sum(map(Decimal, map(str, split_points(1, [0.4, 0.6] * 7)))) == 1
+    for weight in (10, 7, 33.33, 0.5, 100):
+        for n in (1, 3, 7, 13, 29):
+            parts = split_points(weight, [0.4, 0.6] * n)
+            assert sum(Decimal(str(p)) for p in parts) == Decimal(str(weight))
+            assert all(Decimal(str(p)) * 100 == int(Decimal(str(p)) * 100) for p in parts)
+    paths = make_assignment(["softmax", "layernorm", "causal_mask", "attention"], tmp_path / "hw",
+                            hidden_seed=3, weights={"softmax": 7, "layernorm": 33.33,
+                                                    "causal_mask": 0.5, "attention": 59.17})
+    report = grade(paths["skeleton"], config=paths["config"])
+    results = report.gradescope()
+    assert results["max_score"] == 100
+    assert sum(Decimal(str(t["max_score"])) for t in results["tests"]) == Decimal(100)
+    by_item = {}
+    for t in report.tests:
+        by_item[t.item] = by_item.get(t.item, Decimal(0)) + Decimal(str(t.max_score))
+    assert by_item == {"softmax": 7, "layernorm": Decimal("33.33"), "causal_mask": Decimal("0.5"),
+                       "attention": Decimal("59.17")}
+
+
+def test_grade_usage_errors_exit_2_with_one_line_naming_the_file_or_flag(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"seed": 1,')
+    cases = [
+        (["grade", "/nonexistent.py"], "'/nonexistent.py' does not exist"),
+        (["grade", str(CORRECT), "--config", "/nonexistent.json"], "--config '/nonexistent.json' does not exist"),
+        (["grade", str(CORRECT), "--config", str(bad)], "is not valid JSON (Expecting property name"),
+        (["grade", str(CORRECT), "--config", str(tmp_path)], "is a directory"),
+        (["grade", str(CORRECT), "--seed", "-1"], "--seed is -1; expected an integer >= 0"),
+        (["grade", str(CORRECT), "--timeout", "0"], "--timeout is 0; expected a finite number > 0"),
+        (["grade", str(CORRECT), "--memory-mb", "100"], "--memory-mb is 100; expected an integer >= 256"),
+        (["grade", str(CORRECT), "--only", "nope"], "--only: unknown function 'nope'"),
+        (["grade", str(CORRECT), "--jobs", "2"], "--jobs applies to a whole class"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("numpytfmr grade: error: ") and message in err, (argv, err)
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_independent_gates_and_rewards_submission_scores_full_marks():
+    # written from a generated skeleton's docstrings only, not from the reference's source
+    path = FIXTURES / "independent" / "gates_and_rewards.py"
+    report = grade(path, hidden_seed=77)
+    assert {t.item for t in report.tests} == {"silu", "ffn", "bradley_terry_loss", "reward_head",
+                                              "sequence_logprobs", "gru_cell"}
+    failed = [t.output() for t in report.tests if not t.passed]
+    assert not failed, "\n\n".join(failed[:3])
+    assert report.score == report.max_score == 60

@@ -23,6 +23,7 @@ EXPECTED = [
     "08_dpo.ipynb",
     "09_gradcheck_exercises.ipynb",
     "10_classical_nlp.ipynb",
+    "11_pretraining.ipynb",
 ]
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 # Outputs a committed notebook may carry, in characters of JSON (none is the rule; this

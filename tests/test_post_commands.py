@@ -92,11 +92,12 @@ def test_dpo_command_writes_its_summary(pairs, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["lora", "--targets", "Wx"], "--targets is 'Wx'"),
-    (["lora", "--alpha", "0"], "--alpha is 0.0"),
+    (["lora", "--alpha", "0"], "--alpha is 0; expected a finite number > 0"),
     (["lora", "--rank", "0"], "--rank is 0"),
-    (["dpo", "--beta", "-1"], "--beta is -1.0"),
+    (["dpo", "--beta", "-1"], "--beta is -1; expected a finite number > 0"),
     (["dpo", "--samples", "0"], "--samples is 0"),
-    (["lora", "--checkpoint", "/nonexistent/run"], "no checkpoint"),
+    (["lora", "--checkpoint", "/nonexistent/run"], "--checkpoint is '/nonexistent/run', which "
+                                                    "does not exist"),
 ])
 def test_bad_arguments_exit_with_status_2(args, message, capsys):
     assert main(args + ["--quiet", "--out", "none"]) == 2

@@ -188,6 +188,42 @@ def test_an_interrupted_array_write_leaves_no_temporary_file(tmp_path, monkeypat
     assert files_in(tmp_path / "ck") == before
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_files_get_the_mode_the_umask_gives(tmp_path, umask, mode):
+    """Checkpoints, summaries and array files are created as any new file is: 0o666 less
+    the umask (not mkstemp's 0o600), also when they replace an older file."""
+    old = os.umask(umask)
+    try:
+        saved_gpt(tmp_path, seed=0, step=7)
+        fileio.write_summary(tmp_path / "summary.json", {"loss": 1.0})
+        fileio.save_arrays(tmp_path / "a.npz", {"x": np.zeros(2)})
+        stale = tmp_path / "stale.json"
+        stale.write_text("{}")
+        os.chmod(stale, 0o600)
+        fileio.write_json(stale, {"new": True})
+        written = [tmp_path / "ck" / n for n in files_in(tmp_path / "ck")]
+        written += [tmp_path / "summary.json", tmp_path / "a.npz", stale]
+    finally:
+        os.umask(old)
+    assert len(written) == 5
+    for path in written:
+        assert os.stat(path).st_mode & 0o777 == mode, (path, oct(os.stat(path).st_mode))
+    assert json.loads(stale.read_text()) == {"new": True}
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")] == []
+
+
+def test_a_training_checkpoint_records_what_the_model_saw(tmp_path):
+    """``generate`` reads the task's characters and longest prompt from the checkpoint."""
+    train_gpt(config=tiny_config(), settings=tiny_settings(steps=3, eval_every=3),
+              out=tmp_path / "g", **TASK)
+    assert load_checkpoint(tmp_path / "g")["task"] == {
+        "task": "sort", "min_prompt_len": 1, "max_prompt_len": 4, "n_test": 20,
+        "symbols": "0123456789"}
+    from numpytfmr.run.tasks import task_symbols
+    assert task_symbols("dyck") == "()[]{}" and task_symbols("rotate") == "0123456789"
+    assert task_symbols("translation") is None
+
+
 def test_truncated_weights_are_refused(tmp_path):
     saved_gpt(tmp_path)
     weights = tmp_path / "ck" / "weights-000007.npz"
@@ -352,6 +388,7 @@ def test_seq2seq_training_lowers_the_loss_and_translates(kind, tmp_path):
     assert table.splitlines()[0].split() == source and len(table.splitlines()) == len(words) + 1
     ck = load_model(tmp_path / kind)
     assert ck["kind"] == kind and ck["model_config"] == cfg
+    assert ck["task"] == {"task": "translation", "n_test": 20, "max_source_words": 7}
 
 
 def test_alignment_table_layout():

@@ -15,9 +15,16 @@ its reference twin, and tests/test_fast.py checks them tensor by tensor::
 model (``gpt_lora_loss``, ``dpo_loss_and_grads``, ``complete_prompts``, ...), on the fast GPT.
 
 Inputs are validated once at the entry; nothing inside the hot path checks again.
+
+``gpt_loss`` keeps its activations in a :class:`Workspace` between calls (this thread's
+``loss_workspace()`` unless one is passed): a training step reuses the same memory instead
+of faulting in fresh pages. ``generate`` fuses the projections once per call, writes the
+KV cache into buffers allocated at their final length and runs each new token through a
+one-position step (no mask, no per-token checks).
 """
 from . import posttrain
-from .gpt import generate, gpt_backward, gpt_forward, gpt_loss
+from .gpt import Workspace, generate, gpt_backward, gpt_forward, gpt_loss, loss_workspace
 from .optim import adamw_step, adamw_step_
 
-__all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "adamw_step", "adamw_step_"]
+__all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "adamw_step", "adamw_step_",
+           "Workspace", "loss_workspace"]

@@ -16,21 +16,30 @@ the residual stream as one (N, d) matrix of rows, N = B T::
 
 and the backward is the same list reversed, every gradient written once. GQA runs the
 ``group`` query heads of one key/value head as one product: their queries are stacked
-as rows, (group * T, d_head), against the shared keys. The cache of a forward is a flat
-dict of the arrays the backward reads (no callbacks).
+as rows, (group * T, d_head), against the shared keys. Attention runs a few sequences
+at a time (``BATCH_CHUNK``), so their scores stay in the cache between the products and
+the softmax passes. The cache of a forward is a flat dict of the arrays the backward
+reads (no callbacks).
+
+``gpt_loss`` takes those arrays from a workspace kept between calls (``loss_workspace``):
+nothing of its forward pass leaves the call, so the next step writes into the same,
+already mapped memory. ``generate`` fuses [Wq Wk Wv] once, allocates the KV cache at its
+final length and runs each new token through ``_decode_step``: one position, no mask,
+no per-token checks.
 """
 import math
+import threading
 
 import numpy as np
 
 from ..positional import rope_frequencies
 from . import checks
-from .kernels import (activation, causal_bias_t, causal_softmax_t, column_sums,
+from .kernels import (FRESH, Workspace, activation, causal_bias_t, causal_softmax_t, column_sums,
                       cross_entropy_fused, layernorm, layernorm_backward_into, rmsnorm,
                       rmsnorm_backward_into, rope_rotate, scatter_add_rows, silu,
                       softmax_backward_t)
 
-__all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate"]
+__all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "loss_workspace", "Workspace"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -97,16 +106,17 @@ class _Layout:
 # Sublayers
 # ---------------------------------------------------------------------------------------
 
-def _norm(x, p, key, c):
+def _norm(x, p, key, c, ws=FRESH):
     """N(x) with the weights under ``key``: returns h and the backward's pieces."""
     if c.norm_type == "layernorm":
-        h, xhat, r = layernorm(x, p[key + ".gamma"], p.get(key + ".beta"), c.norm_eps)
+        h, xhat, r = layernorm(x, p[key + ".gamma"], p.get(key + ".beta"), c.norm_eps, ws,
+                               key + ".")
     else:
-        h, xhat, r = rmsnorm(x, p[key + ".gamma"], c.norm_eps)
+        h, xhat, r = rmsnorm(x, p[key + ".gamma"], c.norm_eps, ws, key + ".")
     return h, (key, xhat, r)
 
 
-def _norm_backward(dh, nc, p, c, grads, dx=None):
+def _norm_backward(dh, nc, p, c, grads, dx=None, ws=FRESH):
     """Gradients of N into ``grads``; returns dx (accumulated into ``dx`` when given).
     ``dh`` is overwritten."""
     key, xhat, r = nc
@@ -114,11 +124,13 @@ def _norm_backward(dh, nc, p, c, grads, dx=None):
     if c.norm_type == "layernorm":
         has_beta = key + ".beta" in p
         dgamma, dbeta, out = layernorm_backward_into(dh, xhat, r, gamma, dx,
-                                                     accumulate=dx is not None, has_beta=has_beta)
+                                                     accumulate=dx is not None, has_beta=has_beta,
+                                                     ws=ws)
         if has_beta:
             grads[key + ".beta"] = dbeta
     else:
-        dgamma, _, out = rmsnorm_backward_into(dh, xhat, r, gamma, dx, accumulate=dx is not None)
+        dgamma, _, out = rmsnorm_backward_into(dh, xhat, r, gamma, dx, accumulate=dx is not None,
+                                               ws=ws)
     grads[key + ".gamma"] = dgamma
     return out
 
@@ -141,6 +153,16 @@ def _dropout(y, c, rng, train):
 QUERY_BLOCK = 64
 
 
+# Attention runs BATCH_CHUNK sequences at a time (0: all at once).
+BATCH_CHUNK = 2
+
+
+def batch_chunks(B):
+    """Slices of the batch axis, BATCH_CHUNK sequences each."""
+    step = BATCH_CHUNK or B
+    return [slice(i, min(i + step, B)) for i in range(0, B, step)]
+
+
 def query_blocks(T):
     """[(a, b)] ranges of queries processed together (one block unless T >= 2 QUERY_BLOCK)."""
     nb = max(1, T // QUERY_BLOCK)
@@ -148,7 +170,7 @@ def query_blocks(T):
     return list(zip(edges[:-1], edges[1:]))
 
 
-def _attention(h, p, pre, c, L, past, need_grad):
+def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
     """Masked multi-head (GQA) self-attention of the normed rows h (N, d).
 
     The queries, scaled (and rotated), are stored (B, Hkv, T, G, d_head): the G query
@@ -156,48 +178,62 @@ def _attention(h, p, pre, c, L, past, need_grad):
     t G + g), so every product is one batched product over (B, Hkv).
     Returns out (N, d) and the cache {Qs, K, V, At (per query block), concat, ...}."""
     B, T, Hkv, G, dh, hd, kvd = L.B, L.T, L.Hkv, L.G, L.dh, L.hd, L.kvd
-    Wqkv = np.concatenate([p[pre + "Wq"], p[pre + "Wk"], p[pre + "Wv"]], axis=1)
-    qkv = h @ Wqkv                                               # (N, hd + 2 kvd)
+    dt = h.dtype
+    Wqkv = p.get(pre + "Wqkv")                                   # fused once by generate
+    if Wqkv is None:
+        Wqkv = np.concatenate([p[pre + "Wq"], p[pre + "Wk"], p[pre + "Wv"]], axis=1,
+                              out=ws.take(pre + "Wqkv", (h.shape[1], hd + 2 * kvd), dt))
+    qkv = np.matmul(h, Wqkv, out=ws.take(pre + "qkv", (L.N, hd + 2 * kvd), dt))
     if c.bias:
-        qkv += np.concatenate([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]])
+        bqkv = p.get(pre + "bqkv")
+        qkv += np.concatenate([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]]) if bqkv is None \
+            else bqkv
     Q = qkv[:, :hd].reshape(B, T, Hkv, G, dh)
     K = qkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh)
     V = qkv[:, hd + kvd:].reshape(B, T, Hkv, dh)
-    Qs = np.empty((B, Hkv, T, G, dh), qkv.dtype)
+    Qs = ws.take(pre + "Qs", (B, Hkv, T, G, dh), dt)
     Qs_bt = Qs.transpose(0, 2, 1, 3, 4)                          # (B, T, Hkv, G, dh) view
     rope = None
     if c.positional == "rope":
-        cos, sin, cos_s, sin_s = _rope_tables(c, L.n_past, T, qkv.dtype)
+        cos, sin, cos_s, sin_s = _rope_tables(c, L.n_past, T, dt)
         rope = (cos, sin)
         rope_rotate(Q, Qs_bt, cos_s[:, None, None, :], sin_s[:, None, None, :], c.rope_layout)
-        Kn = np.empty((B, Hkv, T, dh), qkv.dtype)
+        Kn = ws.take(pre + "Kn", (B, Hkv, T, dh), dt)
         rope_rotate(K, Kn.transpose(0, 2, 1, 3), cos[:, None, :], sin[:, None, :], c.rope_layout)
     else:
         np.multiply(Q, L.scale, out=Qs_bt)                       # Q / sqrt(d_head)
         Kn = K.transpose(0, 2, 1, 3)                             # (B, Hkv, T, dh) views
     Vn = V.transpose(0, 2, 1, 3)
-    if past is not None:
+    if past is not None and "k_buf" in past:
+        # generate's cache, allocated at its final length: this call's rows written in place
+        kb, vb = past["k_buf"], past["v_buf"]
+        kb[:, :, L.n_past:L.n_k] = Kn
+        vb[:, :, L.n_past:L.n_k] = Vn
+        K_all, V_all = kb[:, :, :L.n_k], vb[:, :, :L.n_k]
+    elif past is not None:
         K_all = np.concatenate([past["k"], Kn], axis=2)
         V_all = np.concatenate([past["v"], Vn], axis=2)
     else:
         K_all, V_all = Kn, Vn
     Qm = Qs.reshape(B, Hkv, T * G, dh)
-    concat = np.empty((L.N, hd), qkv.dtype)
+    concat = ws.take(pre + "concat", (L.N, hd), dt)
     if G == 1:   # the heads' outputs go straight into their columns of concat
         out_m = concat.reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
     else:
-        out_m = np.empty((B, Hkv, T * G, dh), qkv.dtype)
-    blocks = []
-    for a, b in query_blocks(T):
-        n_k = L.n_past + b                                       # keys these queries may see
-        St = K_all[:, :, :n_k] @ Qm[:, :, a * G:b * G].swapaxes(-1, -2)   # S^T (n_k, rows)
-        At = causal_softmax_t(St, causal_bias_t(n_k, b - a, G, St.dtype))
-        np.matmul(At.swapaxes(-1, -2), V_all[:, :, :n_k], out=out_m[:, :, a * G:b * G])
-        blocks.append(At)                                        # heads = A V
+        out_m = ws.take(pre + "out_m", (B, Hkv, T * G, dh), dt)
+    blocks = [ws.take(f"{pre}St{i}", (B, Hkv, L.n_past + b, (b - a) * G), dt)
+              for i, (a, b) in enumerate(query_blocks(T))]
+    for s in batch_chunks(B):      # a few sequences at a time: their scores stay in cache
+        for (a, b), St in zip(query_blocks(T), blocks):
+            n_k = L.n_past + b                                   # keys these queries may see
+            np.matmul(K_all[s, :, :n_k], Qm[s, :, a * G:b * G].swapaxes(-1, -2), out=St[s])
+            # (one query, as in a decoding step, may see every key: no mask)
+            At = causal_softmax_t(St[s], causal_bias_t(n_k, b - a, G, dt) if b - a > 1 else None)
+            np.matmul(At.swapaxes(-1, -2), V_all[s, :, :n_k], out=out_m[s, :, a * G:b * G])
     if G > 1:
         concat.reshape(B, T, Hkv, G, dh)[...] = out_m.reshape(B, Hkv, T, G, dh).transpose(
             0, 2, 1, 3, 4)
-    out = concat @ p[pre + "Wo"]
+    out = np.matmul(concat, p[pre + "Wo"], out=ws.take(pre + "out", (L.N, h.shape[1]), dt))
     if c.bias:
         out += p[pre + "bo"]
     cache = {"kv": {"k": K_all, "v": V_all}, "At": blocks}
@@ -206,43 +242,47 @@ def _attention(h, p, pre, c, L, past, need_grad):
     return out, cache
 
 
-def _attention_backward(dout, ac, p, pre, c, L, grads):
+def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
     """Gradients of the attention sublayer into ``grads``; returns dh (N, d)."""
     B, T, Hkv, G, dh, hd, kvd, n_past = L.B, L.T, L.Hkv, L.G, L.dh, L.hd, L.kvd, L.n_past
+    dt = dout.dtype
     grads[pre + "Wo"] = ac["concat"].T @ dout                    # out = concat Wo + bo
     if c.bias:
         grads[pre + "bo"] = column_sums(dout)
-    dconcat = dout @ p[pre + "Wo"].T                             # (N, hd)
+    dconcat = np.matmul(dout, p[pre + "Wo"].T, out=ws.take("d.concat", (L.N, hd), dt))
     dO = dconcat.reshape(B, T, Hkv, G, dh).transpose(0, 2, 1, 3, 4).reshape(B, Hkv, T * G, dh)
     Qm, K, V = ac["Qs"], ac["K"], ac["V"]
-    dqkv = np.empty((L.N, hd + 2 * kvd), dout.dtype)
+    dqkv = ws.take("d.qkv", (L.N, hd + 2 * kvd), dt)
     dK_h = dqkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)   # (B, Hkv, T, dh)
     dV_h = dqkv[:, hd + kvd:].reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
+    dQm = ws.take("d.Qm", (B, Hkv, T * G, dh), dt)
+    # dK, dV of every key the queries saw (the new ones are dqkv's columns)
+    dK_all = dK_h if n_past == 0 else ws.take("d.K_all", (B, Hkv, n_past + T, dh), dt)
+    dV_all = dV_h if n_past == 0 else ws.take("d.V_all", (B, Hkv, n_past + T, dh), dt)
     blocks = list(zip(query_blocks(T), ac["At"]))
-    dQm = np.empty((B, Hkv, T * G, dh), dout.dtype)
-    if len(blocks) == 1:
-        (a, b), At = blocks[0]
-        np.matmul(At[:, :, n_past:], dO, out=dV_h)               # dV = A^T dO (new keys only)
-        dSt = V @ dO.swapaxes(-1, -2)                            # dA^T = V dO^T
-        softmax_backward_t(dSt, At)                              # dS^T
-        np.matmul(dSt[:, :, n_past:], Qm, out=dK_h)              # dK = dS^T (Q scale)
-        np.matmul(dSt.swapaxes(-1, -2), K, out=dQm)              # dQ / scale = dS K
-    else:
-        # the last block sees every key: it writes dK, dV; the earlier ones add to theirs
-        dK_all = dV_all = None
-        for (a, b), At in reversed(blocks):
+    for s in batch_chunks(B):      # a few sequences at a time: their scores stay in cache
+        for i in reversed(range(len(blocks))):
+            # the last block sees every key: it writes dK, dV; the earlier ones add to theirs
+            (a, b), At = blocks[i]
+            At = At[s]
             n_k, rows = n_past + b, slice(a * G, b * G)
-            dO_j = dO[:, :, rows]
-            dV_j = At @ dO_j
-            dSt = V[:, :, :n_k] @ dO_j.swapaxes(-1, -2)
-            softmax_backward_t(dSt, At)
-            dK_j = dSt @ Qm[:, :, rows]
-            np.matmul(dSt.swapaxes(-1, -2), K[:, :, :n_k], out=dQm[:, :, rows])
-            if dK_all is None:
-                dK_all, dV_all = dK_j, dV_j
+            dO_j, last = dO[s, :, rows], i == len(blocks) - 1
+            nb = At.shape[0]
+            if last:
+                np.matmul(At, dO_j, out=dV_all[s])               # dV = A^T dO
             else:
-                dK_all[:, :, :n_k] += dK_j
-                dV_all[:, :, :n_k] += dV_j
+                dV_all[s, :, :n_k] += np.matmul(At, dO_j,
+                                                out=ws.take(f"d.V{i}", (nb, Hkv, n_k, dh), dt))
+            dSt = np.matmul(V[s, :, :n_k], dO_j.swapaxes(-1, -2),   # dA^T = V dO^T
+                            out=ws.take(f"d.St{i}", At.shape, dt))
+            softmax_backward_t(dSt, At)                          # dS^T
+            if last:
+                np.matmul(dSt, Qm[s, :, rows], out=dK_all[s])    # dK = dS^T (Q scale)
+            else:
+                dK_all[s, :, :n_k] += np.matmul(dSt, Qm[s, :, rows],
+                                                out=ws.take(f"d.K{i}", (nb, Hkv, n_k, dh), dt))
+            np.matmul(dSt.swapaxes(-1, -2), K[s, :, :n_k], out=dQm[s, :, rows])  # dQ / scale
+    if n_past:
         dK_h[...] = dK_all[:, :, n_past:]
         dV_h[...] = dV_all[:, :, n_past:]
     dQ_bt = dqkv[:, :hd].reshape(B, T, Hkv, G, dh)
@@ -263,33 +303,39 @@ def _attention_backward(dout, ac, p, pre, c, L, grads):
         db = column_sums(dqkv)
         grads[pre + "bq"], grads[pre + "bk"], grads[pre + "bv"] = (
             db[:hd], db[hd:hd + kvd], db[hd + kvd:])
-    return dqkv @ ac["Wqkv"].T                                   # dh: both paths summed
+    # dh: both paths summed
+    return np.matmul(dqkv, ac["Wqkv"].T, out=ws.take("d.h", (L.N, h.shape[1]), dt))
 
 
-def _mlp(h, p, pre, c, need_grad):
+def _mlp(h, p, pre, c, need_grad, ws=FRESH):
     """The FFN of the normed rows h: act(h W1 + b1) W2 + b2, or SwiGLU."""
+    N, d, dt = h.shape[0], h.shape[1], h.dtype
     if c.activation == "swiglu":
         d_ff = p[pre + "W_gate"].shape[1]
-        W_gu = np.concatenate([p[pre + "W_gate"], p[pre + "W_up"]], axis=1)
-        gu = h @ W_gu                                            # [g u] = h [W_gate W_up]
+        W_gu = p.get(pre + "W_gu")                               # fused once by generate
+        if W_gu is None:
+            W_gu = np.concatenate([p[pre + "W_gate"], p[pre + "W_up"]], axis=1)
+        gu = np.matmul(h, W_gu, out=ws.take(pre + "gu", (N, 2 * d_ff), dt))   # [g u]
         g, u = gu[:, :d_ff], gu[:, d_ff:]
         a, s, s_c = silu(g)
         hid = a * u
-        out = hid @ p[pre + "W_down"]
+        out = np.matmul(hid, p[pre + "W_down"], out=ws.take(pre + "out", (N, d), dt))
         cache = {"h": h, "W_gu": W_gu, "g": g, "u": u, "a": a, "s": s, "s_c": s_c,
                  "hid": hid} if need_grad else {}
         return out, cache
-    z = h @ p[pre + "W1"]
-    hid, local = activation(c.activation, z, p[pre + "b1"] if c.bias else None)
-    out = hid @ p[pre + "W2"]
+    z = np.matmul(h, p[pre + "W1"], out=ws.take(pre + "z", (N, p[pre + "W1"].shape[1]), dt))
+    hid, local = activation(c.activation, z, p[pre + "b1"] if c.bias else None, need_grad, ws,
+                            pre + "act.")
+    out = np.matmul(hid, p[pre + "W2"], out=ws.take(pre + "out", (N, d), dt))
     if c.bias:
         out += p[pre + "b2"]
     return out, ({"h": h, "hid": hid, "local": local} if need_grad else {})
 
 
-def _mlp_backward(dout, mc, p, pre, c, grads):
+def _mlp_backward(dout, mc, p, pre, c, grads, ws=FRESH):
     """Gradients of the FFN into ``grads``; returns dh (N, d)."""
     h = mc["h"]
+    N, d, dt = h.shape[0], h.shape[1], h.dtype
     if c.activation == "swiglu":
         grads[pre + "W_down"] = mc["hid"].T @ dout               # out = hid W_down
         dhid = dout @ p[pre + "W_down"].T
@@ -304,27 +350,28 @@ def _mlp_backward(dout, mc, p, pre, c, grads):
         np.multiply(dhid, local, out=dg)
         grads[pre + "W_gate"] = h.T @ dg
         grads[pre + "W_up"] = h.T @ du
-        return dgu @ mc["W_gu"].T
+        return np.matmul(dgu, mc["W_gu"].T, out=ws.take("d.h", (N, d), dt))
     grads[pre + "W2"] = mc["hid"].T @ dout                       # out = hid W2 + b2
     if c.bias:
         grads[pre + "b2"] = column_sums(dout)
-    dz = dout @ p[pre + "W2"].T
+    dz = np.matmul(dout, p[pre + "W2"].T, out=ws.take("d.z", mc["hid"].shape, dt))
     dz *= mc["local"]                                            # hid = act(z)
     grads[pre + "W1"] = h.T @ dz                                 # z = h W1 + b1
     if c.bias:
         grads[pre + "b1"] = column_sums(dz)
-    return dz @ p[pre + "W1"].T
+    return np.matmul(dz, p[pre + "W1"].T, out=ws.take("d.h", (N, d), dt))
 
 
 # ---------------------------------------------------------------------------------------
 # Forward / backward
 # ---------------------------------------------------------------------------------------
 
-def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad):
+def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad, ws=FRESH):
     B, T = ids.shape
     L = _Layout(c, B, T, n_past)
     flat_ids = ids.reshape(-1)
-    x = p["wte"][flat_ids]                                       # (N, d) rows of E
+    x = np.take(p["wte"], flat_ids, axis=0, mode="clip",         # (N, d) rows of E
+                out=ws.take("x", (L.N, c.d_model), dtype))
     if c.positional == "learned":
         x.reshape(B, T, -1)[...] += p["wpe"][n_past:n_past + T]
     elif c.positional == "sinusoidal":
@@ -337,66 +384,68 @@ def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad):
         lc = {}
         pl = None if past is None else past[l]
         if c.norm == "pre":
-            h, lc["n1"] = _norm(x, p, pre + "attn_norm", c)
-            out, lc["attn"] = _attention(h, p, pre + "attn.", c, L, pl, need_grad)
+            h, lc["n1"] = _norm(x, p, pre + "attn_norm", c, ws)
+            out, lc["attn"] = _attention(h, p, pre + "attn.", c, L, pl, need_grad, ws)
             lc["d1"] = _dropout(out, c, rng, train)
             x += out                                             # x = x + drop(attn(N(x)))
-            h, lc["n2"] = _norm(x, p, pre + "mlp_norm", c)
-            out, lc["mlp"] = _mlp(h, p, pre + "mlp.", c, need_grad)
+            h, lc["n2"] = _norm(x, p, pre + "mlp_norm", c, ws)
+            out, lc["mlp"] = _mlp(h, p, pre + "mlp.", c, need_grad, ws)
             lc["d2"] = _dropout(out, c, rng, train)
             x += out                                             # x = x + drop(ffn(N(x)))
         else:
-            out, lc["attn"] = _attention(x, p, pre + "attn.", c, L, pl, need_grad)
+            out, lc["attn"] = _attention(x, p, pre + "attn.", c, L, pl, need_grad, ws)
             lc["d1"] = _dropout(out, c, rng, train)
             out += x
-            x, lc["n1"] = _norm(out, p, pre + "attn_norm", c)     # x = N(x + drop(attn(x)))
-            out, lc["mlp"] = _mlp(x, p, pre + "mlp.", c, need_grad)
+            x, lc["n1"] = _norm(out, p, pre + "attn_norm", c, ws)  # x = N(x + drop(attn(x)))
+            out, lc["mlp"] = _mlp(x, p, pre + "mlp.", c, need_grad, ws)
             lc["d2"] = _dropout(out, c, rng, train)
             out += x
-            x, lc["n2"] = _norm(out, p, pre + "mlp_norm", c)      # x = N(x + drop(ffn(x)))
+            x, lc["n2"] = _norm(out, p, pre + "mlp_norm", c, ws)   # x = N(x + drop(ffn(x)))
         cache["kv_cache"].append(lc["attn"].pop("kv"))
         cache["layers"].append(lc)
     if c.norm == "pre":
-        x, cache["norm_f"] = _norm(x, p, "norm_f", c)
+        x, cache["norm_f"] = _norm(x, p, "norm_f", c, ws)
     W_out = p["wte"].T if c.tie_embeddings else p["lm_head.W"]
-    logits = x @ W_out                                           # (N, V)
+    logits = np.matmul(x, W_out, out=ws.take("logits", (L.N, c.vocab_size), dtype))   # (N, V)
     if need_grad:
         cache["xf"] = x
         cache["params"] = p
+        cache["ws"] = ws
     return logits.reshape(B, T, -1), cache
 
 
 def _backward(dlogits, cache):
-    c, p, L = cache["config"], cache["params"], cache["layout"]
+    c, p, L, ws = cache["config"], cache["params"], cache["layout"], cache["ws"]
     grads = {}
     dl = dlogits.reshape(L.N, -1)
     xf = cache["xf"]
+    dx = ws.take("dx", xf.shape, xf.dtype)
     if c.tie_embeddings:                                         # logits = x E^T
         dwte = dl.T @ xf
-        dx = dl @ p["wte"]
+        np.matmul(dl, p["wte"], out=dx)
     else:
         grads["lm_head.W"] = xf.T @ dl
-        dx = dl @ p["lm_head.W"].T
+        np.matmul(dl, p["lm_head.W"].T, out=dx)
     if c.norm == "pre":
-        dx = _norm_backward(dx, cache["norm_f"], p, c, grads)    # x = N_f(x)
+        dx = _norm_backward(dx, cache["norm_f"], p, c, grads, ws=ws)   # x = N_f(x)
     for l in reversed(range(c.n_layers)):
         pre, lc = f"h{l}.", cache["layers"][l]
         if c.norm == "pre":
             # x = x + drop(ffn(N2(x))): dx flows on and through the FFN
             dout = dx if lc["d2"] is None else dx * lc["d2"]
-            dh = _mlp_backward(dout, lc["mlp"], p, pre + "mlp.", c, grads)
-            _norm_backward(dh, lc["n2"], p, c, grads, dx)
+            dh = _mlp_backward(dout, lc["mlp"], p, pre + "mlp.", c, grads, ws)
+            _norm_backward(dh, lc["n2"], p, c, grads, dx, ws)
             dout = dx if lc["d1"] is None else dx * lc["d1"]
-            dh = _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads)
-            _norm_backward(dh, lc["n1"], p, c, grads, dx)
+            dh = _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads, ws)
+            _norm_backward(dh, lc["n1"], p, c, grads, dx, ws)
         else:
             # x = N2(s), s = x + drop(ffn(x))
-            ds = _norm_backward(dx, lc["n2"], p, c, grads)
+            ds = _norm_backward(dx, lc["n2"], p, c, grads, ws=ws)
             dout = ds if lc["d2"] is None else ds * lc["d2"]
-            ds += _mlp_backward(dout, lc["mlp"], p, pre + "mlp.", c, grads)
-            dx = _norm_backward(ds, lc["n1"], p, c, grads)
+            ds += _mlp_backward(dout, lc["mlp"], p, pre + "mlp.", c, grads, ws)
+            dx = _norm_backward(ds, lc["n1"], p, c, grads, ws=ws)
             dout = dx if lc["d1"] is None else dx * lc["d1"]
-            dx += _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads)
+            dx += _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads, ws)
     if cache["drop_embed"] is not None:
         dx *= cache["drop_embed"]
     if c.tie_embeddings:
@@ -477,10 +526,29 @@ def gpt_backward(dlogits, cache):
     return _backward(dlogits.astype(cache["dtype"], copy=False), cache)   # read, never written
 
 
+_LOCAL = threading.local()
+
+
+def loss_workspace():
+    """The :class:`Workspace` that :func:`gpt_loss` keeps between calls (one per thread):
+    its activations and temporaries, reused by the next call of the same shapes.
+    ``loss_workspace().clear()`` gives the memory back."""
+    ws = getattr(_LOCAL, "workspace", None)
+    if ws is None:
+        ws = _LOCAL.workspace = Workspace()
+    return ws
+
+
 def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
-             label_smoothing=0.0, rng=None, train=False):
+             label_smoothing=0.0, rng=None, train=False, workspace=None):
     """Mean next-token cross-entropy and its gradients, ``(loss, grads)``, as
-    ``numpytfmr.gpt_loss``; the softmax and the cross-entropy run fused on the logits."""
+    ``numpytfmr.gpt_loss``; the softmax and the cross-entropy run fused on the logits.
+
+    Nothing of the forward pass leaves this function, so its activations and the backward's
+    temporaries live in a :class:`Workspace`, the same memory from one call to the next (a
+    training step then touches no fresh pages; the returned gradients are new arrays):
+    ``workspace``, or by default this thread's :func:`loss_workspace`. Calls that alternate
+    between shapes should each pass their own."""
     where = "fast.gpt_loss"
     c = checks.check_config(config, where)
     p, dtype = checks.check_params(params, c, where)
@@ -502,7 +570,11 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
         ignore_index = -1 if ignore_index is None else ignore_index
         targets = np.where(lm, t, ignore_index)
     targets, valid = checks.check_targets(targets, ids.shape, c.vocab_size, ignore_index, where)
-    logits, cache = _forward(p, ids, c, dtype, None, 0, rng, train, True)
+    if workspace is not None and not isinstance(workspace, Workspace):
+        raise TypeError(f"{where}: workspace is a {type(workspace).__name__}; expected None or a "
+                        "numpytfmr.fast.Workspace")
+    ws = loss_workspace() if workspace is None else workspace
+    logits, cache = _forward(p, ids, c, dtype, None, 0, rng, train, True, ws)
     z = logits.reshape(-1, c.vocab_size)
     t = targets.reshape(-1)
     v = None
@@ -519,9 +591,10 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
 # Generation (000 §2.5, 003 §6.1-6.2)
 # ---------------------------------------------------------------------------------------
 
-def _next_token(logits, *, temperature, top_k, rng):
+def _next_token(logits, *, temperature, top_k, top_p, rng):
     """Greedy (temperature 0 or top_k 1) or sampled from softmax(logits / temperature)
-    restricted to the top_k largest, by inverse-CDF sampling (the reference's draws)."""
+    restricted to the top_k largest and to the top_p nucleus, by inverse-CDF sampling (the
+    reference's draws)."""
     if temperature == 0.0 or top_k == 1:
         return np.argmax(logits, axis=-1)
     z = logits.astype(np.float64) / temperature
@@ -531,13 +604,106 @@ def _next_token(logits, *, temperature, top_k, rng):
     z = z - z.max(axis=-1, keepdims=True)
     pr = np.exp(z)
     pr /= pr.sum(axis=-1, keepdims=True)
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(-pr, axis=-1, kind="stable")          # most likely first
+        ranked = np.take_along_axis(pr, order, axis=-1)
+        keep = np.empty(pr.shape, dtype=bool)
+        np.put_along_axis(keep, order, np.cumsum(ranked, axis=-1) - ranked < top_p, axis=-1)
+        pr = np.where(keep, pr, 0.0)
+        pr /= pr.sum(axis=-1, keepdims=True)
     u = rng.random((pr.shape[0], 1))
     idx = np.sum(np.cumsum(pr, axis=-1) <= u, axis=-1)
     return np.minimum(idx, pr.shape[-1] - 1)
 
 
+def _decoding_weights(p, c):
+    """The parameters plus the fused projections of every layer ([Wq Wk Wv] and its bias),
+    made once per generate call instead of once per token."""
+    p = dict(p)
+    for l in range(c.n_layers):
+        pre = f"h{l}.attn."
+        p[pre + "Wqkv"] = np.concatenate([p[pre + "Wq"], p[pre + "Wk"], p[pre + "Wv"]], axis=1)
+        if c.bias:
+            p[pre + "bqkv"] = np.concatenate([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]])
+        if c.activation == "swiglu":
+            pre = f"h{l}.mlp."
+            p[pre + "W_gu"] = np.concatenate([p[pre + "W_gate"], p[pre + "W_up"]], axis=1)
+    return p
+
+
+def _kv_buffers(c, B, length, dtype):
+    """Per layer, K and V buffers (B, n_kv_heads, length, d_head) for the whole generation:
+    each step writes its rows in place (no copy of the cache per token)."""
+    shape = (B, c.n_kv_heads, length, c.d_head)
+    return [{"k_buf": np.empty(shape, dtype), "v_buf": np.empty(shape, dtype)}
+            for _ in range(c.n_layers)]
+
+
+def _attention_step(h, p, pre, c, kv, n_past, rope):
+    """Self-attention of ONE new position per sequence (a decoding step), h (B, d), against
+    generate's preallocated cache, whose row n_past this step writes:
+
+        [q k v] = h [Wq Wk Wv] + b;   K[n_past], V[n_past] = k, v
+        a = softmax(q K[:n_past+1]^T / sqrt(d_head)),   out = concat(a V) Wo + bo
+
+    No mask: the new position may see every cached one."""
+    B, Hkv, dh = h.shape[0], c.n_kv_heads, c.d_head
+    G, hd, kvd = c.n_heads // Hkv, c.n_heads * dh, Hkv * dh
+    qkv = h @ p[pre + "Wqkv"]                                    # (B, hd + 2 kvd)
+    if c.bias:
+        qkv += p[pre + "bqkv"]
+    q = qkv[:, :hd].reshape(B, Hkv, G, dh)
+    kb, vb = kv["k_buf"], kv["v_buf"]
+    if rope is not None:                                         # rotate to position n_past
+        cos, sin, cos_s, sin_s = rope
+        qs = np.empty_like(q)
+        rope_rotate(q, qs, cos_s[n_past], sin_s[n_past], c.rope_layout)
+        rope_rotate(qkv[:, hd:hd + kvd].reshape(B, Hkv, dh), kb[:, :, n_past], cos[n_past],
+                    sin[n_past], c.rope_layout)
+    else:
+        qs = q * (1.0 / math.sqrt(dh))                           # q / sqrt(d_head)
+        kb[:, :, n_past] = qkv[:, hd:hd + kvd].reshape(B, Hkv, dh)
+    vb[:, :, n_past] = qkv[:, hd + kvd:].reshape(B, Hkv, dh)
+    n_k = n_past + 1
+    a = qs @ kb[:, :, :n_k].swapaxes(-1, -2)                     # (B, Hkv, G, n_k) scores
+    a -= np.fmax.reduce(a, axis=-1, keepdims=True)
+    np.exp(a, out=a)
+    a *= 1.0 / np.add.reduce(a, axis=-1, keepdims=True)          # softmax over the keys
+    out = (a @ vb[:, :, :n_k]).reshape(B, hd) @ p[pre + "Wo"]    # heads concatenated, Wo
+    if c.bias:
+        out += p[pre + "bo"]
+    return out
+
+
+def _decode_step(p, tokens, n_past, c, kv, dtype, rope):
+    """Logits (B, V) of the next token after ``tokens`` (B,), at position n_past: the model
+    of :func:`_forward` for one position, with nothing kept for a backward pass."""
+    x = p["wte"][tokens]                                         # (B, d)
+    if c.positional == "learned":
+        x += p["wpe"][n_past]
+    elif c.positional == "sinusoidal":
+        x += _sinusoids(n_past + 1, c.d_model, dtype)[n_past]
+    for l in range(c.n_layers):
+        pre = f"h{l}."
+        if c.norm == "pre":
+            h, _ = _norm(x, p, pre + "attn_norm", c)
+            x += _attention_step(h, p, pre + "attn.", c, kv[l], n_past, rope)
+            h, _ = _norm(x, p, pre + "mlp_norm", c)
+            x += _mlp(h, p, pre + "mlp.", c, False)[0]
+        else:
+            out = _attention_step(x, p, pre + "attn.", c, kv[l], n_past, rope)
+            out += x
+            x, _ = _norm(out, p, pre + "attn_norm", c)
+            out = _mlp(x, p, pre + "mlp.", c, False)[0]
+            out += x
+            x, _ = _norm(out, p, pre + "mlp_norm", c)
+    if c.norm == "pre":
+        x, _ = _norm(x, p, "norm_f", c)
+    return x @ (p["wte"].T if c.tie_embeddings else p["lm_head.W"])
+
+
 def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top_k=None,
-             rng=None, use_cache=True, eos_id=None, return_logits=False):
+             top_p=None, rng=None, use_cache=True, eos_id=None, return_logits=False):
     """Autoregressive generation, as ``numpytfmr.generate`` (same arguments, same tokens)."""
     where = "fast.generate"
     c = checks.check_config(config, where)
@@ -551,6 +717,11 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     if top_k is not None and (isinstance(top_k, (bool, np.bool_))
                               or not isinstance(top_k, (int, np.integer)) or top_k < 1):
         raise ValueError(f"{where}: top_k is {top_k!r}; expected None or an integer >= 1")
+    if top_p is not None:
+        top_p = checks.real(top_p, "top_p", where, low=0.0, high=1.0)
+        if top_p == 0.0:
+            raise ValueError(f"{where}: top_p is 0.0; expected a value in (0, 1] (the nucleus "
+                             "keeps at least the most likely token)")
     greedy = temperature == 0.0 or top_k == 1
     if not greedy:
         if rng is None:
@@ -573,18 +744,22 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     out[:, :T] = prompt_ids
     steps = []
     done = np.zeros(B, dtype=bool)
-    kv, n = None, T
+    n = T
+    if use_cache and max_new_tokens:
+        p = _decoding_weights(p, c)
+        kv = _kv_buffers(c, B, T + max_new_tokens - 1, dtype)
+        rope = (_rope_tables(c, 0, T + max_new_tokens, dtype) if c.positional == "rope"
+                else None)
     for _ in range(max_new_tokens):
-        if use_cache:
-            new = out[:, :n] if kv is None else out[:, n - 1:n]
-            logits, cache = _forward(p, new, c, dtype, kv, 0 if kv is None else n - 1, None,
-                                     False, False)
-            kv = cache["kv_cache"]
+        if use_cache and n == T:       # the prompt, written into the cache
+            logits, _ = _forward(p, out[:, :n], c, dtype, kv, 0, None, False, False)
+        elif use_cache:                # then one token a step against the cache
+            logits = _decode_step(p, out[:, n - 1], n - 1, c, kv, dtype, rope)[:, None]
         else:
             logits, _ = _forward(p, out[:, :n], c, dtype, None, 0, None, False, False)
         last = logits[:, -1]
         steps.append(last)
-        token = _next_token(last, temperature=temperature, top_k=top_k, rng=rng)
+        token = _next_token(last, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
         if eos_id is not None:
             token = np.where(done, eos_id, token)
             done = done | (token == eos_id)

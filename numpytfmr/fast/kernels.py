@@ -12,8 +12,50 @@ order of floating-point operations), arranged for speed:
 - the softmax and the cross-entropy fused into one pass structure.
 
 Nothing here validates its inputs: the entry points of ``numpytfmr.fast`` check them once.
+
+Kernels that make arrays take them from a :class:`Workspace` (``ws.take(name, shape,
+dtype)``): ``FRESH`` makes a new array every time; a ``Workspace`` hands out the same
+memory call after call, so a training step stops paying for fresh pages (the first touch
+of a new 4 MB array costs about as much as a third of a matrix product that fills it).
 """
 import numpy as np
+
+
+class Workspace:
+    """Named arrays kept from one call to the next.
+
+    ``take(name, shape, dtype)`` returns the array kept under ``name`` (a new one when it
+    does not exist yet or its shape or dtype changed). Whatever was in it is overwritten
+    by its next user: a name must not be taken twice while the first array is in use.
+    """
+    __slots__ = ("arrays",)
+
+    def __init__(self):
+        self.arrays = {}
+
+    def take(self, name, shape, dtype):
+        a = self.arrays.get(name)
+        if a is None or a.shape != shape or a.dtype != dtype:
+            a = self.arrays[name] = np.empty(shape, dtype)
+        return a
+
+    def clear(self):
+        self.arrays.clear()
+
+    def nbytes(self):
+        return sum(a.nbytes for a in self.arrays.values())
+
+
+class _Fresh:
+    """The workspace that keeps nothing: ``take`` makes a new array every time."""
+    __slots__ = ()
+
+    @staticmethod
+    def take(name, shape, dtype):
+        return np.empty(shape, dtype)
+
+
+FRESH = _Fresh()
 
 # ---------------------------------------------------------------------------------------
 # BLAS reductions
@@ -25,15 +67,27 @@ def column_sums(g):
     return np.ones(g.shape[0], g.dtype) @ g
 
 
+_MEAN_VECTORS = {}
+
+
 def row_means(x):
     """(1/d) sum_j x[:, j] for x (N, d): the matrix-vector product x (1/d) 1, shape (N,)."""
-    d = x.shape[1]
-    return x @ np.full(d, 1.0 / d, x.dtype)
+    key = (x.shape[1], x.dtype)
+    w = _MEAN_VECTORS.get(key)
+    if w is None:
+        w = _MEAN_VECTORS[key] = np.full(x.shape[1], 1.0 / x.shape[1], x.dtype)
+        w.setflags(write=False)
+    return x @ w
 
 
-def row_dots(a, b):
-    """sum_j a[n, j] b[n, j], shape (N,), without the temporary a * b."""
-    return np.einsum("nj,nj->n", a, b)
+if hasattr(np, "vecdot"):                     # NumPy >= 2.0: a ufunc, no einsum parsing
+    def row_dots(a, b):
+        """sum_j a[n, j] b[n, j], shape (N,), without the temporary a * b."""
+        return np.vecdot(a, b)
+else:                                         # pragma: no cover - NumPy 1.x
+    def row_dots(a, b):
+        """sum_j a[n, j] b[n, j], shape (N,), without the temporary a * b."""
+        return np.einsum("nj,nj->n", a, b)
 
 
 def column_dots(a, b):
@@ -45,10 +99,10 @@ def column_dots(a, b):
 # LayerNorm and RMSNorm (004 eq. 27-28)
 # ---------------------------------------------------------------------------------------
 
-def layernorm(x, gamma, beta, eps):
+def layernorm(x, gamma, beta, eps, ws=FRESH, name=""):
     """h = gamma * (x - mu) / sigma + beta for x (N, d); returns h, xhat, rstd (N, 1)."""
     d = x.shape[1]
-    xhat = x - row_means(x)[:, None]                  # x - mu (a new array, then in place)
+    xhat = np.subtract(x, row_means(x)[:, None], out=ws.take(name + "xhat", x.shape, x.dtype))
     var = row_dots(xhat, xhat)
     var *= 1.0 / d
     var += eps
@@ -56,13 +110,13 @@ def layernorm(x, gamma, beta, eps):
     np.divide(1.0, rstd, out=rstd)
     rstd = rstd[:, None]
     xhat *= rstd                                      # xhat = (x - mu) / sigma
-    h = xhat * gamma
+    h = np.multiply(xhat, gamma, out=ws.take(name + "h", x.shape, x.dtype))
     if beta is not None:
         h += beta
     return h, xhat, rstd
 
 
-def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=True):
+def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=True, ws=FRESH):
     """The gradients of :func:`layernorm` given dh (overwritten): returns (dgamma, dbeta or
     None, dx), dx added into ``dx`` when ``accumulate`` (a residual stream's gradient).
 
@@ -76,7 +130,7 @@ def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=T
     a = row_means(dh)                                 # mean(dxhat)
     b = row_dots(dh, xhat)
     b *= 1.0 / d                                      # mean(dxhat xhat)
-    t = xhat * b[:, None]
+    t = np.multiply(xhat, b[:, None], out=ws.take("norm.t", xhat.shape, xhat.dtype))
     dh -= t
     dh -= a[:, None]
     dh *= rstd
@@ -86,7 +140,7 @@ def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=T
     return dgamma, dbeta, dh
 
 
-def rmsnorm(x, gamma, eps):
+def rmsnorm(x, gamma, eps, ws=FRESH, name=""):
     """h = gamma * x / rms(x); returns h, xhat, rrms (N, 1)."""
     ms = row_dots(x, x)
     ms *= 1.0 / x.shape[1]
@@ -94,18 +148,19 @@ def rmsnorm(x, gamma, eps):
     rrms = np.sqrt(ms, out=ms)
     np.divide(1.0, rrms, out=rrms)
     rrms = rrms[:, None]
-    xhat = x * rrms
-    return xhat * gamma, xhat, rrms
+    xhat = np.multiply(x, rrms, out=ws.take(name + "xhat", x.shape, x.dtype))
+    h = np.multiply(xhat, gamma, out=ws.take(name + "h", x.shape, x.dtype))
+    return h, xhat, rrms
 
 
-def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate):
+def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate, ws=FRESH):
     """The gradients of :func:`rmsnorm` given dh (overwritten): returns (dgamma, None, dx),
     dx = (dxhat - xhat mean(dxhat xhat)) / rms added into ``dx`` when ``accumulate``."""
     dgamma = column_dots(dh, xhat)
     dh *= gamma
     b = row_dots(dh, xhat)
     b *= 1.0 / xhat.shape[1]
-    t = xhat * b[:, None]
+    t = np.multiply(xhat, b[:, None], out=ws.take("norm.t", xhat.shape, xhat.dtype))
     dh -= t
     dh *= rrms
     if accumulate:
@@ -137,6 +192,7 @@ _Q3 = (1.0, 2.56852019228982242, 1.87295284992346047, 0.527905102951428412,
 _INV_SQRT_PI = 0.56418958354775628695
 _INV_SQRT_2 = 0.70710678118654752440
 _INV_SQRT_2PI = 0.39894228040143267794
+_MINUS_HALF_LOG2_E = -0.72134752044448170368          # -log2(e) / 2: exp(-t/2) = 2^(-t log2(e)/2)
 
 
 def _horner(coeffs, y):
@@ -213,17 +269,21 @@ _MILLS_M = tuple(c / _MILLS_BETA ** (8 - k) for k, c in enumerate(_MILLS_P[1:]))
 GELU_BLOCK = 1 << 15
 
 
-def gelu_float32(a, bias=None):
+def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
     """Exact GELU of a float32 (N, f) pre-activation (plus ``bias``, added here, block by
-    block): returns (x Phi(x), Phi(x) + x phi(x)) with x = a + bias. ``a`` is overwritten
-    with x.
+    block): returns (x Phi(x), Phi(x) + x phi(x)) with x = a + bias (the derivative None
+    unless ``need_grad``). ``a`` is overwritten with x.
 
         y = |x|,  s = beta / (1/0.265 + y),  phi = exp(-x^2/2) / sqrt(2 pi)
         Phi(-y) = phi s (s^8 + M0 s^7 + ... + M7),   Phi(x) = |[x > 0] - Phi(-y)|
     """
     flat = a.reshape(-1)
-    out, dydx = np.empty_like(flat), np.empty_like(flat)
+    out = ws.take(name + "out", flat.shape, flat.dtype)
+    dydx = ws.take(name + "dydx", flat.shape, flat.dtype) if need_grad else None
     step = GELU_BLOCK
+    if bias is not None and a.size <= GELU_BLOCK:
+        a += bias                                          # one block: add the bias at once
+        bias = None
     if bias is not None:
         # whole rows per block, so the bias lines up with every row of the block
         f = a.shape[-1]
@@ -232,24 +292,23 @@ def gelu_float32(a, bias=None):
         tiled = np.tile(bias, min(rows, a.shape[0]))
     n = min(flat.size, step)
     s_buf, e_buf, r_buf = (np.empty(n, np.float32) for _ in range(3))
-    pos_buf = np.empty(n, bool)
     c_num, c_den = _MILLS_BETA / _MILLS_T, 1.0 / _MILLS_T
     m0, ms = _MILLS_M[0], _MILLS_M[1:]
     with np.errstate(over="ignore", under="ignore"):
         for start in range(0, flat.size, step):
             blk = slice(start, start + step)
             xb = flat[blk]
-            ob, db = out[blk], dydx[blk]
+            ob = out[blk]
             k = xb.size
             if bias is not None:
                 xb += tiled[:k]
-            s, e, r, pos = (buf[:k] if k < n else buf for buf in (s_buf, e_buf, r_buf, pos_buf))
+            s, e, r = (buf[:k] if k < n else buf for buf in (s_buf, e_buf, r_buf))
             np.abs(xb, out=s)
             s += c_den
             np.divide(c_num, s, out=s)                     # s = beta / (1 + 0.265 y)
             np.multiply(xb, xb, out=e)
-            e *= -0.5
-            np.exp(e, out=e)
+            e *= _MINUS_HALF_LOG2_E                        # -x^2/2 in powers of 2:
+            np.exp2(e, out=e)                              # (float32 exp2 is faster than exp)
             e *= _INV_SQRT_2PI                             # phi(x)
             np.add(s, m0, out=r)                           # R = s (s^8 + M0 s^7 + ... + M7)
             for c in ms:
@@ -257,15 +316,16 @@ def gelu_float32(a, bias=None):
                 r += c
             r *= s
             r *= e                                         # Phi(-|x|) = phi R
-            # (the 0/1 step copied to float32 first: bool - float32 is a slow mixed loop)
-            np.greater(xb, 0.0, out=pos)
-            np.copyto(s, pos)
+            # (the 0/1 step written as float32: bool - float32 is a slow mixed loop)
+            np.greater(xb, 0.0, out=s)
             s -= r
             np.abs(s, out=s)                               # Phi(x) = |[x > 0] - Phi(-|x|)|
             np.multiply(xb, s, out=ob)                     # x Phi(x)
-            np.multiply(xb, e, out=db)
-            db += s                                        # Phi(x) + x phi(x)
-    return out.reshape(a.shape), dydx.reshape(a.shape)
+            if need_grad:
+                db = dydx[blk]
+                np.multiply(xb, e, out=db)
+                db += s                                    # Phi(x) + x phi(x)
+    return out.reshape(a.shape), None if dydx is None else dydx.reshape(a.shape)
 
 
 def gelu_float64(a, bias=None):
@@ -343,10 +403,13 @@ def silu(g):
     return g * s, s, s_c
 
 
-def activation(name, a, bias):
-    """(out, local derivative) of a FFN activation on the pre-activation a (+ bias)."""
+def activation(name, a, bias, need_grad=True, ws=FRESH, key=""):
+    """(out, local derivative) of a FFN activation on the pre-activation a (+ bias); the
+    float32 GELU skips its derivative unless ``need_grad`` and takes its outputs from ``ws``."""
     if name == "gelu":
-        return gelu_float32(a, bias) if a.dtype == np.float32 else gelu_float64(a, bias)
+        if a.dtype == np.float32:
+            return gelu_float32(a, bias, need_grad, ws, key)
+        return gelu_float64(a, bias)
     if name == "gelu_tanh":
         return gelu_tanh(a, bias)
     return relu(a, bias)
@@ -385,9 +448,10 @@ def causal_softmax_t(St, bias_t):
 
         A_qk = exp(S_qk - m_q) / sum_k' exp(S_qk' - m_q)  over allowed keys k <= n_past + q
 
-    Every query sees at least key 0, so no row is empty.
+    Every query sees at least key 0, so no row is empty. ``bias_t`` None: no key is masked.
     """
-    St += bias_t                                       # masked keys: -inf
+    if bias_t is not None:
+        St += bias_t                                   # masked keys: -inf
     # max over the keys of each query: fmax (NaN-ignoring) reduces 2.5x faster than max, and
     # a NaN score still spreads through exp and the sum below
     m = np.fmax.reduce(St, axis=-2, keepdims=True)

@@ -1,14 +1,19 @@
 """The autograder: grade homework against the reference, safely.
 
-- :func:`grade` runs a submission (.py or .ipynb) in a separate, limited process and compares
-  each function it defines with the reference on the op registry's cases (``numpytfmr grade``).
+- :func:`grade` runs a submission (.py or .ipynb) in separate, limited, sandboxed processes
+  and compares each function it defines with the reference on the op registry's cases
+  (``numpytfmr grade``); :func:`make_plan` fixes what a run grades.
+- :func:`grade_class` grades a whole class in parallel into a CSV and a results.json per
+  student, skipping unchanged submissions on a later run (``numpytfmr grade DIR --csv``).
 - :func:`make_assignment` writes a student skeleton, its notebook, a grading config and the
   Gradescope ``setup.sh``/``run_autograder`` pair (``numpytfmr make-assignment``).
 
 ``child.py`` is the script that runs inside the submission process; it imports only NumPy and
-the standard library.
+the standard library, and installs the sandbox (an audit hook) before the submission loads.
 """
-from .grader import Report, TestResult, grade
+from .classroom import find_submissions, grade_class
+from .grader import Plan, Report, TestResult, grade, make_plan
 from .skeleton import make_assignment
 
-__all__ = ["grade", "Report", "TestResult", "make_assignment"]
+__all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "grade_class", "find_submissions",
+           "make_assignment"]

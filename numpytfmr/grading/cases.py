@@ -13,7 +13,14 @@ A grading configuration (``grading.json``, written by ``numpytfmr make-assignmen
      "memory_mb": 2048, "float32_case": true,
      "functions": [{"name": "softmax", "weight": 10, "cases": "all"}, ...]}
 
-``cases`` is "all" or a list of case numbers (0-based, in the registry's order) or labels.
+``cases`` is "all" or a list of case numbers (0-based, in the registry's order, followed by
+the grading-only cases of :data:`EXTRA_CASES`) or labels. ``drop`` (optional) lists options
+the instructor left out of the assignment (``make-assignment --drop lora_linear:dropout``):
+the skeleton omits them and every case that uses one of them is skipped; a case that passes
+a dropped option at its default value is kept, without that option.
+
+Random ops (dropout, LoRA with dropout) are graded against the submission's own draw: see
+:func:`own_draw`.
 """
 from dataclasses import dataclass, field
 import json
@@ -25,7 +32,8 @@ import numpy as np
 from ..registry import Case, registry
 
 __all__ = ["Item", "GradedCase", "helpers", "resolve", "contract_names", "load_config",
-           "DEFAULTS", "make_graded_cases", "input_names"]
+           "DEFAULTS", "make_graded_cases", "input_names", "droppable_options", "EXTRA_CASES",
+           "all_cases", "DrawCheck", "own_draw"]
 
 DEFAULTS = {"seed": 0, "hidden_seed": None, "timeout": 10.0, "memory_mb": 2048,
             "float32_case": True, "weight": 10.0}
@@ -49,6 +57,7 @@ class Item:
     spec: object                    # OpSpec or Helper
     weight: float = DEFAULTS["weight"]
     cases: object = "all"
+    drop: tuple = ()                # options left out of the assignment (with their dependents)
 
 
 @dataclass
@@ -152,8 +161,12 @@ def contract_names():
     return names
 
 
-def resolve(name, weight=None, cases="all"):
-    """The :class:`Item` for ``name``: an op name, one of its two functions, or a helper."""
+def resolve(name, weight=None, cases="all", drop=()):
+    """The :class:`Item` for ``name``: an op name, one of its two functions, or a helper.
+
+    drop: options to leave out (see :func:`droppable_options`); the options that only make
+    sense with a dropped one (LoRA's ``rng`` and ``train`` with ``dropout``) go with it.
+    """
     ops = registry()
     base = name
     for suffix in ("_forward", "_backward"):
@@ -161,12 +174,110 @@ def resolve(name, weight=None, cases="all"):
             base = name[: -len(suffix)]
     weight = DEFAULTS["weight"] if weight is None else float(weight)
     if base in ops:
-        return Item(base, "op", (f"{base}_forward", f"{base}_backward"), ops[base], weight, cases)
-    if base in helpers():
-        return Item(base, "function", (base,), helpers()[base], weight, cases)
-    known = ", ".join(list(ops) + list(helpers()))
-    raise ValueError(f"unknown function {name!r}; gradable names are the ops ({known}), their "
-                     "_forward/_backward functions, and the helpers")
+        item = Item(base, "op", (f"{base}_forward", f"{base}_backward"), ops[base], weight, cases)
+    elif base in helpers():
+        item = Item(base, "function", (base,), helpers()[base], weight, cases)
+    else:
+        known = ", ".join(list(ops) + list(helpers()))
+        raise ValueError(f"unknown function {name!r}; gradable names are the ops ({known}), their "
+                         "_forward/_backward functions, and the helpers")
+    item.drop = _expand_drop(item, drop)
+    return item
+
+
+def _reference(item):
+    return item.spec.forward if item.kind == "op" else item.spec.reference
+
+
+def droppable_options(item):
+    """The options of ``item`` an instructor may leave out: name -> default value.
+
+    Keyword options with a default, and the trailing positional inputs that default to None
+    (LoRA's bias ``b``, the four biases of ``mha``). Options no skeleton shows (never graded)
+    are not listed.
+    """
+    import inspect
+    from .contracts import notes_for
+    params = list(inspect.signature(_reference(item)).parameters.values())
+    omit = set(notes_for(item.name).omit)
+    out = {}
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for p in reversed(positional):                 # the trailing run of inputs defaulting to None
+        if p.default is not None:
+            break
+        out[p.name] = None
+    out = dict(reversed(list(out.items())))
+    for p in params:
+        if p.kind == p.KEYWORD_ONLY and p.default is not p.empty and p.name not in omit:
+            out[p.name] = p.default
+    return out
+
+
+def _expand_drop(item, drop):
+    """The options left out of ``item``: the given ones, their dependents and the omitted ones."""
+    import inspect
+    from .contracts import notes_for
+    notes = notes_for(item.name)
+    if isinstance(drop, str):
+        drop = [drop]
+    drop = list(drop or ())
+    allowed = droppable_options(item)
+    out = []
+    for name in drop:
+        if not isinstance(name, str) or name not in allowed:
+            choices = ", ".join(allowed) or "none"
+            raise ValueError(f"{item.name}: cannot drop {name!r}; the options that can be dropped "
+                             f"are: {choices}")
+        for n in (name,) + tuple(notes.depends.get(name, ())):
+            if n not in out:
+                out.append(n)
+    positional = [p.name for p in inspect.signature(_reference(item)).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    dropped_pos = [n for n in positional if n in out]
+    if dropped_pos:
+        tail = positional[positional.index(dropped_pos[0]):]
+        missing = [n for n in tail if n not in out]
+        if missing:
+            raise ValueError(f"{item.name}: dropping {dropped_pos[0]!r} also needs the inputs "
+                             f"after it dropped ({', '.join(missing)}): only trailing inputs "
+                             "can be left out")
+    return tuple(out) + tuple(n for n in notes.omit if n not in out)
+
+
+def _same_value(value, default):
+    if isinstance(value, np.ndarray) or isinstance(default, np.ndarray):
+        return False
+    if value is None or default is None:
+        return value is default
+    try:
+        return bool(value == default) and isinstance(value, str) == isinstance(default, str)
+    except Exception:  # noqa: BLE001 -- incomparable values are different
+        return False
+
+
+def _without(case, item):
+    """``case`` with the dropped options of ``item`` removed, or None when it needs one."""
+    if not item.drop:
+        return case
+    import inspect
+    params = inspect.signature(_reference(item)).parameters
+    positional = [n for n, p in params.items()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    args, kwargs = list(case.args), dict(case.kwargs)
+    for name in item.drop:
+        if name in kwargs:
+            if not _same_value(kwargs[name], params[name].default):
+                return None
+            del kwargs[name]
+        elif name in positional:
+            i = positional.index(name)
+            if i < len(args):
+                if args[i] is not None:
+                    return None
+    keep = len(args)
+    while keep and positional[keep - 1] in item.drop:
+        keep -= 1
+    return Case(tuple(args[:keep]), kwargs, case.label, case.check)
 
 
 def input_names(spec):
@@ -207,6 +318,10 @@ def load_config(source):
         if not isinstance(f, dict) or "name" not in f:
             raise ValueError(f"grading config: each entry of 'functions' is a name or an object "
                              f"with a 'name'; got {f!r}")
+        drop = f.get("drop", [])
+        if not isinstance(drop, list) or not all(isinstance(d, str) for d in drop):
+            raise ValueError(f"grading config: 'drop' of {f['name']!r} is {drop!r}; expected a "
+                             "list of option names")
         weight = f.get("weight", DEFAULTS["weight"])
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
                 or weight < 0:
@@ -221,38 +336,64 @@ def items_from_config(config):
         if isinstance(f, str):
             items.append(resolve(f))
         else:
-            items.append(resolve(f["name"], f.get("weight"), f.get("cases", "all")))
+            items.append(resolve(f["name"], f.get("weight"), f.get("cases", "all"),
+                                 f.get("drop", ())))
     return items
 
 
 def _select(cases, wanted, item):
+    """(index, case) pairs of the wanted cases, without the ones that need a dropped option."""
     if wanted in (None, "all"):
-        return list(enumerate(cases))
-    if not isinstance(wanted, list):
+        chosen = list(enumerate(cases))
+    elif not isinstance(wanted, list):
         raise ValueError(f"grading config: 'cases' of {item.name!r} must be \"all\" or a list")
-    chosen = []
-    labels = {c.label: i for i, c in enumerate(cases)}
-    for w in wanted:
-        if isinstance(w, int) and not isinstance(w, bool) and 0 <= w < len(cases):
-            chosen.append((w, cases[w]))
-        elif isinstance(w, str) and w in labels:
-            chosen.append((labels[w], cases[labels[w]]))
-        else:
-            raise ValueError(f"grading config: {item.name!r} has no case {w!r}; its cases are "
-                             + "; ".join(f"{i}: {c.label}" for i, c in enumerate(cases)))
-    return chosen
+    else:
+        chosen = []
+        labels = {c.label: i for i, c in enumerate(cases)}
+        for w in wanted:
+            if isinstance(w, int) and not isinstance(w, bool) and 0 <= w < len(cases):
+                chosen.append((w, cases[w]))
+            elif isinstance(w, str) and w in labels:
+                chosen.append((labels[w], cases[labels[w]]))
+            else:
+                raise ValueError(f"grading config: {item.name!r} has no case {w!r}; its cases are "
+                                 + "; ".join(f"{i}: {c.label}" for i, c in enumerate(cases)))
+    out = []
+    for i, case in chosen:
+        kept = _without(case, item)
+        if kept is not None:
+            out.append((i, kept))
+        elif wanted not in (None, "all"):
+            raise ValueError(f"grading config: case {i} of {item.name!r} ({case.label}) uses an "
+                             f"option the assignment drops ({', '.join(item.drop)})")
+    return out
+
+
+def all_cases(item, rng, dtype=np.float64):
+    """Every case of ``item``: the registry's (or the helper's), then the grading-only ones."""
+    if item.kind == "op":
+        cases = list(item.spec.make_cases(rng, dtype))
+        extra = EXTRA_CASES.get(item.name)
+        if extra is not None:
+            cases += extra(rng, dtype)
+        return cases
+    return list(item.spec.make_cases(rng))
 
 
 def make_graded_cases(item, *, seed, hidden_seed=None, float32_case=True):
-    """The cases of one item: visible ones at ``seed``, hidden ones at ``hidden_seed``."""
+    """The cases of one item: visible ones at ``seed``, hidden ones at ``hidden_seed``.
+
+    Cases that need an option the assignment drops are left out (see :func:`resolve`).
+    """
     def make(s, dtype):
-        rng = np.random.default_rng(s)
-        if item.kind == "op":
-            return item.spec.make_cases(rng, dtype)
-        return item.spec.make_cases(rng)
+        return all_cases(item, np.random.default_rng(s), dtype)
 
     out = []
-    for i, case in _select(make(seed, np.float64), item.cases, item):
+    visible = _select(make(seed, np.float64), item.cases, item)
+    if not visible:
+        raise ValueError(f"{item.name}: no case is left to grade (the dropped options "
+                         f"{', '.join(item.drop)} are used by every case)")
+    for i, case in visible:
         out.append(GradedCase(i, case, case.label or f"case {i}", hidden=False, seed=seed))
     if float32_case and item.kind == "op":
         chosen = _select(make(seed, np.float32), item.cases, item)
@@ -265,3 +406,264 @@ def make_graded_cases(item, *, seed, hidden_seed=None, float32_case=True):
             out.append(GradedCase(i, case, f"hidden: {case.label or f'case {i}'}", hidden=True,
                                   seed=hidden_seed))
     return out
+
+
+# --- grading-only cases ------------------------------------------------------------------------
+# Behaviours a skeleton requires that the registry's cases do not reach: mha's KV-cache step,
+# per-sequence RoPE positions and given frequencies, GEGLU with the exact GELU, and random
+# ops on enough elements for the statistics of the student's own mask to mean something.
+
+def _causal(n_q, n_k):
+    return np.arange(n_k)[None, :] <= (n_k - n_q) + np.arange(n_q)[:, None]
+
+
+def _mha_extra(rng, dtype):
+    def n(*shape, std=1.0):
+        return (std * rng.standard_normal(shape)).astype(dtype)
+
+    def weights(d_model, H, H_kv, d_head, biases):
+        s_in, s_out = d_model ** -0.5, (H * d_head) ** -0.5
+        W = [n(d_model, H * d_head, std=s_in), n(d_model, H_kv * d_head, std=s_in),
+             n(d_model, H_kv * d_head, std=s_in), n(H * d_head, d_model, std=s_out)]
+        b = [n(H * d_head, std=0.3), n(H_kv * d_head, std=0.3), n(H_kv * d_head, std=0.3),
+             n(d_model, std=0.3)]
+        if biases == "no bk":        # without RoPE the key bias has an exactly zero gradient
+            b[1] = None
+        return W + b
+
+    x1 = n(2, 1, 6)
+    x2 = n(2, 2, 6)
+    x3 = n(2, 4, 6)
+    positions = np.array([[0, 1, 2, 3], [5, 6, 7, 8]])
+    return [
+        Case((x1, x1.copy(), *weights(6, 4, 2, 2, True)),
+             {"n_heads": 4, "n_kv_heads": 2, "rope": "half", "mask": _causal(1, 4),
+              "kv_cache": {"k": n(2, 2, 3, 2), "v": n(2, 2, 3, 2)}},
+             "KV-cached step: 1 new token after 3 cached, RoPE half, GQA 4/2"),
+        Case((x2, x2.copy(), *weights(6, 2, 2, 3, "no bk")),
+             {"n_heads": 2, "mask": _causal(2, 5), "scale": 0.4,
+              "kv_cache": {"k": n(2, 2, 3, 3), "v": n(2, 2, 3, 3)}},
+             "KV-cached step: 2 new tokens after 3 cached, causal (2, 5), scale 0.4"),
+        Case((x3, x3.copy(), *weights(6, 2, 2, 2, True)),
+             {"n_heads": 2, "mask": _causal(4, 4),
+              "rope": {"layout": "interleaved", "base": 100.0, "positions_q": positions,
+                       "positions_k": positions}},
+             "RoPE dict: per-sequence positions (2, 4), base 100"),
+        Case((n(1, 3, 6), n(1, 5, 6), *weights(6, 2, 1, 4, True)),
+             {"n_heads": 2, "n_kv_heads": 1,
+              "rope": {"layout": "half", "freqs": np.array([0.9, 0.2]),
+                       "positions_q": np.array([2, 3, 4])}},
+             "RoPE dict: given freqs, query positions 2..4, cross-attention MQA"),
+    ]
+
+
+def _swiglu_extra(rng, dtype):
+    x = rng.standard_normal((2, 3, 7))
+    W_gate = rng.standard_normal((7, 5)) / np.sqrt(7)
+    W_up = rng.standard_normal((7, 5)) / np.sqrt(7)
+    W_down = rng.standard_normal((5, 7)) / np.sqrt(5)
+    args = tuple(a.astype(dtype) for a in (x, W_gate, W_up, W_down))
+    return [Case(args, {"activation": "gelu"}, "x (2, 3, 7), d_ff 5, GEGLU (exact gelu gate)")]
+
+
+def _dropout_extra(rng, dtype):
+    return [Case((rng.standard_normal((40, 50)).astype(dtype),), {"p": 0.3, "rng": 5},
+                 "x (40, 50), p 0.3: statistics of the mask", check=False)]
+
+
+def _lora_extra(rng, dtype):
+    def m(*shape, scale=1.0):
+        return (scale * rng.standard_normal(shape)).astype(dtype)
+    return [Case((m(60, 5), m(5, 4, scale=0.5), m(5, 2, scale=0.5), m(2, 4, scale=0.5), m(4)),
+                 {"alpha": 2.0, "dropout": 0.25, "rng": 7},
+                 "x (60, 5), r 2, dropout 0.25: statistics of the mask", check=False)]
+
+
+EXTRA_CASES = {"mha": _mha_extra, "swiglu_ffn": _swiglu_extra, "dropout": _dropout_extra,
+               "lora_linear": _lora_extra}
+
+
+# --- random ops: graded against the submission's own draw ----------------------------------------
+#
+# The mask a submission draws depends on how it uses the generator (``rng.random(shape) >= p``,
+# ``< 1 - p``, ``rng.binomial``, ...), all equally valid. So the mask is read off the
+# submission's forward output, the reference is re-run with that mask (a generator that replays
+# it), and the output, the gradients and the mask's statistics are judged against that.
+
+DRAW_ALPHA = 1e-6     # a fair mask fails the statistics test with at most this probability
+
+
+@dataclass
+class DrawCheck:
+    """The verdict on a random case: see :func:`own_draw`."""
+    ok: bool
+    short: str = ""
+    lines: list = field(default_factory=list)
+    out: object = None              # the reference output under the submission's mask
+    grads: object = None            # the reference gradients under it (one per input)
+    mask: object = None             # the mask read off the output (bool, the input's shape)
+
+
+class _Replay(np.random.Generator):
+    """A generator whose ``random`` returns uniforms that reproduce a given keep-mask."""
+
+    def __init__(self, mask, p):
+        super().__init__(np.random.PCG64(0))
+        self._u = np.where(mask, (1.0 + p) / 2.0, p / 2.0)      # >= p exactly where kept
+        self.calls = 0
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        self.calls += 1
+        if size is None or tuple(np.atleast_1d(size)) != self._u.shape:
+            raise ValueError(f"replayed draw of shape {self._u.shape} asked for size {size!r}")
+        return self._u.astype(dtype)
+
+
+def _binomial_tails(n, k, q):
+    """P(K <= k) and P(K >= k) for K ~ Binomial(n, q)."""
+    if q >= 1.0:
+        return (1.0 if k >= n else 0.0), (1.0 if k <= n else 0.0)
+    if q <= 0.0:
+        return 1.0, (1.0 if k <= 0 else 0.0)
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+            + i * math.log(q) + (n - i) * math.log1p(-q) for i in range(n + 1)]
+    top = max(logs)
+    w = [math.exp(v - top) for v in logs]
+    total = sum(w)
+    return sum(w[:k + 1]) / total, sum(w[k:]) / total
+
+
+def _fair_range(n, q, alpha=DRAW_ALPHA):
+    """The kept counts a fair draw lands in except with probability ``alpha``."""
+    lo = next((k for k in range(n + 1) if _binomial_tails(n, k, q)[0] >= alpha / 2), 0)
+    hi = next((k for k in range(n, -1, -1) if _binomial_tails(n, k, q)[1] >= alpha / 2), n)
+    return lo, hi
+
+
+def _tolerance(dtype):
+    from .compare import TOLERANCES
+    return TOLERANCES["float32" if dtype == "float32" else "float64"]
+
+
+def _dropout_mask(args, kwargs, got, dtype):
+    """dropout: kept where out = x/(1-p), dropped where out = 0 exactly."""
+    x = np.asarray(args[0], dtype=np.float64)
+    p = float(kwargs["p"])
+    want = x / (1.0 - p)
+    rtol, atol = _tolerance(dtype)
+    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    dropped = got == 0
+    kept = ~dropped & (np.abs(got - want) <= atol * scale + rtol * np.abs(want))
+    known = x != 0
+    bad = ~(kept | dropped) & known
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        lines = [f"out: {int(bad.sum())} of {bad.size} entries are neither 0 (dropped) nor "
+                 f"x/(1-p) = x * {1 / (1 - p):.6g} (kept)",
+                 f"  first at index {idx}: got {got[idx]:.10g}, x = {x[idx]:.10g}, expected 0 or "
+                 f"{want[idx]:.10g}"]
+        ratio = got[known & ~dropped] / x[known & ~dropped]
+        if ratio.size and np.allclose(ratio, ratio[0], rtol=1e-6):
+            lines.append(f"  diagnosis: every kept entry is x * {ratio[0]:.6g}; inverted dropout "
+                         f"scales the kept entries by 1/(1-p) = {1 / (1 - p):.6g}")
+        return None, lines
+    return kept | ~known, []
+
+
+def _lora_mask(args, kwargs, got, dtype):
+    """lora_linear: per row, the one dropout mask of the branch input that gives ``out``."""
+    x, W, A, B = (np.asarray(a, dtype=np.float64) for a in args[:4])
+    b = args[4] if len(args) > 4 and args[4] is not None else None
+    p = float(kwargs["dropout"])
+    r = A.shape[1]
+    s = kwargs["alpha"] / (math.sqrt(r) if kwargs.get("rank_stabilized") else r)
+    d_in = x.shape[-1]
+    if d_in > 14:
+        return "too wide", []
+    X = x.reshape(-1, d_in)
+    base = X @ W + (0.0 if b is None else np.asarray(b, dtype=np.float64))
+    Y = np.asarray(got, dtype=np.float64).reshape(base.shape)
+    C = (s / (1.0 - p)) * (A @ B)                                 # (d_in, d_out)
+    M = ((np.arange(2 ** d_in)[:, None] >> np.arange(d_in)) & 1).astype(bool)   # every mask
+    rtol, atol = _tolerance(dtype)
+    scale = max(1.0, float(np.max(np.abs(Y))) if Y.size else 1.0)
+    mask = np.zeros(X.shape, dtype=bool)
+    for i in range(X.shape[0]):
+        cand = base[i] + (M * X[i]) @ C                           # (2^d_in, d_out)
+        err = np.abs(cand - Y[i]) - rtol * np.abs(cand)
+        worst = err.max(axis=1)
+        best = int(np.argmin(worst))
+        if worst[best] > atol * scale:
+            plain = base[i] + s * (X[i] @ A) @ B
+            lines = [f"out: row {i} of the flattened output is x W + b + s (drop(x) A) B for no "
+                     f"dropout mask of that row's x (the closest mask is off by "
+                     f"{worst[best] + rtol * np.abs(cand[best]).max():.3g})"]
+            if np.allclose(Y[i], plain, rtol=rtol, atol=atol * scale):
+                lines.append("  diagnosis: this row equals the output without dropout")
+            return None, lines
+        mask[i] = M[best]
+    return mask.reshape(x.shape), []
+
+
+# op -> (reader of the mask, name of the drop probability)
+_DRAWS = {"dropout": (_dropout_mask, "p"), "lora_linear": (_lora_mask, "dropout")}
+
+
+def own_draw(item, gc, value, dout):
+    """Grade a random case against the submission's own draw.
+
+    Returns None when the case draws nothing (any other op; p = 0; train=False) or when the
+    forward's answer is not an array of the output's shape (the usual comparison reports it).
+    Otherwise a :class:`DrawCheck`: the mask is read off the submission's output (dropout:
+    kept where ``out = x/(1-p)``, dropped where ``out == 0``; LoRA: the mask of each row's
+    branch input that reproduces the row), the reference is re-run with that mask (``out``
+    and ``grads``, the gradients under the upstream gradient ``dout``), and the mask's kept
+    fraction is tested against Bernoulli(1 - p) with an exact binomial test. ``ok`` is False
+    when no mask reproduces the output (``out`` is then None) or the statistics fail.
+    """
+    from ..registry import bind
+    if item.kind != "op" or item.name not in _DRAWS:
+        return None
+    reader, p_name = _DRAWS[item.name]
+    args, kwargs = gc.case.args, gc.case.kwargs
+    p = float(kwargs.get(p_name, 0.0) or 0.0)
+    if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
+        return None
+    got = getattr(value, "array", value) if getattr(value, "is_number", True) else None
+    if not isinstance(got, np.ndarray) or got.dtype.kind not in "biuf":
+        return None
+    expected_out, _ = bind(item.spec.forward, kwargs)(*args)
+    if got.shape != np.shape(expected_out):
+        return None
+    got = got.astype(np.float64)
+    if not np.isfinite(got).all():
+        return None
+    mask, lines = reader(args, kwargs, got, gc.dtype)
+    if isinstance(mask, str):
+        return None
+    if mask is None:
+        return DrawCheck(False, "out: no dropout mask gives it", lines)
+    replay = _Replay(mask, p)
+    out, cache = item.spec.forward(*args, **dict(kwargs, rng=replay))
+    again, _ = reader(args, kwargs, np.asarray(out, dtype=np.float64), gc.dtype)
+    replayed = again is not None and not isinstance(again, str) and np.array_equal(again, mask)
+    if replay.calls != 1 or not replayed:     # the reference draws otherwise: compare as before
+        return None
+    raw = item.spec.backward(np.array(dout, copy=True), cache)
+    grads = list(raw) if len(args) > 1 else [raw]
+    check = DrawCheck(True, out=np.asarray(out), grads=grads, mask=mask)
+    known = np.asarray(args[0]) != 0
+    n, k, q = int(known.sum()), int((mask & known).sum()), 1.0 - p
+    low, high = _binomial_tails(n, k, q)
+    if min(low, high) < DRAW_ALPHA / 2:
+        lo, hi = _fair_range(n, q)
+        check.ok, check.short = False, "mask statistics"
+        check.lines = [
+            f"mask: your forward keeps {k} of {n} entries ({k / max(n, 1):.3f}); each entry must "
+            f"be kept with probability 1 - p = {q:g}, and a fair draw keeps between {lo} and {hi} "
+            f"of {n} (all but {DRAW_ALPHA:g} of the time)"]
+        if abs(k / max(n, 1) - p) < abs(k / max(n, 1) - q):
+            check.lines.append("  diagnosis: the fraction kept is close to p: is the mask the "
+                               "dropped entries instead of the kept ones (keep = rng.random(shape) "
+                               "< 1 - p)?")
+    return check

@@ -2,10 +2,12 @@
 
 Student code never runs in the grading process. Each :class:`Submission` process is
 ``python -I child.py`` (isolated mode: no current directory, user site or PYTHON* variables),
-in a new session (its own process group, so a kill reaches everything it started), with
-limits on CPU time, address space and file size, a minimal environment and a fresh
-temporary working directory. Every wait has a wall-clock deadline; when it passes the whole
-process group is killed.
+run from a copy of child.py in a fresh temporary working directory, in a new session (its own
+process group, so a kill reaches everything it started), with limits on CPU time, address
+space and file size and a minimal environment, optionally as another (unprivileged) user.
+Before the submission loads, the child installs its sandbox (an audit hook) over the paths
+the grader lists in ``protect``. Every wait has a wall-clock deadline; when it passes the
+whole process group is killed.
 
 Requests and answers are length-prefixed ``.npz`` messages loaded with ``allow_pickle=False``;
 a missing, late or malformed answer raises :class:`ChildFailure`, which the grader counts as a
@@ -163,39 +165,24 @@ class Submission:
     chunks: list of {"filename", "source", "continue_on_error"} (see notebook.py)
     timeout: seconds allowed for loading the submission
     limits: dict with cpu_seconds, memory_bytes, file_bytes
+    protect: (path, why) pairs the child's sandbox keeps out of reach (see child.py)
+    user: run the child as this user (a name or uid; the grader must be root), with its
+        working directory given to that user: the reference and the grading config can then
+        be made unreadable to it by file permissions (the Gradescope bundle does)
     After construction: ``load_error`` (dict or None), ``defined`` (names), ``warnings``.
     """
 
-    def __init__(self, chunks, *, timeout, limits):
+    def __init__(self, chunks, *, timeout, limits, protect=(), user=None):
         self.workdir = tempfile.mkdtemp(prefix="numpytfmr-grade-")
         self.proc = None
         self._r = self._w = None
         self.returncode = None
-        with open(os.path.join(self.workdir, "submission.json"), "w", encoding="utf-8") as f:
-            json.dump({"chunks": chunks}, f)
-        req_r, req_w = os.pipe()
-        ans_r, ans_w = os.pipe()
-        self._output = open(os.path.join(self.workdir, "output.txt"), "wb")
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.workdir,
-               "TMPDIR": self.workdir, "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self._output = None
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", CHILD, str(req_r), str(ans_w)], cwd=self.workdir, env=env,
-                stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
-                pass_fds=(req_r, ans_w), start_new_session=True,
-                preexec_fn=_limiter(limits))
+            self._start(chunks, protect, limits, user)
         except BaseException:
-            for fd in (req_w, ans_r):
-                os.close(fd)
-            self._output.close()
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.kill()
             raise
-        finally:
-            os.close(req_r)
-            os.close(ans_w)
-        self._w, self._r = req_w, ans_r
-        os.set_blocking(self._w, False)
         self.load_error, self.defined, self.warnings = None, [], []
         # Python and NumPy start-up is not the submission's time: the limit starts when the
         # process says it is about to run the submission.
@@ -207,6 +194,42 @@ class Submission:
             self.defined = [n for n in meta.get("defined", []) if isinstance(n, str)]
         else:
             self.load_error = meta.get("error") or {"kind": "protocol", "message": "no answer"}
+
+    def _start(self, chunks, protect, limits, user):
+        # The child runs from a copy of child.py in its own folder: it never needs to read
+        # the package, which its sandbox (and, under ``user``, the file permissions) forbid.
+        script = os.path.join(self.workdir, "child.py")
+        shutil.copyfile(CHILD, script)
+        job = os.path.join(self.workdir, "submission.json")
+        with open(job, "w", encoding="utf-8") as f:
+            json.dump({"chunks": chunks, "protect": [[str(p), str(why)] for p, why in protect]}, f)
+        ids = {}
+        if user is not None:
+            uid, gid = user_ids(user)
+            for path in (self.workdir, script, job):
+                os.chown(path, uid, gid)
+            ids = {"user": uid, "group": gid, "extra_groups": []}
+        req_r, req_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        self._output = open(os.path.join(self.workdir, "output.txt"), "wb")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.workdir,
+               "TMPDIR": self.workdir, "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", script, str(req_r), str(ans_w)], cwd=self.workdir, env=env,
+                stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
+                pass_fds=(req_r, ans_w), start_new_session=True,
+                preexec_fn=_limiter(limits), **ids)
+        except BaseException:
+            for fd in (req_w, ans_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(req_r)
+            os.close(ans_w)
+        self._w, self._r = req_w, ans_r
+        os.set_blocking(self._w, False)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -331,7 +354,7 @@ class Submission:
                 except OSError:
                     pass
         self._r = self._w = None
-        if not self._output.closed:
+        if self._output is not None and not self._output.closed:
             self._output.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -342,6 +365,16 @@ class Submission:
 
     def __exit__(self, *exc):
         self.kill()
+
+
+def user_ids(user):
+    """(uid, gid) of ``user`` (a name or a uid); ValueError if there is no such user."""
+    import pwd
+    try:
+        entry = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
+    except KeyError:
+        raise ValueError(f"there is no user {user!r} on this machine") from None
+    return entry.pw_uid, entry.pw_gid
 
 
 def _limiter(limits):

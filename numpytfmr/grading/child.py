@@ -1,9 +1,11 @@
 """The process that runs a submission: loads it, calls its functions on request, answers.
 
-The grader starts it as ``python -I child.py REQUEST_FD ANSWER_FD`` in a fresh temporary
-directory holding ``submission.json`` (the code to run, in chunks: one for a .py file, one
-per code cell of a notebook). This file is a standalone script: it imports only the
-standard library and NumPy, never numpytfmr.
+The grader copies this file into a fresh temporary directory and starts it there as
+``python -I child.py REQUEST_FD ANSWER_FD``, beside ``submission.json``: the code to run, in
+chunks (one for a .py file, one per code cell of a notebook), and the paths to protect. This
+file is a standalone script: it imports only the standard library and NumPy, never numpytfmr.
+Before the submission loads, it installs an audit hook (the sandbox, below) that keeps the
+reference, the grading configuration and escape hatches out of reach.
 
 Messages in both directions are an 8-byte little-endian length followed by an ``.npz``
 whose entry ``__meta__`` is a JSON header (uint8) and whose other entries are arrays. The
@@ -35,11 +37,27 @@ _MemoryError = MemoryError
 _isinstance, _type, _len, _str = isinstance, type, len, str
 _ndarray, _generic, _matrix = np.ndarray, np.generic, np.matrix
 
-# Packages a submission may not import: the reference itself and autodiff libraries.
-BLOCKED = ("numpytfmr", "torch", "jax", "tensorflow", "autograd")
+# Packages a submission may not import: the reference itself, the automatic-differentiation
+# libraries a backward could be delegated to, and modules that reach around Python's checks.
+REFERENCE = ("numpytfmr",)
+AUTODIFF = ("torch", "functorch", "jax", "jaxlib", "flax", "autograd", "tensorflow", "keras",
+            "mxnet", "paddle", "chainer", "theano", "aesara", "pytensor", "tinygrad", "mlx",
+            "mygrad", "micrograd")
+ESCAPES = ("ctypes", "_ctypes", "cffi", "_cffi_backend", "_xxsubinterpreters", "_xxinterpchannels",
+           "_posixsubprocess")
+BLOCKED = REFERENCE + AUTODIFF + ESCAPES
 MAX_MESSAGE = 64 << 20           # bytes; larger answers are refused
 MAX_ELEMENTS = 4_000_000         # elements of one returned array
 STUDENT_MODULE = "submission"
+
+
+def _why_blocked(root):
+    if root in REFERENCE:
+        return f"{root} is the reference implementation; write the function with NumPy only"
+    if root in AUTODIFF:
+        return (f"{root} is an automatic-differentiation library; write the function (and its "
+                "backward) with NumPy only")
+    return f"{root} reaches around the grader's limits; NumPy and the standard library suffice"
 
 
 class _Blocker:
@@ -48,15 +66,13 @@ class _Blocker:
     def find_spec(self, fullname, path=None, target=None):
         root = fullname.partition(".")[0]
         if root in BLOCKED:
-            what = ("the reference implementation" if root == "numpytfmr"
-                    else "an automatic-differentiation library")
             raise ImportError(f"import of {fullname!r} is not allowed in a graded submission: "
-                              f"{root} is {what}; write the function with NumPy only",
-                              name=fullname)
+                              f"{_why_blocked(root)}", name=fullname)
         return None
 
 
 def _install_blocker():
+    import _posixsubprocess          # before the blocker: see below
     sys.meta_path.insert(0, _Blocker())
     # Drop finders that serve the reference from an editable install, so removing the
     # blocker from sys.meta_path is not enough to reach it.
@@ -65,9 +81,247 @@ def _install_blocker():
                  getattr(finder, "__name__", ""), _type(finder).__name__)
         return any("numpytfmr" in str(n) for n in names)
     sys.meta_path[:] = [f for f in sys.meta_path if not serves_reference(f)]
+    # Loaded blocked modules (NumPy imports ctypes) are forgotten, so that importing one
+    # goes through the import system, and the audit hook, again. _posixsubprocess stays,
+    # loaded, for the subprocess module (numpy.testing imports it) -- with its fork_exec,
+    # the one way to start a program that raises no audit event, replaced by a refusal.
+    def fork_exec(*args, **kwargs):
+        raise PermissionError(f"starting another program (subprocess) {_NOT_ALLOWED}")
+    _posixsubprocess.fork_exec = fork_exec
     for name in list(sys.modules):
-        if name.partition(".")[0] in BLOCKED:
+        if name.partition(".")[0] in BLOCKED and name != "_posixsubprocess":
             del sys.modules[name]
+
+
+# --- the sandbox: an audit hook ----------------------------------------------------------
+#
+# ``sys.addaudithook`` installs a function that CPython calls on every audited event (opening a
+# file, importing, compiling, starting a process, ctypes, ...); it cannot be removed, and an
+# exception it raises aborts the event. The hook below refuses:
+#   - reading, listing or compiling anything under a protected path: the reference package, the
+#     grading configuration's folder, other submissions (``protect`` in submission.json), and
+#     the installed automatic-differentiation libraries; opening a folder that holds one;
+#   - importing the blocked packages by name (by any route that imports by name);
+#   - writing, renaming, removing or linking files outside the working directory;
+#   - ctypes, starting processes, sockets, sub-interpreters, raising resource limits,
+#     signalling other processes, and reading other processes' (or its own) memory;
+#   - replacing the code or defaults of a function (the hook's own state lives there).
+# The hook reads nothing but its parameters: every value and function it needs is a default
+# argument (a tuple, immutable), so a submission that rebinds names in this module, in ``os``
+# or in ``builtins`` changes nothing it sees.
+
+_WATCHED = frozenset((
+    "open", "import", "compile", "os.listdir", "os.scandir", "os.remove", "os.rename",
+    "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.utime", "os.setxattr",
+    "os.removexattr", "os.chflags", "os.lchflags", "os.symlink", "os.link",
+    "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+    "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill", "socket.__new__",
+    "resource.setrlimit", "resource.prlimit", "cpython.PyInterpreterState_New",
+    "object.__setattr__"))
+_MUTATING = frozenset(("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
+                       "os.truncate", "os.utime", "os.setxattr", "os.removexattr", "os.chflags",
+                       "os.lchflags"))
+_SPAWNING = {"subprocess.Popen": "starting another program", "os.system": "starting another program",
+             "os.exec": "starting another program", "os.posix_spawn": "starting another program",
+             "os.spawn": "starting another program", "os.fork": "starting another process",
+             "os.forkpty": "starting another process", "os.kill": "sending signals",
+             "os.killpg": "sending signals", "signal.pthread_kill": "sending signals",
+             "socket.__new__": "opening a network connection",
+             "resource.setrlimit": "changing the resource limits",
+             "resource.prlimit": "changing the resource limits",
+             "cpython.PyInterpreterState_New": "starting a sub-interpreter"}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_NOT_ALLOWED = "is not allowed in a graded submission"
+
+
+def _resolve(path, dir_fd=-1, cwd=None, _lstat=os.lstat, _readlink=os.readlink,
+             _getcwd=os.getcwd, _type=type, _str=str, _int=int, _bytes=bytes, _decode=bytes.decode,
+             _OSError=OSError, _list=list, _reversed=reversed):
+    """The absolute path ``path`` names, every symbolic link followed; None if it cannot be told.
+
+    ``path`` is a str, bytes or a file descriptor (its file, from /proc/self/fd); a relative
+    path is taken from ``dir_fd``'s folder, else the working directory.
+    """
+    t = _type(path)
+    try:
+        if t is _int:
+            path = _readlink("/proc/self/fd/" + _str(path))
+            if not path.startswith("/"):
+                return path                      # a pipe or socket: "pipe:[1234]"
+        elif t is _bytes:
+            path = _decode(path, "utf-8", "surrogateescape")
+        elif t is not _str:
+            return None
+        if not path.startswith("/"):
+            if _type(dir_fd) is _int and dir_fd >= 0:
+                base = _readlink("/proc/self/fd/" + _str(dir_fd))
+            else:
+                base = _getcwd() if cwd is None else cwd
+            path = base + "/" + path
+    except _OSError:
+        return None
+    pending = _list(_reversed(path.split("/")))
+    done = ""
+    hops = 0
+    while pending:
+        name = pending.pop()
+        if name == "" or name == ".":
+            continue
+        if name == "..":
+            done = done.rpartition("/")[0]
+            continue
+        candidate = done + "/" + name
+        try:
+            mode = _lstat(candidate).st_mode
+        except _OSError:
+            done = candidate                     # does not exist (yet): taken as written
+            continue
+        if mode & 0o170000 != 0o120000:
+            done = candidate
+            continue
+        hops += 1
+        if hops > 64:
+            return None
+        try:
+            target = _readlink(candidate)
+        except _OSError:
+            return None
+        if target.startswith("/"):
+            done = ""
+        elif not target or target.startswith(("pipe:", "socket:", "anon_inode:")):
+            return target
+        pending.extend(_reversed(target.split("/")))
+    return done or "/"
+
+
+def _within(where, roots, _len=len):
+    """The (root, why) of ``roots`` that holds ``where`` (or is it), else None."""
+    for root, why in roots:
+        if where == root or (where.startswith(root) and where[_len(root)] == "/"):
+            return root, why
+    return None
+
+
+def _holds(where, roots):
+    """The (root, why) of ``roots`` that lies inside the folder ``where``, else None."""
+    prefix = where if where.endswith("/") else where + "/"
+    for root, why in roots:
+        if root.startswith(prefix):
+            return root, why
+    return None
+
+
+def _proc_refusal(where, pid):
+    """Why reading ``where`` under /proc or /dev is refused, or None."""
+    if where in ("/dev/mem", "/dev/kmem", "/dev/port"):
+        return "reading memory"
+    if not where.startswith("/proc/"):
+        return None
+    parts = where.split("/")
+    if parts[2].isdigit() and parts[2] != pid:
+        return "reading another process's files"
+    if "mem" in parts[3:]:
+        return "reading the memory of a process"
+    return None
+
+
+def install_sandbox(protected, workdir):
+    """Install the audit hook (see above). ``protected``: (path, why) pairs; ``workdir``: the
+    only folder the submission may write to."""
+    roots = tuple((_resolve(p) or p, why) for p, why in protected)
+    own = (_resolve(workdir) or workdir, "the working directory")
+    writable = (own, ("/dev/null", "the null device"))
+    function_type = types.FunctionType
+
+    def hook(event, args, _watched=_WATCHED, _mutating=_MUTATING, _spawning=_SPAWNING,
+             _roots=roots, _writable=writable, _blocked=BLOCKED, _why=_why_blocked,
+             _resolve=_resolve, _within=_within, _holds=_holds, _proc=_proc_refusal,
+             _pid=str(os.getpid()), _write_flags=_WRITE_FLAGS, _no=_NOT_ALLOWED,
+             _PermissionError=PermissionError, _ImportError=ImportError, _type=type,
+             _str=str, _int=int, _bytes=bytes, _function=function_type, _len=len,
+             _lstat=os.lstat, _OSError=OSError):
+        if event not in _watched:
+            if event.startswith("ctypes."):
+                raise _PermissionError(f"ctypes ({event}) {_no}: it reaches around the grader's "
+                                       "limits; NumPy and the standard library suffice")
+            return
+        if event == "open":
+            path, mode, flags = args[0], args[1], args[2]
+            if _type(path) is _int and mode is not None:
+                return                               # open(fd): an already open file
+            where = _resolve(path)
+            if where is None:
+                raise _PermissionError(f"opening {path!r} {_no}: name files by a plain str path")
+            hit = _within(where, _roots)
+            if hit is not None:
+                raise _PermissionError(f"opening {where} {_no}: it belongs to {hit[1]}")
+            if mode is None and _type(path) is not _int:
+                # os.open may be given dir_fd, which the event does not show: a folder that
+                # holds a protected path is never opened, so no dir_fd can lead into one
+                hit = _holds(where, _roots)
+                if hit is not None:
+                    raise _PermissionError(f"opening the folder {where} {_no}: it holds {hit[1]}")
+            why = _proc(where, _pid)
+            if why is not None:
+                raise _PermissionError(f"opening {where} {_no} ({why})")
+            if _type(flags) is _int and flags & _write_flags and _within(where, _writable) is None:
+                raise _PermissionError(f"writing {where} {_no}: a submission may write only in "
+                                       "its working directory")
+            return
+        if event == "import":
+            name = args[0]
+            root = name.partition(".")[0] if _type(name) is _str else ""
+            if root in _blocked:
+                raise _ImportError(f"import of {name!r} {_no}: {_why(root)}")
+            filename = args[1] if _len(args) > 1 else None
+            if _type(filename) is _str:
+                where = _resolve(filename)
+                hit = None if where is None else _within(where, _roots)
+                if hit is not None:
+                    raise _ImportError(f"import of {name!r} from {where} {_no}: it belongs to "
+                                       f"{hit[1]}")
+            return
+        if event == "compile":
+            filename = args[1] if _len(args) > 1 else None
+            if _type(filename) is _str and filename.startswith("/"):
+                where = _resolve(filename)
+                hit = None if where is None else _within(where, _roots)
+                if hit is not None:
+                    raise _PermissionError(f"compiling {where} {_no}: it belongs to {hit[1]}")
+            return
+        if event == "os.listdir" or event == "os.scandir":
+            path = args[0] if args else None
+            where = _resolve("." if path is None else path)
+            if where is not None:
+                hit = _within(where, _roots)
+                if hit is not None:
+                    raise _PermissionError(f"listing {where} {_no}: it belongs to {hit[1]}")
+            return
+        if event in _mutating:
+            if event == "os.rename":
+                targets = ((args[0], args[2]), (args[1], args[3]))
+            else:
+                dir_fd = args[-1] if event in ("os.remove", "os.rmdir", "os.mkdir", "os.chmod",
+                                               "os.chown", "os.utime") else -1
+                targets = ((args[0], dir_fd),)
+            for path, dir_fd in targets:
+                if _type(path) is _int:
+                    raise _PermissionError(f"{event} on a file descriptor {_no}")
+                where = _resolve(path, dir_fd)
+                if where is None or _within(where, _writable) is None:
+                    raise _PermissionError(f"{event} of {where or path!r} {_no}: a submission may "
+                                           "change files only in its working directory")
+            return
+        if event == "os.symlink" or event == "os.link":
+            raise _PermissionError(f"making links ({event}) {_no}")
+        if event == "object.__setattr__":
+            if _type(args[0]) is _function and args[1] in ("__code__", "__defaults__",
+                                                           "__kwdefaults__"):
+                raise _PermissionError(f"replacing a function's {args[1]} {_no}")
+            return
+        raise _PermissionError(f"{_spawning.get(event, event)} ({event}) {_no}")
+
+    sys.addaudithook(hook)
 
 
 # --- the answer channel, protected from monkeypatching ---------------------------------
@@ -493,17 +747,52 @@ class Server:
         return {"ok": True, "n_done": _len(outs)}, {"outs": np.stack(outs)}
 
 
+def _protected(listed, workdir):
+    """The (path, why) pairs the sandbox protects: those the grader listed, plus wherever the
+    reference and the automatic-differentiation libraries are installed. A path that holds
+    what this process needs (its working directory, Python, NumPy) is left out."""
+    import importlib.util
+    out = [(str(p), str(why)) for p, why in listed]
+    for name in REFERENCE + AUTODIFF + ESCAPES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except _BaseException:
+            continue
+        if spec is None:
+            continue
+        places = list(spec.submodule_search_locations or []) or [spec.origin]
+        why = ("the reference implementation (numpytfmr)" if name in REFERENCE
+               else f"an automatic-differentiation library ({name})" if name in AUTODIFF
+               else f"a module that reaches around the grader's limits ({name})")
+        out += [(p, why) for p in places if isinstance(p, str) and p.startswith("/")]
+    needed = [workdir, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable,
+              os.path.dirname(np.__file__), os.path.dirname(os.__file__)]
+    needed = [_resolve(p) or p for p in needed]
+    keep = []
+    for path, why in out:
+        where = _resolve(path)
+        if where is None or where == "/" or any(n == where or n.startswith(where + "/")
+                                                for n in needed):
+            continue
+        keep.append((where, why))
+    return keep
+
+
 def main(argv):
     fd_in, fd_out = int(argv[1]), int(argv[2])
     try:
         with open("submission.json", encoding="utf-8") as f:
-            chunks = json.load(f)["chunks"]
+            job = json.load(f)
+        chunks = job["chunks"]
+        protected = _protected(job.get("protect", []), os.getcwd())
     except _BaseException as exc:
         _send(fd_out, {"ok": False, "error": {"kind": "protocol", "message": f"cannot read the "
                                                                           f"submission: {exc}"}})
         return 0
+    sys.dont_write_bytecode = True
     _install_blocker()
     _save_modules()
+    install_sandbox(protected, os.getcwd())
     _send(fd_out, {"ok": True, "started": True})   # the time limit of loading starts now
     module, error, warnings = _load(chunks)
     _restore()

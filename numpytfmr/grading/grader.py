@@ -4,8 +4,14 @@ For every graded op and case, the submission's forward output is compared with t
 reference's, each gradient its backward returns is compared with the reference's (under the
 same random upstream gradient), and -- when the backward is wrong -- the submission's backward
 is checked against finite differences of its own forward with ``check_gradients``, so the
-feedback says whether the forward or the backward is at fault. The submission runs in a
-separate process (see :mod:`.channel`); everything is judged here.
+feedback says whether the forward or the backward is at fault. The submission runs in
+separate, sandboxed processes (see :mod:`.channel` and child.py); everything is judged here.
+
+Each graded item (an op's pair, or a plain function) gets its own process. A function that
+times out or ends its process loses only its own remaining cases (and a forward its backward's,
+which need its cache): the next case runs in a new process. A submission that cannot be read
+or loaded still gets every test, at 0 of its points. Test points are whole hundredths that
+add up to each item's weight exactly (:func:`split_points`).
 
 Finite differences of the submission's forward would take thousands of round trips, one per
 perturbed input. :class:`_StudentOp` instead recognises the checker's coordinate sweep (the
@@ -13,8 +19,13 @@ input differs from the base input in one entry, by -2h, -h, h or 2h) and asks th
 for a whole run of coordinates at once (``sweep``); the outputs are cached by the exact bytes
 of the perturbed input, so the checker sees exactly the values it would have got call by call.
 """
+import ast
 from dataclasses import dataclass, field
+from fractions import Fraction
 import hashlib
+import math
+import os
+import re
 import time
 import zlib
 
@@ -23,19 +34,41 @@ import numpy as np
 from ..gradcheck import check_gradients
 from ..registry import bind
 from .cases import (DEFAULTS, contract_names, input_names, items_from_config, load_config,
-                    make_graded_cases, resolve)
+                    make_graded_cases, own_draw, resolve)
 from .channel import ChildFailure, Submission, decode_value, encode_call
 from .compare import (check_value, diagnose_values, matching_variants, nonfinite_sentence,
                       option_variants, scaling_variants)
 from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
 
-__all__ = ["grade", "Report", "TestResult"]
+__all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points", "POINT_DECIMALS"]
 
 H = 1e-3                       # finite-difference step: check_gradients' default (five-point stencil)
 _REFINED = H * 0.0625          # the checker's refinement step h/16
 _FORWARD_SHARE = 0.4           # of an op's weight; the backward tests share the rest
-_MAX_CRASHES = 3               # process deaths per item before its remaining cases are skipped
+_MAX_CRASHES = 3               # process deaths in one function before its remaining cases are skipped
+POINT_DECIMALS = 2             # test points are whole multiples of 0.01
+
+
+def split_points(weight, shares):
+    """Split ``weight`` points into parts proportional to ``shares``, each a whole multiple of
+    ``10**-POINT_DECIMALS``, that sum to exactly ``weight`` (rounded to that precision).
+
+    Every part gets the whole units below its exact value; the units left over go, one each, to
+    the parts with the largest remainders (the earlier part first on a tie). So ten tests of an
+    op worth 10 points get 1.00 each, and three get 3.34, 3.33 and 3.33: never 10.000002.
+    """
+    scale = 10 ** POINT_DECIMALS
+    units = round(Fraction(weight) * scale)
+    total = sum(Fraction(x) for x in shares)
+    if not shares or total <= 0 or units <= 0:
+        return [0.0] * len(shares)
+    exact = [Fraction(x) / total * units for x in shares]
+    whole = [math.floor(e) for e in exact]
+    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - whole[i]), i))
+    for i in order[:units - sum(whole)]:
+        whole[i] += 1
+    return [round(w / scale, POINT_DECIMALS) for w in whole]
 
 
 # --- results -----------------------------------------------------------------------------
@@ -79,11 +112,19 @@ class Report:
 
     @property
     def score(self):
-        return round(sum(t.score for t in self.tests), 4)
+        return round(math.fsum(t.score for t in self.tests), POINT_DECIMALS)
 
     @property
     def max_score(self):
-        return round(sum(t.max_score for t in self.tests), 4)
+        return round(math.fsum(t.max_score for t in self.tests), POINT_DECIMALS)
+
+    def function_scores(self):
+        """{function: (score, max_score)} in the order the functions were graded."""
+        out = {}
+        for t in self.tests:
+            got, most = out.get(t.function, (0.0, 0.0))
+            out[t.function] = (got + t.score, most + t.max_score)
+        return {f: (round(a, POINT_DECIMALS), round(b, POINT_DECIMALS)) for f, (a, b) in out.items()}
 
     @property
     def passed(self):
@@ -107,8 +148,8 @@ class Report:
             "output": "\n".join(out),
             "visibility": "visible",
             "stdout_visibility": "hidden",
-            "tests": [{"name": t.name, "number": t.number, "score": round(t.score, 6),
-                       "max_score": round(t.max_score, 6),
+            "tests": [{"name": t.name, "number": t.number, "score": round(t.score, POINT_DECIMALS),
+                       "max_score": round(t.max_score, POINT_DECIMALS),
                        "status": "passed" if t.passed else "failed",
                        "output": t.output(),
                        "visibility": "after_due_date" if t.hidden else "visible"} for t in self.tests],
@@ -351,13 +392,19 @@ def _plain_gradients(value, fn):
 # --- grading one item -----------------------------------------------------------------------------
 
 class _ItemGrader:
-    """Grades one item (an op or a helper) over its cases, in its own submission process."""
+    """Grades one item (an op or a helper) over its cases, in its own submission process.
+
+    A function that times out, or whose process dies ``_MAX_CRASHES`` times, loses its remaining
+    cases ("not run"), and so does a backward whose forward is lost (it needs the forward's
+    cache); every other test goes on in a new process. A hanging backward therefore costs the
+    backward's tests only: the forward keeps its credit.
+    """
 
     def __init__(self, ctx, item, number, cases):
         self.ctx, self.item, self.number, self.cases = ctx, item, number, cases
         self.session = None
-        self.crashes = 0
-        self.skip = None
+        self.crashes = {}          # function -> process deaths while it ran
+        self.skips = {}            # function -> why its remaining cases are not run
         self.tests = []
         self.seen_options = {}
         if item.kind == "op":
@@ -376,7 +423,8 @@ class _ItemGrader:
         if spare is not None and spare.alive:
             self.session = spare
             return spare
-        session = Submission(self.ctx["chunks"], timeout=self.ctx["timeout"], limits=self.ctx["limits"])
+        session = Submission(self.ctx["chunks"], timeout=self.ctx["timeout"], limits=self.ctx["limits"],
+                             protect=self.ctx["protect"], user=self.ctx["user"])
         if session.load_error:
             session.close()
             short, lines = self.error_text("the submission, while loading,", session.load_error)
@@ -403,36 +451,43 @@ class _ItemGrader:
         return describe_error(fn, err or {}, memory_mb=self.ctx["memory_mb"])
 
     def _lost(self, failure, fn, label):
-        """Book-keeping after the process failed to answer while ``fn`` ran."""
+        """Book-keeping after the process failed to answer while ``fn`` ran: the next request
+        starts a new process; ``fn`` itself is not run again after a timeout or repeated deaths."""
         self.session = None
         if failure.kind == "timeout":
-            self.skip = (f"not run: {fn} timed out on case '{label}' (limit {self.ctx['timeout']:g} s), "
-                         "so the remaining cases were skipped")
+            self.skips[fn] = (f"not run: {fn} timed out on case '{label}' (limit "
+                              f"{self.ctx['timeout']:g} s), so its remaining cases were skipped")
         else:
-            self.crashes += 1
-            if self.crashes >= _MAX_CRASHES:
-                self.skip = (f"not run: the submission process ended {self.crashes} times while "
-                             f"{self.item.name} was graded, so the remaining cases were skipped")
+            self.crashes[fn] = self.crashes.get(fn, 0) + 1
+            if self.crashes[fn] >= _MAX_CRASHES:
+                self.skips[fn] = (f"not run: the submission process ended {self.crashes[fn]} times "
+                                  f"while {fn} ran, so its remaining cases were skipped")
 
     # -- tests -------------------------------------------------------------------------------
 
-    def _new_test(self, fn, gc, max_score):
-        k = len(self.tests) + 1
-        t = TestResult(name=f"{fn} [{gc.label}]", number=f"{self.number}.{k}", item=self.item.name,
-                       function=fn, label=gc.label, hidden=gc.hidden, max_score=max_score)
-        self.tests.append(t)
-        return t
+    def make_tests(self):
+        """The item's tests, case by case (forward then backward), with their points: the
+        forward tests share ``_FORWARD_SHARE`` of the item's weight, the backward tests the rest,
+        split by :func:`split_points` so that they add up to the weight exactly."""
+        item = self.item
+        per_case = [_FORWARD_SHARE, 1 - _FORWARD_SHARE] if item.kind == "op" else [1]
+        points = iter(split_points(item.weight, per_case * len(self.cases)))
+        groups = []
+        for gc in self.cases:
+            group = []
+            for fn in item.functions:
+                t = TestResult(name=f"{fn} [{gc.label}]", number=f"{self.number}.{len(self.tests) + 1}",
+                               item=item.name, function=fn, label=gc.label, hidden=gc.hidden,
+                               max_score=next(points))
+                self.tests.append(t)
+                group.append(t)
+            groups.append(tuple(group))
+        return groups
 
     def run(self):
-        item, n = self.item, max(1, len(self.cases))
+        item = self.item
         defined = self.ctx["defined"]
-        for gc in self.cases:
-            if item.kind == "op":
-                fwd_t = self._new_test(item.functions[0], gc, item.weight * _FORWARD_SHARE / n)
-                bwd_t = self._new_test(item.functions[1], gc, item.weight * (1 - _FORWARD_SHARE) / n)
-                tests = (fwd_t, bwd_t)
-            else:
-                tests = (self._new_test(item.functions[0], gc, item.weight / n),)
+        for gc, tests in zip(self.cases, self.make_tests()):
             if self.ctx["load_error"]:
                 for t in tests:
                     t.set(False, "submission not loaded", self.ctx["load_error"].splitlines())
@@ -440,23 +495,30 @@ class _ItemGrader:
             missing = [t for t in tests if t.function not in defined]
             for t in missing:
                 t.set(False, "not defined", [f"{t.function} is not defined in the submission"])
-            if len(missing) == len(tests):
-                continue
-            if self.skip:
-                for t in tests:
-                    if t not in missing:
-                        t.set(False, "not run", [self.skip])
+            todo = []
+            for t in tests:
+                if t in missing:
+                    continue
+                if t.function in self.skips:
+                    t.set(False, "not run", [self.skips[t.function]])
+                elif item.kind == "op" and t.function == item.functions[1] and item.functions[0] in self.skips:
+                    fwd, bwd = item.functions
+                    t.set(False, "not run", [f"not run: {bwd} needs the cache of {fwd}, whose remaining "
+                                             f"cases were skipped ({fwd} timed out or ended its process)"])
+                else:
+                    todo.append(t)
+            if not todo:
                 continue
             try:
                 if item.kind == "op":
-                    self._op_case(gc, *tests)
+                    self._op_case(gc, *tests, run_backward=tests[1] in todo)
                 else:
                     self._helper_case(gc, tests[0])
             except StudentError as exc:           # the submission could not be loaded again
-                for t in tests:
-                    if t not in missing:
-                        t.set(False, exc.short, exc.lines)
-                self.skip = "not run: " + exc.lines[0]
+                for t in todo:
+                    t.set(False, exc.short, exc.lines)
+                for fn in item.functions:
+                    self.skips[fn] = "not run: " + exc.lines[0]
         if self.session is not None:
             self.session.close()
             self.session = None
@@ -471,7 +533,7 @@ class _ItemGrader:
             d = np.where(np.isfinite(out), d, 0).astype(out.dtype)
         return d
 
-    def _op_case(self, gc, fwd_t, bwd_t):
+    def _op_case(self, gc, fwd_t, bwd_t, run_backward=True):
         spec, item = self.item.spec, self.item
         args, kwargs = gc.case.args, gc.case.kwargs
         fwd, bwd = item.functions
@@ -492,7 +554,7 @@ class _ItemGrader:
         timeout = self.ctx["timeout"]
         deadline = time.monotonic() + timeout
         tol = gc.dtype
-        cache_id, out_ok, fwd_passed = None, False, False
+        cache_id, out_ok, fwd_passed, draw = None, False, False, None
 
         # --- forward ---------------------------------------------------------------------
         if fwd in defined:
@@ -515,18 +577,24 @@ class _ItemGrader:
                         f"and whatever {bwd} needs"])
                 else:
                     cache_id = ans.get("cache_id")
+                    draw = own_draw(item, gc, value, dout)     # random ops: the student's own mask
+                    if draw is not None and draw.out is not None:
+                        ref_out, ref_grads = draw.out, draw.grads
                     v = check_value(value, ref_out, "out", tol=tol)
                     out_ok = value.kind == "array" or (value.is_number and ref_out.ndim == 0)
                     lines = list(v.lines)
-                    if not v.ok and v.short.endswith("wrong values") and tol == "float64":
+                    if draw is not None:
+                        lines += draw.lines
+                    elif not v.ok and v.short.endswith("wrong values") and tol == "float64":
                         lines += [f"  diagnosis: {s}" for s in self._forward_diagnoses(gc, v, names)]
                     flags = [f for f in ans.get("flags", []) if isinstance(f, str)]
                     lines += flags
-                    fwd_passed = v.ok and not flags
-                    fwd_t.set(fwd_passed, v.short or ("modified its input" if flags else ""), lines)
+                    fwd_passed = v.ok and not flags and (draw is None or draw.ok)
+                    short = v.short or ("" if draw is None or draw.ok else draw.short)
+                    fwd_t.set(fwd_passed, short or ("modified its input" if flags else ""), lines)
 
         # --- backward --------------------------------------------------------------------
-        if bwd not in defined:
+        if bwd not in defined or not run_backward:
             return
         if cache_id is None:
             if self._backward_not_implemented(bwd, dout, deadline, gc):
@@ -548,7 +616,8 @@ class _ItemGrader:
             bwd_t.set(False, *self.error_text(bwd, ans.get("error")))
             return
         value = decode_value(ans.get("value"), arrays)
-        verdicts, lines, shorts, comparable = self._check_gradients(value, ref_grads, args, names, dout, tol)
+        verdicts, lines, shorts, comparable = self._check_gradients(value, ref_grads, args, names, dout, tol,
+                                                                    (bind(spec.forward, kwargs), ref_out) if draw is None else (None, None))
         flags = [f for f in ans.get("flags", []) if isinstance(f, str)]
         passed = all(verdicts) and not flags and bool(verdicts)
         lines += flags
@@ -568,8 +637,10 @@ class _ItemGrader:
         err = ans.get("error")
         return isinstance(err, dict) and err.get("kind") == "not_implemented"
 
-    def _check_gradients(self, value, ref_grads, args, names, dout, tol):
-        """Compare the gradients a backward returned with the reference's."""
+    def _check_gradients(self, value, ref_grads, args, names, dout, tol, case=(None, None)):
+        """Compare the gradients a backward returned with the reference's. ``case`` is the
+        reference forward with the case's options bound and its output, for the diagnoses."""
+        forward, ref_out = case
         n = len(args)
         bwd = self.item.functions[1]
         if n == 1:
@@ -615,7 +686,8 @@ class _ItemGrader:
                 bad = nonfinite_sentence(v.got, v.expected, args)
                 if bad:
                     sentences.append(bad)
-                sentences += diagnose_values(v.got, v.expected, dout)
+                sentences += diagnose_values(v.got, v.expected, dout, forward=forward, inputs=args,
+                                             position=p, names=names, out=ref_out)
                 lines += [f"  diagnosis: {s}" for s in sentences]
         return verdicts, lines, shorts, comparable
 
@@ -731,20 +803,42 @@ def _settings(config, seed, hidden_seed, timeout, memory_mb):
     return s
 
 
-def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, timeout=None,
-          memory_mb=None, log=None):
-    """Grade a submission (.py, .ipynb or a folder holding one); return a :class:`Report`.
+@dataclass
+class Plan:
+    """What a grading run grades, fixed once for a submission or a whole class.
 
-    only:   names to grade (ops like "softmax", functions like "softmax_forward" or
-            "causal_mask"); default: the config's functions, else every function of the
-            contract the submission defines
-    config: a grading configuration (path or dict, see :mod:`.cases`)
-    seed / hidden_seed / timeout (seconds per case) / memory_mb override the config.
-    log:    a callable taking progress lines, or None
+    config: the grading configuration (a dict); settings: seed, hidden_seed, timeout,
+    memory_mb, float32_case; items: the :class:`~.cases.Item` list, or None when the
+    submission decides (the contract functions it defines); protect: the (path, why) pairs
+    every submission process keeps out of reach (see child.py).
     """
-    start = time.monotonic()
+    config: dict
+    settings: dict
+    items: object
+    protect: tuple = ()
+
+    def fingerprint(self):
+        """A digest of everything that decides the grades (seeds, cases, weights, limits)."""
+        from .. import __version__
+        h = hashlib.sha256()
+        items = None if self.items is None else [
+            [i.name, i.kind, list(i.functions), i.weight, i.cases, list(getattr(i, "drop", ()))]
+            for i in self.items]
+        h.update(repr((__version__, sorted(self.settings.items()), items)).encode())
+        return h.hexdigest()
+
+
+def reference_paths():
+    """The folders of the reference: this package (its source and whatever sits in it)."""
+    return [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+
+
+def make_plan(*, only=None, config=None, seed=None, hidden_seed=None, timeout=None, memory_mb=None,
+              protect=()):
+    """The :class:`Plan` of a grading run; ValueError (or OSError for an unreadable config file)
+    on bad settings. ``protect``: more (path, why) pairs to keep from the submissions."""
     cfg = load_config(config)
-    s = _settings(cfg, seed, hidden_seed, timeout, memory_mb)
+    settings = _settings(cfg, seed, hidden_seed, timeout, memory_mb)
     configured = {item.name: item for item in items_from_config(cfg)}
     if only:
         items, seen = [], set()
@@ -757,6 +851,69 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
         items = list(configured.values())
     else:
         items = None
+    guarded = [(p, "the reference implementation (numpytfmr)") for p in reference_paths()]
+    if isinstance(config, (str, os.PathLike)):
+        path = os.path.abspath(os.fspath(config))
+        guarded += [(path, "the grading configuration"),
+                    (os.path.dirname(path), "the grading configuration's folder")]
+    guarded += [(os.path.abspath(os.fspath(p)), str(why)) for p, why in protect]
+    return Plan(config=cfg, settings=settings, items=items, protect=tuple(guarded))
+
+
+def _names_in_source(chunks):
+    """Names a submission defines, read from its source without running it: top-level
+    ``def``s, assignments and ``from ... import`` names (a ``def`` pattern if it does not parse)."""
+    names = set()
+    for chunk in chunks or []:
+        source = chunk.get("source", "") if isinstance(chunk, dict) else ""
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            names.update(re.findall(r"^[ \t]*def[ \t]+([A-Za-z_]\w*)[ \t]*\(", source, re.M))
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.ImportFrom):
+                names.update(a.asname or a.name for a in node.names)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def _items_defined(names):
+    known = contract_names()
+    order = {name: i for i, name in enumerate(known)}
+    found = sorted({known[n] for n in names if n in known},
+                   key=lambda n: order.get(f"{n}_forward", order.get(n, 0)))
+    return [resolve(n) for n in found]
+
+
+def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, timeout=None,
+          memory_mb=None, log=None, protect=(), child_user=None, plan=None):
+    """Grade a submission (.py, .ipynb or a folder holding one); return a :class:`Report`.
+
+    only:   names to grade (ops like "softmax", functions like "softmax_forward" or
+            "causal_mask"); default: the config's functions, else every function of the
+            contract the submission defines
+    config: a grading configuration (path or dict, see :mod:`.cases`)
+    seed / hidden_seed / timeout (seconds per case) / memory_mb override the config.
+    log:    a callable taking progress lines, or None
+    protect: more (path, why) pairs the submission's process may not read (e.g. the other
+            submissions of a class); the reference and the config's folder always are
+    child_user: run the submission's processes as this user (the grader must run as root)
+    plan:   a :class:`Plan` from :func:`make_plan` instead of only/config/seeds/limits/protect
+
+    A submission that cannot be read or loaded still gets every test, at 0 of its points, with
+    the reason as the message: the graded functions are the config's (or ``only``), else those
+    its source defines.
+    """
+    start = time.monotonic()
+    if plan is None:
+        plan = make_plan(only=only, config=config, seed=seed, hidden_seed=hidden_seed,
+                         timeout=timeout, memory_mb=memory_mb, protect=protect)
+    cfg, s, items = plan.config, plan.settings, plan.items
 
     label = str(submission)
     chunks, load_error, defined, warnings = None, None, set(), []
@@ -773,7 +930,8 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     probe = None
     if chunks is not None:
         try:
-            probe = Submission(chunks, timeout=float(s["timeout"]), limits=limits)
+            probe = Submission(chunks, timeout=float(s["timeout"]), limits=limits,
+                               protect=plan.protect, user=child_user)
             defined = set(probe.defined)
             warnings = [_cell_warning(w) for w in probe.warnings]
             if probe.load_error:
@@ -790,11 +948,7 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
             else:
                 load_error = f"the submission could not be loaded: {f.message}"
     if items is None:
-        known = contract_names()
-        order = {name: i for i, name in enumerate(known)}
-        names = sorted({known[n] for n in defined if n in known},
-                       key=lambda n: order.get(f"{n}_forward", order.get(n, 0)))
-        items = [resolve(n) for n in names]
+        items = _items_defined(defined if load_error is None else _names_in_source(chunks))
 
     tests = []
     if not items:
@@ -805,7 +959,8 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
                                           "(name them as in the assignment, e.g. softmax_forward)"])
         tests.append(t)
     ctx = {"chunks": chunks, "defined": defined, "timeout": float(s["timeout"]), "limits": limits,
-           "memory_mb": s["memory_mb"], "load_error": load_error, "spare": probe}
+           "memory_mb": s["memory_mb"], "load_error": load_error, "spare": probe,
+           "protect": plan.protect, "user": child_user}
     try:
         for k, item in enumerate(items, start=1):
             cases = make_graded_cases(item, seed=s["seed"], hidden_seed=s["hidden_seed"],

@@ -1,11 +1,17 @@
 """``numpytfmr make-assignment``: a student skeleton, its notebook, a grading config, and the
 Gradescope ``setup.sh``/``run_autograder`` pair.
 
-Each function of the skeleton is the reference function's signature and docstring (equation,
-shapes, section of the notes) with its body replaced by ``raise NotImplementedError``. When the
-reference body has nbgrader-style markers, only the code between ``### BEGIN SOLUTION`` and
-``### END SOLUTION`` is replaced and the rest is kept as scaffolding; without markers the
-whole body is the solution.
+Each function of the skeleton is the reference function's signature with a student docstring
+(:mod:`.contracts`: what is required and graded, what is only suggested, what the student may
+use) and its body replaced by ``raise NotImplementedError``. The skeleton carries no
+decorators and imports only ``math`` and ``numpy``. When the reference body has
+nbgrader-style markers, only the code between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
+is replaced and the rest is kept as scaffolding; without markers the whole body is the
+solution.
+
+Options an instructor drops (``drop={"lora_linear": ["dropout"]}``, ``--drop
+lora_linear:dropout``) vanish from the signatures and docstrings, and the grading config
+records them so that the cases using them are skipped.
 """
 import ast
 import inspect
@@ -16,18 +22,69 @@ import shutil
 import textwrap
 
 from ..run.fileio import atomic_write_text, write_json
-from .cases import DEFAULTS, resolve
+from .cases import DEFAULTS, load_config, make_graded_cases, resolve
+from .contracts import backward_doc, forward_doc, helper_doc, notes_for
 from .notebook import make_notebook
 
-__all__ = ["BEGIN", "END", "function_skeleton", "make_assignment"]
+__all__ = ["BEGIN", "END", "function_skeleton", "make_assignment", "skeleton_source"]
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 _STUB = ("# YOUR CODE HERE", "raise NotImplementedError")
+_MAX_LINE = 99
 
 
-def function_skeleton(fn):
-    """The source of ``fn`` with its solution replaced by ``raise NotImplementedError``."""
+def _without_params(args, dropped):
+    """A copy of an ``ast.arguments`` without the parameters named in ``dropped``."""
+    pos = list(args.posonlyargs) + list(args.args)
+    defaults = [None] * (len(pos) - len(args.defaults)) + list(args.defaults)
+    keep = [(a, d) for a, d in zip(pos, defaults) if a.arg not in dropped]
+    n_only = len([a for a in args.posonlyargs if a.arg not in dropped])
+    kw = [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if a.arg not in dropped]
+    first_default = next((i for i, (_, d) in enumerate(keep) if d is not None), len(keep))
+    return ast.arguments(posonlyargs=[a for a, _ in keep[:n_only]],
+                         args=[a for a, _ in keep[n_only:]],
+                         vararg=args.vararg, kwonlyargs=[a for a, _ in kw],
+                         kw_defaults=[d for _, d in kw], kwarg=args.kwarg,
+                         defaults=[d for _, d in keep[first_default:]])
+
+
+def _def_line(name, args):
+    """``def name(args):``, wrapped at commas when longer than the line limit."""
+    text = ast.unparse(args)
+    line = f"def {name}({text}):"
+    if len(line) <= _MAX_LINE:
+        return [line]
+    pad = " " * (len(name) + 5)
+    out, current = [], f"def {name}("
+    for k, part in enumerate(text.split(", ")):
+        piece = part + (", " if k < len(text.split(", ")) - 1 else "):")
+        started = current.strip() not in ("", f"def {name}(")
+        if len(current + piece.rstrip()) > _MAX_LINE and started:
+            out.append(current.rstrip())
+            current = pad
+        current += piece
+    out.append(current)
+    return out
+
+
+def _docstring_lines(doc, indent):
+    doc = doc.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    lines = doc.splitlines()
+    body = [indent + '"""' + lines[0]]
+    body += [(indent + line) if line.strip() else "" for line in lines[1:]]
+    body.append(indent + '"""')
+    return body
+
+
+def function_skeleton(fn, doc=None, dropped=()):
+    """The source of ``fn`` with its solution replaced by ``raise NotImplementedError``.
+
+    doc:     the docstring to give it (default: the reference's own)
+    dropped: parameters left out of the signature
+
+    The result has no decorators and, without ``doc``, the reference's docstring verbatim.
+    """
     src = textwrap.dedent(inspect.getsource(fn))
     tree = ast.parse(src)
     node = tree.body[0]
@@ -39,7 +96,15 @@ def function_skeleton(fn):
                and isinstance(first.value.value, str))
     indent = " " * first.col_offset
     header_end = first.end_lineno if has_doc else first.lineno - 1
-    header = lines[node.lineno - 1:header_end]
+    if doc is None and not dropped:
+        header = lines[node.lineno - 1:header_end]
+    else:
+        header = _def_line(node.name, _without_params(node.args, set(dropped)))
+        text = doc
+        if text is None and has_doc:
+            text = ast.get_docstring(node, clean=True)
+        if text:
+            header += _docstring_lines(text, indent)
     body = lines[header_end:node.end_lineno]
     if any(BEGIN in line for line in body):
         out, inside = [], False
@@ -60,18 +125,30 @@ def function_skeleton(fn):
     return "\n".join(header + body) + "\n"
 
 
-def _functions(item):
+def skeleton_source(item):
+    """The skeleton functions of one item (an op's forward and backward, or a helper)."""
+    dropped = tuple(item.drop)
     if item.kind == "op":
-        return [item.spec.forward, item.spec.backward]
-    return [item.spec.reference]
+        fwd, bwd = item.spec.forward, item.spec.backward
+        return [function_skeleton(fwd, forward_doc(item.name, fwd, bwd.__name__, dropped), dropped),
+                function_skeleton(bwd, backward_doc(item.name, fwd, bwd, dropped))]
+    fn = item.spec.reference
+    return [function_skeleton(fn, helper_doc(item.name, fn, dropped), dropped)]
 
 
-_INTRO = """Implement each function below with NumPy only: importing numpytfmr (the reference) or torch
-is refused by the grader. Each docstring gives the equation, the shapes and the section of
-the notes it comes from. A forward returns (out, cache); its backward takes (dout, cache) and
-returns one gradient per positional input of the forward, in order, as a tuple (bare when the
-forward has one input), with None for inputs that take no gradient. float32 inputs give
-float32 results; inputs are never modified in place.
+_INTRO = """Implement each function below with NumPy (np) and the math module only: the grader
+refuses imports of the reference (numpytfmr) and of autodiff libraries. You may define helper
+functions of your own, and call one function of this file from another.
+
+Each docstring is the contract of its function:
+- "Required (graded)" lists what the grader passes and what must come back: the values, their
+  shapes and dtypes, and the order of the gradients. They are compared with the reference on
+  visible and hidden cases, the edge cases the docstring names included.
+- "Suggested (not graded)" is advice: the cache, for one, may hold anything you like.
+A forward returns (out, cache); its backward takes (dout, cache) and returns one gradient per
+positional input of the forward, in order, as a tuple (bare when the forward has one input),
+with None for inputs that take no gradient. float32 inputs give float32 results; inputs are
+never modified in place. The inputs are always valid: you need not check them.
 
 Check your work with:   numpytfmr grade {filename}"""
 
@@ -85,13 +162,34 @@ import numpy as np
 '''
 
 
+def _existing_hidden_seed(config_path):
+    """The hidden seed of an existing grading.json, or None when there is none."""
+    if not os.path.exists(config_path):
+        return None
+    try:
+        seed = load_config(config_path).get("hidden_seed")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"make-assignment: cannot keep the hidden seed of {config_path} ({exc}); "
+                         "pass --new-seed (or --hidden-seed N)") from None
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise ValueError(f"make-assignment: {config_path} has hidden_seed {seed!r}; pass "
+                         "--new-seed (or --hidden-seed N)")
+    return seed
+
+
 def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None, weights=None,
-                    timeout=DEFAULTS["timeout"], memory_mb=DEFAULTS["memory_mb"]):
+                    timeout=DEFAULTS["timeout"], memory_mb=DEFAULTS["memory_mb"], drop=None,
+                    force=False, new_seed=False):
     """Write the assignment for ``names`` into ``out_dir``; return the paths written.
 
     out_dir/{name}.py, out_dir/{name}.ipynb      the student skeleton (script and notebook)
     out_dir/autograder/grading.json              weights, cases, seeds (the hidden seed is secret)
     out_dir/autograder/setup.sh, run_autograder  Gradescope's pair, plus a copy of numpytfmr
+
+    drop:     {item name: [option, ...]}, options left out of the skeleton and of the graded
+              cases (e.g. {"lora_linear": ["dropout", "rank_stabilized"]})
+    force:    write into an existing, non-empty ``out_dir`` (refused otherwise); the hidden
+              seed of its grading.json is kept unless ``new_seed`` (or ``hidden_seed`` is given)
     """
     if not names:
         raise ValueError("make-assignment: no names given; expected ops (softmax, attention, ...) "
@@ -99,22 +197,40 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     if not name.isidentifier():
         raise ValueError(f"make-assignment: the name {name!r} must be a Python identifier")
     weights = dict(weights or {})
+    drop = {k: list(v) for k, v in (drop or {}).items()}
     items, seen = [], set()
     for n in names:
         item = resolve(n)
         if item.name not in seen:
             seen.add(item.name)
             items.append(item)
-    unknown = set(weights) - {i.name for i in items}
-    if unknown:
-        raise ValueError(f"make-assignment: weights given for {', '.join(sorted(unknown))}, which "
-                         "are not in the assignment")
+    known = {i.name for i in items}
+    for label, given in (("weights", weights), ("options to drop", drop)):
+        unknown = set(given) - known
+        if unknown:
+            raise ValueError(f"make-assignment: {label} given for {', '.join(sorted(unknown))}, "
+                             "which are not in the assignment")
+    items = [resolve(i.name, drop=drop.get(i.name, ())) for i in items]
+    for item in items:                       # every item must keep a case to grade
+        make_graded_cases(item, seed=seed, hidden_seed=None, float32_case=False)
+
+    out_dir = os.fspath(out_dir)
+    auto = os.path.join(out_dir, "autograder")
+    config_path = os.path.join(auto, "grading.json")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"{out_dir} exists and is not a directory")
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        if not force:
+            raise ValueError(f"{out_dir} is not empty; pass --force to write "
+                             "into it (the skeleton and the autograder are replaced)")
+        if hidden_seed is None and not new_seed:
+            hidden_seed = _existing_hidden_seed(config_path)
     if hidden_seed is None:
         hidden_seed = secrets.randbelow(2 ** 31)
 
     filename = f"{name}.py"
     title = f"Assignment: {', '.join(i.name for i in items)}."
-    blocks = [(item, [function_skeleton(fn) for fn in _functions(item)]) for item in items]
+    blocks = [(item, skeleton_source(item)) for item in items]
     script = _HEADER.format(title=title, intro=_INTRO.format(filename=filename))
     for item, sources in blocks:
         script += "\n\n" + "\n\n".join(sources)
@@ -128,17 +244,22 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
                       {"grade": False, "solution": True, "locked": False, "grade_id": item.name}))
     notebook = make_notebook(cells)
 
+    functions = []
+    for i in items:
+        entry = {"name": i.name, "weight": float(weights.get(i.name, DEFAULTS["weight"])),
+                 "cases": "all"}
+        chosen = [d for d in i.drop if d not in notes_for(i.name).omit]
+        if chosen:
+            entry["drop"] = chosen
+        functions.append(entry)
     config = {"assignment": name, "seed": int(seed), "hidden_seed": int(hidden_seed),
               "timeout": timeout, "memory_mb": memory_mb, "float32_case": True,
-              "functions": [{"name": i.name, "weight": float(weights.get(i.name, DEFAULTS["weight"])),
-                             "cases": "all"} for i in items]}
+              "functions": functions}
 
-    os.makedirs(out_dir, exist_ok=True)
-    auto = os.path.join(out_dir, "autograder")
     os.makedirs(auto, exist_ok=True)
     paths = {"skeleton": os.path.join(out_dir, filename),
              "notebook": os.path.join(out_dir, f"{name}.ipynb"),
-             "config": os.path.join(auto, "grading.json"),
+             "config": config_path,
              "setup": os.path.join(auto, "setup.sh"),
              "run": os.path.join(auto, "run_autograder")}
     atomic_write_text(paths["skeleton"], script)
@@ -146,10 +267,9 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     write_json(paths["config"], config)
     atomic_write_text(paths["setup"], _SETUP)
     atomic_write_text(paths["run"], _RUN.format(name=name))
-    for key in ("skeleton", "notebook", "config"):
-        os.chmod(paths[key], 0o644)     # atomic writes create 0600 files
-    for key in ("setup", "run"):
-        os.chmod(paths[key], 0o755)
+    for key in ("setup", "run"):                   # scripts: executable wherever readable
+        mode = os.stat(paths[key]).st_mode & 0o777  # (the mode the umask gave the new file)
+        os.chmod(paths[key], mode | (mode & 0o444) >> 2)
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     target = os.path.join(auto, "numpytfmr")
     if os.path.isdir(target):
@@ -160,25 +280,49 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
 
 
 _SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, when it builds the autograder image.
+# Gradescope runs this once, as root, when it builds the autograder image.
 set -euo pipefail
 if ! command -v python3 > /dev/null; then
     apt-get update -qq && apt-get install -y -qq python3 python3-pip
 fi
 python3 -m pip install --quiet "numpy>=1.23" \\
     || python3 -m pip install --quiet --break-system-packages "numpy>=1.23"
+# An unprivileged user for the students' code: run_autograder starts every submission process
+# as this user, to whom the reference and the grading config are unreadable.
+if ! id -u numpytfmr-student > /dev/null 2>&1; then
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \\
+        --user-group numpytfmr-student \\
+        || adduser --system --no-create-home --group --disabled-login numpytfmr-student
+fi
 """
 
 _RUN = """#!/usr/bin/env bash
-# Gradescope runs this for every submission. The grader runs the student's code in a
-# separate, limited process and writes /autograder/results/results.json itself (atomically,
-# after the student's code has finished, so a file forged by the submission is replaced).
+# Gradescope runs this, as root, for every submission. The grader runs the student's code in
+# separate, limited, sandboxed processes and writes /autograder/results/results.json itself
+# (atomically, after the student's code has finished, so a file forged by it is replaced).
 cd /autograder/source
 export PYTHONPATH=/autograder/source
 mkdir -p /autograder/results
 rm -f /autograder/results/results.json
+# Defence in depth, besides the sandbox inside each submission process: those processes run as
+# the unprivileged user numpytfmr-student (made by setup.sh), and everything under /autograder
+# -- the reference (a copy of numpytfmr in source/), grading.json with its hidden seed, the
+# submission, the results -- belongs to root with no access for anyone else. The grader (root)
+# reads the submission and hands its code to the process through a private temporary folder.
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+    chown -R root:root /autograder/source
+    chmod -R go-rwx /autograder/source /autograder/submission /autograder/results
+    chmod go-rwx /autograder
+    if id -u numpytfmr-student > /dev/null 2>&1; then
+        as_user=(--child-user numpytfmr-student)
+    else
+        echo "warning: no user numpytfmr-student (setup.sh makes it): the submission runs as root," \\
+             "inside the sandbox only" >&2
+    fi
+fi
 python3 -m numpytfmr grade /autograder/submission --config /autograder/source/grading.json \\
-    --json /autograder/results/results.json
+    --json /autograder/results/results.json "${{as_user[@]}}"
 status=$?
 # 0: all passed, 1: some failed; anything else is a grader error, whose results are not trusted
 if [ "$status" -gt 1 ] || [ ! -s /autograder/results/results.json ]; then

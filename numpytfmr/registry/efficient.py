@@ -1,16 +1,20 @@
 """Registry entries for memory-efficient attention (efficient.py).
 
 Flash-attention cases use block sizes smaller than the sequence (and not dividing it), so
-the running maximum, the rescaling and the skipped tiles are all exercised. Linear-attention
-inputs are kept at least 0.05 away from 0, the point where phi = elu + 1 changes formula
-(its second derivative jumps there, which would spoil finite differences).
+the running maximum, the rescaling and the skipped tiles are all exercised. Sliding-window
+cases use blocks smaller than the window and than n, so that tiles overlap in their keys.
+Linear-attention inputs are kept at least 0.05 away from 0, the point where phi = elu + 1
+changes formula (its second derivative jumps there, which would spoil finite differences);
+causal cases use chunks smaller than n (and not dividing it), so the running state is
+exercised.
 """
 import numpy as np
 
 from ..attention import causal_mask, padding_mask
 from ..efficient import (
     flash_attention_backward, flash_attention_forward,
-    linear_attention_backward, linear_attention_forward, sliding_window_mask,
+    linear_attention_backward, linear_attention_forward,
+    sliding_window_attention_backward, sliding_window_attention_forward, sliding_window_mask,
 )
 from . import Case, OpSpec
 
@@ -63,6 +67,26 @@ def _flash_cases(rng, dtype):
     ]
 
 
+def _sliding_window_cases(rng, dtype):
+    r = lambda *s: _normal(rng, dtype, *s)  # noqa: E731
+    return [
+        Case((r(2, 9, 4), r(2, 9, 4), r(2, 9, 4)), {"window": 2, "block_size": 3},
+             "causal window 2, block 3, n=9"),
+        Case((r(8, 3), r(8, 3), r(8, 2)), {"window": 3, "block_size": 2},
+             "causal window 3 > block 2, d_v=2"),
+        Case((r(2, 7, 3), r(2, 7, 3), r(2, 7, 3)), {"window": 1, "causal": False,
+                                                    "block_size": 3},
+             "non-causal window 1 (symmetric band)"),
+        Case((r(3, 4), r(7, 4), r(7, 4)), {"window": 2, "block_size": 2},
+             "n_q=3 < n_k=7 (queries at the last positions)"),
+        Case((r(2, 2, 5, 3), r(2, 1, 5, 3), r(2, 1, 5, 3)), {"window": 1, "block_size": 2},
+             "leading axes (2, 2), K, V broadcast over a head axis"),
+        Case((r(6, 3), r(6, 3), r(6, 3)), {"window": 0, "block_size": 4}, "window 0: itself only"),
+        Case((r(5, 4), r(5, 4), r(5, 4)), {"window": 9, "scale": 0.5},
+             "window >= n: causal attention, scale=0.5"),
+    ]
+
+
 def _linear_cases(rng, dtype):
     r = lambda *s: _away_from_zero(rng, dtype, *s)  # noqa: E731
     return [
@@ -76,12 +100,19 @@ def _linear_cases(rng, dtype):
         Case((r(2, 2, 3, 4), r(2, 1, 5, 4), r(2, 1, 5, 3)), {},
              "non-causal, K, V broadcast over a head axis"),
         Case((r(7, 3), r(7, 3), r(7, 3)), {"causal": True, "eps": 0.1}, "causal n=7, eps=0.1"),
+        Case((r(2, 7, 3), r(2, 7, 3), r(2, 7, 2)), {"causal": True, "chunk_size": 3},
+             "causal in chunks of 3 (n=7 not divisible)"),
+        Case((r(2, 3, 4), r(2, 8, 4), r(2, 8, 3)), {"causal": True, "chunk_size": 2},
+             "causal chunks of 2, n_q=3 < n_k=8 (a state before the first query)"),
     ]
 
 
 OPS = [
     OpSpec("flash_attention", flash_attention_forward, flash_attention_backward, _flash_cases,
            "001 §2.1 'Memory-Efficient Implementations'"),
+    OpSpec("sliding_window_attention", sliding_window_attention_forward,
+           sliding_window_attention_backward, _sliding_window_cases,
+           "001 §2.1 'Sparse or Limited Attention'"),
     OpSpec("linear_attention", linear_attention_forward, linear_attention_backward, _linear_cases,
            "001 §2.1 'Linear Attention'"),
 ]

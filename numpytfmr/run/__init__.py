@@ -9,7 +9,11 @@ Nothing here is an equation of the notes; the topic modules one level up never i
     tasks.py            training and evaluating a GPT on a character task, a seq2seq model on
                         the toy translation, greedy completion and translation
     data.py             tokenizers, the synthetic tasks, batching, evaluation
-    hf.py               GPT-2 and LLaMA weights from local safetensors files
+    bpe.py              byte-level BPE: train_bpe, BPETokenizer (GPT-2 files too)
+    batches.py          get_batch (random windows of a token stream) and token files
+    corpus.py           the default offline corpus of ``pretrain`` (stdlib docstrings)
+    pretrain.py         the pretraining harness: text tokenizers, bits per byte, n-gram baselines
+    hf.py               GPT-2 and LLaMA weights from and to local safetensors files
     bench.py            speed and memory measurements (``numpytfmr bench``), one timing harness
     blas.py             the number of threads of NumPy's BLAS
     examples.py         the notes' worked examples recomputed (``numpytfmr examples``)

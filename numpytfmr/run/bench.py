@@ -13,11 +13,14 @@ times depend on the machine:
                     the FLOP/s of a plain float32 ``A @ B`` on this machine
     decoding        512 new tokens with and without the KV cache (003 §6.2, 000 §2.5.1),
                     and the time of one decoding step against the context length (fast path,
-                    as the ``generate`` command)
+                    as the ``generate`` command); cached greedy decoding at batch 1 and 8
+                    against transformers' GPT-2 ``generate`` on the same weights
                     (and, for the ``decoding_growth`` worked example, the growth exponent
                     of one ``mha_forward`` decoding step: ``measure_decoding_growth``)
     attention       time and peak memory of standard, flash (tiled), sliding-window and
                     linear attention, forward + backward, at n = 1024, 4096, 8192 (001 §2.1)
+    scaling         (``--scaling``, on its own) the fast step's time and memory as d_model,
+                    n_layers, seq_len and batch grow, beside ``cost.train_step_cost``
 
 How things are measured
 -----------------------
@@ -39,7 +42,8 @@ backward pass of a product computes two products of the same size (the gradients
 operands), so a step counts 3 x the forward FLOPs. Embedding lookups, norms,
 activations, softmax and the optimizer are not counted: they are memory-bound and
 small, so the count is the standard lower bound used for "model FLOP utilisation".
-Attention counts the full n x n score matrix, as the code computes it (no causal skipping).
+Attention counts the full n x n score matrix (the usual convention; the fast path skips
+the key blocks a block of queries may not see, about a quarter of them at n = 128).
 
 Peak memory: ``tracemalloc``, started after the inputs exist, so the peak is what the
 call allocates on top of them (outputs, caches, temporaries, gradients). NumPy reports
@@ -64,9 +68,10 @@ import tracemalloc
 import numpy as np
 
 from ..attention import attention_backward, attention_forward, causal_mask
-from ..cost import decoding_cost, matmul_cost, mha_matmul_cost
+from ..cost import decoding_cost, matmul_cost, mha_matmul_cost, train_step_cost
 from ..efficient import (flash_attention_backward, flash_attention_forward,
-                        linear_attention_backward, linear_attention_forward, sliding_window_mask)
+                         linear_attention_backward, linear_attention_forward,
+                         sliding_window_attention_backward, sliding_window_attention_forward)
 from .. import fast
 from ..gpt import GPTConfig, gpt_loss, init_gpt
 from ..mha import mha_forward
@@ -78,7 +83,8 @@ __all__ = ["DEFAULT_MODEL", "QUICK_MODEL", "REQUIRED_KEYS", "set_threads", "reso
            "time_interleaved", "time_calls", "torch_gpt_step", "bench_config", "gemm_only_seconds",
            "train_step_flops", "matmul_flops_per_second", "bench_train_step", "bench_decoding",
            "fit_exponent", "time_decoding_steps", "measure_decoding_growth",
-           "bench_attention", "profile_train_step", "run_bench"]
+           "hf_gpt2_from_params", "bench_decoding_vs_hf", "bench_attention", "bench_scaling",
+           "profile_train_step", "keep_freed_memory", "run_bench"]
 
 # The model of the training-step benchmark (the issue's default configuration).
 DEFAULT_MODEL = {"vocab_size": 512, "d_model": 256, "n_layers": 4, "n_heads": 8, "d_ff": 1024,
@@ -92,7 +98,8 @@ QUICK_ATTENTION_N = (64, 128)
 # Keys every summary has (values are None when a part was skipped, e.g. without torch).
 REQUIRED_KEYS = ("train_step_ratio_vs_torch", "gemm_fraction", "kv_cache_speedup_512",
                  "flash_memory_ratio_4096", "flash_time_ratio_4096",
-                 "reference_step_ratio_vs_torch")
+                 "reference_step_ratio_vs_torch", "decode_ratio_vs_hf", "decode_ratio_vs_hf_batch8",
+                 "linear_causal_memory_ratio_8192", "sliding_window_memory_ratio_8192")
 
 ATTENTION_METHODS = ("standard", "flash", "sliding_window", "linear", "linear_causal")
 
@@ -287,11 +294,12 @@ def bench_config(model, max_len=None):
                      max_len=max_len or model["seq_len"])
 
 
-def _numpy_step(params, state, ids, targets, config, lr):
-    """One training step on the fast path: forward, backward (``fast.gpt_loss``) and an
-    AdamW update in place (``fast.adamw_step_``; the parameters and moments are the
-    caller's own copies, as a training loop's are)."""
-    loss, grads = fast.gpt_loss(params, ids, targets, config=config)
+def _numpy_step(params, state, ids, targets, config, lr, workspace=None):
+    """One training step on the fast path: forward, backward (``fast.gpt_loss``, its
+    activations in ``workspace`` or this thread's) and an AdamW update in place
+    (``fast.adamw_step_``; the parameters and moments are the caller's own copies, as a
+    training loop's are)."""
+    loss, grads = fast.gpt_loss(params, ids, targets, config=config, workspace=workspace)
     fast.adamw_step_(params, grads, state, lr=lr, weight_decay=0.01)
     return params, state, loss
 
@@ -527,6 +535,117 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
 
 
 # ---------------------------------------------------------------------------------------
+# Cached decoding against Hugging Face transformers' GPT-2
+# ---------------------------------------------------------------------------------------
+
+def _transformers_or_none():
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ImportError:
+        return None
+    return transformers
+
+
+def hf_gpt2_from_params(params, config):
+    """A ``transformers.GPT2LMHeadModel`` (eval mode, float32) holding numpytfmr's weights.
+
+    The configuration is the bench model's: pre-norm LayerNorm with biases, exact GELU
+    (``activation_function="gelu"``, the erf form numpytfmr uses, not GPT-2's tanh form),
+    learned positions, tied embeddings, no dropout. GPT-2 stores its projections as
+    ``Conv1D`` weights of shape (d_in, d_out), numpytfmr's own layout, so the mapping is a
+    renaming; ``c_attn`` holds ``[Wq | Wk | Wv]`` side by side (the inverse of
+    ``gpt_from_hf``).
+    """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    c = config
+    if (c.norm, c.norm_type, c.positional, c.activation, c.tie_embeddings, c.bias) != \
+            ("pre", "layernorm", "learned", "gelu", True, True) or c.n_kv_heads != c.n_heads:
+        raise ValueError("hf_gpt2_from_params: config must be GPT-2's architecture (pre-norm "
+                         "LayerNorm, GELU, learned positions, tied embeddings, biases, MHA)")
+    hf = GPT2Config(vocab_size=c.vocab_size, n_positions=c.max_len, n_embd=c.d_model,
+                    n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.d_ff,
+                    activation_function="gelu", layer_norm_epsilon=c.norm_eps,
+                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True,
+                    bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    sd = {"transformer.wte.weight": params["wte"], "transformer.wpe.weight": params["wpe"],
+          "transformer.ln_f.weight": params["norm_f.gamma"],
+          "transformer.ln_f.bias": params["norm_f.beta"]}
+    for l in range(c.n_layers):
+        h, p = f"transformer.h.{l}.", f"h{l}."
+        sd.update({
+            h + "ln_1.weight": params[p + "attn_norm.gamma"], h + "ln_1.bias": params[p + "attn_norm.beta"],
+            h + "ln_2.weight": params[p + "mlp_norm.gamma"], h + "ln_2.bias": params[p + "mlp_norm.beta"],
+            h + "attn.c_attn.weight": np.concatenate(
+                [params[p + "attn.Wq"], params[p + "attn.Wk"], params[p + "attn.Wv"]], axis=1),
+            h + "attn.c_attn.bias": np.concatenate(
+                [params[p + "attn.bq"], params[p + "attn.bk"], params[p + "attn.bv"]]),
+            h + "attn.c_proj.weight": params[p + "attn.Wo"], h + "attn.c_proj.bias": params[p + "attn.bo"],
+            h + "mlp.c_fc.weight": params[p + "mlp.W1"], h + "mlp.c_fc.bias": params[p + "mlp.b1"],
+            h + "mlp.c_proj.weight": params[p + "mlp.W2"], h + "mlp.c_proj.bias": params[p + "mlp.b2"],
+        })
+    model = GPT2LMHeadModel(hf)
+    state = {k: torch.tensor(np.ascontiguousarray(v, dtype=np.float32)) for k, v in sd.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:          # lm_head is tied to wte
+        raise RuntimeError(f"hf_gpt2_from_params: weights did not map (missing {missing}, "
+                           f"unexpected {unexpected})")
+    return model.float().eval()
+
+
+def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8), repeat=3,
+                         seed=0, clock="wall", progress=None):
+    """Cached greedy decoding of ``n_new`` tokens: ``fast.generate`` against transformers'
+    ``GPT2LMHeadModel.generate`` (its KV cache, ``do_sample=False``) on the same weights,
+    float32, batch by batch, the two timed in alternating rounds.
+
+    Returns ``{"available": bool, "note": why not, "transformers_version", "by_batch":
+    {B: {"seconds", "hf_seconds" ({"min", "median", "n"}), "ms_per_token",
+    "hf_ms_per_token", "ratio" (ours / transformers, min times), "same_tokens"}}}``;
+    without transformers (or torch) only "available": False and the note.
+    """
+    transformers = _transformers_or_none()
+    if transformers is None:
+        return {"available": False, "note": "transformers (and torch) are not installed: "
+                "cached decoding is not compared with Hugging Face", "by_batch": {}}
+    import torch
+
+    model = dict(DEFAULT_MODEL if model is None else model)
+    config = bench_config(model, max_len=prompt_len + n_new)
+    rng = np.random.default_rng(seed)
+    params = init_gpt(config, rng=rng, dtype=np.float32)
+    hf = hf_gpt2_from_params(params, config)
+    out = {"available": True, "note": None, "transformers_version": transformers.__version__,
+           "n_new": n_new, "prompt_len": prompt_len, "by_batch": {}}
+    for B in batches:
+        prompt = rng.integers(0, config.vocab_size, size=(B, prompt_len))
+        prompt_t = torch.as_tensor(prompt)
+        mask_t = torch.ones_like(prompt_t)
+
+        def ours():
+            return fast.generate(params, prompt, config=config, max_new_tokens=n_new, top_k=1)
+
+        def theirs():
+            with torch.no_grad():
+                return hf.generate(prompt_t, attention_mask=mask_t, max_new_tokens=n_new,
+                                   do_sample=False, use_cache=True)
+
+        same = bool(np.array_equal(ours(), theirs().numpy()))     # also the warm-up
+        times = time_interleaved({"ours": ours, "hf": theirs}, repeat=repeat, warmup=0,
+                                 clock=clock)
+        mine, hfs = _stats(times["ours"]), _stats(times["hf"])
+        out["by_batch"][int(B)] = {
+            "seconds": mine, "hf_seconds": hfs,
+            "ms_per_token": 1e3 * mine["min"] / n_new, "hf_ms_per_token": 1e3 * hfs["min"] / n_new,
+            "ratio": mine["min"] / hfs["min"], "same_tokens": same}
+        if progress is not None:
+            progress()
+    return out
+
+
+# ---------------------------------------------------------------------------------------
 # Decoding-step time against the context length (the decoding_growth example)
 # ---------------------------------------------------------------------------------------
 
@@ -657,7 +776,6 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
 def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
     """Forward + backward of one attention method; returns (forward s, backward s)."""
     now = CLOCKS[clock]
-    n = Q.shape[-2]
     t0 = now()
     if method == "standard":
         _, cache = attention_forward(Q, K, V)
@@ -666,10 +784,9 @@ def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
         _, cache = flash_attention_forward(Q, K, V, block_size=block_size)
         backward = flash_attention_backward
     elif method == "sliding_window":
-        # the mask is part of the method's cost: the API takes it as a dense (n, n) array
-        mask = sliding_window_mask(n, window=window)
-        _, cache = flash_attention_forward(Q, K, V, mask=mask, block_size=block_size)
-        backward = flash_attention_backward
+        # band by band: the keys each block of queries can see, no (n, n) mask or weights
+        _, cache = sliding_window_attention_forward(Q, K, V, window=window, block_size=block_size)
+        backward = sliding_window_attention_backward
     elif method == "linear":
         _, cache = linear_attention_forward(Q, K, V)
         backward = linear_attention_backward
@@ -690,10 +807,11 @@ def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, 
     """Time and peak memory of forward + backward of attention over one (n, d) head, float32.
 
     Methods: "standard" (attention_forward: the n x n weights), "flash"
-    (flash_attention_forward, tiles of block_size), "sliding_window" (flash with
-    sliding_window_mask(n, window), mask built inside the call), "linear" and
-    "linear_causal" (linear_attention_forward). Q, K, V and dout ~ N(0, 1), shape (1, n, d),
-    no mask unless the method has one.
+    (flash_attention_forward, tiles of block_size), "sliding_window"
+    (sliding_window_attention_forward: causal, ``window`` keys back, blocks of block_size
+    queries against the keys they reach; no n x n array), "linear" and "linear_causal"
+    (linear_attention_forward; causal in chunks with a running state). Q, K, V and dout
+    ~ N(0, 1), shape (1, n, d), no mask unless the method has one.
 
     Returns ``{n: {method: {"forward_seconds", "backward_seconds", "seconds" (min over
     repeat of forward + backward), "peak_bytes" (tracemalloc, above the inputs)}}}``.
@@ -718,6 +836,90 @@ def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, 
         results[int(n)] = row
         del Q, K, V, dout
     return results
+
+
+# ---------------------------------------------------------------------------------------
+# Scaling: the training step's time and memory against its size (bench --scaling)
+# ---------------------------------------------------------------------------------------
+
+# The base model of the scaling study, and the values each axis takes (one axis varies at a
+# time; d_model keeps d_head = 32 and d_ff = 4 d_model).
+SCALING_BASE = {"vocab_size": 512, "d_model": 256, "n_layers": 2, "n_heads": 8, "d_ff": 1024,
+                "batch": 4, "seq_len": 64}
+SCALING_AXES = {"d_model": (128, 256, 512, 1024), "n_layers": (1, 2, 4, 8),
+                "seq_len": (32, 64, 128, 256, 512), "batch": (1, 2, 4, 8, 16)}
+QUICK_SCALING_BASE = {"vocab_size": 64, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 128,
+                      "batch": 2, "seq_len": 16}
+QUICK_SCALING_AXES = {"d_model": (32, 64), "n_layers": (1, 2), "seq_len": (16, 32),
+                      "batch": (2, 4)}
+
+
+def _scaled_model(base, axis, value):
+    model = dict(base, **{axis: value})
+    if axis == "d_model":
+        model["n_heads"] = max(1, value // (base["d_model"] // base["n_heads"]))
+        model["d_ff"] = 4 * value
+    return model
+
+
+def _step_runner(model, seed):
+    """Functions running one fast training step of ``model`` (its own weights and batch):
+    ``step()`` with a workspace of its own (the points of an axis alternate, so they must
+    not share one) and ``fresh()``, whose activations are all new (for tracemalloc)."""
+    config = bench_config(model)
+    rng = np.random.default_rng(seed)
+    params = init_gpt(config, rng=rng, dtype=np.float32)
+    state = adamw_init(params)
+    ids = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
+    targets = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
+    ws = fast.Workspace()
+    return (lambda: _numpy_step(params, state, ids, targets, config, 1e-3, ws),
+            lambda: _numpy_step(params, state, ids, targets, config, 1e-3, fast.Workspace()))
+
+
+def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progress=None):
+    """Time and peak memory of the fast training step (``fast.gpt_loss`` + ``adamw_step_``)
+    as one size at a time grows, beside the counts of ``cost.train_step_cost`` (001 §1.1,
+    §2.1) over the same points.
+
+    For each axis (d_model, n_layers, seq_len, batch) the points are timed in alternating
+    rounds (the minimum of ``repeat``), their peak memory traced once (tracemalloc: what the
+    step allocates on top of the weights and moments, i.e. activations, temporaries and
+    gradients), and four log-log slopes fitted (``fit_exponent``): measured time and
+    memory, predicted FLOPs and memory (saved activations + one gradient per weight).
+    Where the time slope is below the FLOP slope, the fixed per-call costs (Python, NumPy
+    dispatch, small products) still weigh; above it, a part the FLOP count leaves out
+    (softmax and the other elementwise passes over n^2 scores) grows faster.
+
+    Returns ``{"base": model, "axes": {axis: {"values", "seconds", "peak_bytes", "flops",
+    "memory_elements", "time_slope", "memory_slope", "flop_slope", "predicted_memory_slope"}}}``.
+    """
+    base = dict(SCALING_BASE if base is None else base)
+    axes = dict(SCALING_AXES if axes is None else axes)
+    out = {"base": base, "axes": {}}
+    for axis, values in axes.items():
+        models = {v: _scaled_model(base, axis, v) for v in values}
+        runners = {v: _step_runner(m, seed) for v, m in models.items()}
+        times = time_interleaved({v: r[0] for v, r in runners.items()}, repeat=repeat, warmup=1,
+                                 clock=clock)
+        peaks = {v: _peak_bytes(r[1]) for v, r in runners.items()}
+        del runners
+        costs = {v: train_step_cost(m["batch"], m["seq_len"], m["d_model"], m["n_layers"],
+                                    m["n_heads"], m["d_ff"], m["vocab_size"])
+                 for v, m in models.items()}
+        vs = list(values)
+        row = {"values": vs, "seconds": [min(times[v]) for v in vs],
+               "peak_bytes": [peaks[v] for v in vs],
+               "flops": [costs[v]["step_flops"] for v in vs],
+               "memory_elements": [costs[v]["memory_elements"] for v in vs]}
+        row.update({"time_slope": fit_exponent(vs, row["seconds"]),
+                    "memory_slope": fit_exponent(vs, row["peak_bytes"]),
+                    "flop_slope": fit_exponent(vs, row["flops"]),
+                    "predicted_memory_slope": fit_exponent(vs, row["memory_elements"])})
+        out["axes"][axis] = row
+        if progress is not None:
+            progress()
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -766,6 +968,40 @@ def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
 # Everything
 # ---------------------------------------------------------------------------------------
 
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory():
+    """Ask the C allocator to keep freed memory in the process (glibc only).
+
+    By default glibc returns large freed blocks to the operating system (``munmap``, heap
+    trimming), so the next step's arrays are fresh pages and every page faults in again: a
+    step that allocates its arrays anew, as the reference does, spends a fifth of its time
+    in the kernel (30 000 - 60 000 page faults a step at the bench configuration). Here
+    blocks up to 32 MiB come from the heap (``M_MMAP_THRESHOLD``) and the heap is never
+    trimmed (``M_TRIM_THRESHOLD``), as allocators like jemalloc or tcmalloc behave. The
+    setting is process-wide: NumPy and PyTorch run under the same one.
+
+    Returns ``{"allocator": ..., "kept": bool}`` (False where this is not glibc).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = None if libc is None else libc.mallopt
+    except (OSError, AttributeError):
+        mallopt = None
+    if mallopt is None or platform.libc_ver()[0] != "glibc":
+        return {"allocator": "system default (not glibc: unchanged)", "kept": False}
+    ok = bool(mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+    return {"allocator": "glibc: blocks up to 32 MiB from the heap, heap never trimmed "
+            "(freed memory stays with the process)" if ok else "glibc (mallopt refused)",
+            "kept": ok}
+
+
 def _machine():
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(),
@@ -773,12 +1009,17 @@ def _machine():
 
 
 def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention_n=None,
-              block_size=128, window=256, n_new=None, repeat=None, profile=False, on_stage=None):
+              block_size=128, window=256, n_new=None, repeat=None, profile=False, scaling=False,
+              keep_memory=False, on_stage=None):
     """Run every measurement; returns the summary dict (REQUIRED_KEYS plus details).
 
     quick:   tiny model, short decoding and small n (a smoke test; figures meaningless)
     threads: BLAS and torch threads (None: leave both as they are)
     clock:   "auto" (CPU time with one thread, else wall clock), "wall" or "cpu"
+    scaling: run the scaling study (``bench_scaling``) INSTEAD of everything else; the
+             summary then holds "scaling" (and the machine, threads and clock)
+    keep_memory: ``keep_freed_memory()`` first (the C allocator keeps freed memory, for
+             NumPy and PyTorch alike); by default the allocator is left as users have it
     on_stage(name): called after each measurement (a progress bar)
     """
     tick = on_stage if on_stage is not None else (lambda name: None)
@@ -790,11 +1031,20 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
     torch = _torch_or_none() if use_torch else None
     torch_threads = None if torch is None else torch.get_num_threads()
     summary = {"quick": bool(quick), "machine": _machine(),
-               "threads": set_threads(threads, use_torch=use_torch), "clock": clock}
+               "threads": set_threads(threads, use_torch=use_torch), "clock": clock,
+               "memory": (keep_freed_memory() if keep_memory else
+                          {"allocator": "system default (freed memory may go back to the "
+                           "system)", "kept": False})}
     try:
-        _run_all(summary, quick=quick, clock=clock, use_torch=use_torch, attention_n=attention_n,
-                 block_size=block_size, window=window, n_new=n_new, repeat=repeat,
-                 profile=profile, tick=tick)
+        if scaling:
+            summary["scaling"] = bench_scaling(
+                QUICK_SCALING_BASE if quick else SCALING_BASE,
+                QUICK_SCALING_AXES if quick else SCALING_AXES,
+                repeat=2 if quick else 5, clock=clock, progress=lambda: tick("scaling"))
+        else:
+            _run_all(summary, quick=quick, clock=clock, use_torch=use_torch,
+                     attention_n=attention_n, block_size=block_size, window=window, n_new=n_new,
+                     repeat=repeat, profile=profile, tick=tick)
     finally:
         if torch_threads is not None:
             torch.set_num_threads(torch_threads)      # as it was (e.g. inside a test run)
@@ -818,6 +1068,13 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
     decode = bench_decoding(model, n_new=n_new, prompt_len=4 if quick else 16,
                             repeat=2 if quick else 5, clock=clock,
                             progress=lambda: tick("decoding"))
+    if use_torch:
+        vs_hf = bench_decoding_vs_hf(model, n_new=n_new, prompt_len=4 if quick else 16,
+                                     repeat=2 if quick else 3, clock=clock,
+                                     progress=lambda: tick("decoding vs transformers"))
+    else:
+        vs_hf = {"available": False, "note": "--skip-torch: cached decoding is not compared "
+                 "with Hugging Face transformers", "by_batch": {}}
     attn = bench_attention(attention_n, block_size=block_size, window=window,
                            repeat=1 if quick else 3, clock=clock,
                            progress=lambda: tick("attention"))
@@ -838,7 +1095,13 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
         "kv_cache_speedup_512": decode["speedup"] if n_new == 512 else None,
         "flash_memory_ratio_4096": ratio(4096, "peak_bytes"),
         "flash_time_ratio_4096": ratio(4096, "seconds"),
+        "decode_ratio_vs_hf": vs_hf["by_batch"].get(1, {}).get("ratio"),
+        "decode_ratio_vs_hf_batch8": vs_hf["by_batch"].get(8, {}).get("ratio"),
+        "linear_causal_memory_ratio_8192": ratio(8192, "peak_bytes", "linear_causal"),
+        "sliding_window_memory_ratio_8192": ratio(8192, "peak_bytes", "sliding_window"),
         # the figures behind them
+        "decode_ms_per_token": vs_hf["by_batch"].get(1, {}).get("ms_per_token"),
+        "decode_hf_ms_per_token": vs_hf["by_batch"].get(1, {}).get("hf_ms_per_token"),
         "train_step_ratio_vs_torch_sdpa": train["ratio_vs_torch_sdpa"],
         "numpy_step_seconds": train["numpy_seconds"]["min"],
         "reference_step_ratio_vs_torch": train["reference_ratio_vs_torch"],
@@ -853,7 +1116,7 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
         "gemm_time_fraction": gemm_s / train["numpy_seconds"]["min"],
         "kv_cache_speedup": decode["speedup"],
         "kv_cached_slope": decode["cached_slope"],
-        "train_step": train, "matmul": mm, "decoding": decode,
+        "train_step": train, "matmul": mm, "decoding": decode, "decoding_vs_hf": vs_hf,
         "attention": {"d": 64, "block_size": block_size, "window": window, "by_n": attn},
     })
     if prof is not None:

@@ -3,12 +3,170 @@
 Each sub-command is one small function ``cmd_<name>(args) -> exit status``; argparse
 does the parsing. Heavy modules are imported inside the commands that need them, so
 ``numpytfmr --help`` stays instant.
+
+Exit status: 0 success; 1 checks or tests failed (``check``, ``grade``); 2 a usage error
+(a bad flag value, a missing or unreadable file, an output that would overwrite work),
+reported as one line ``numpytfmr COMMAND: error: --flag ...`` on stderr, without a
+traceback; 130 interrupted (Ctrl-C).
+
+Flag values are checked while parsing, by the argument types below (``positive_int``,
+``checkpoint_path``, ``output_file``, ...); a command that finds a problem later raises
+:class:`UsageError`. ``main`` turns both, and the ``ValueError`` of a library function
+refusing its input, into that one line and status 2.
 """
 import argparse
 import importlib
 import importlib.util
+import math
+import os
+import re
 import sys
 import time
+
+__all__ = ["main", "build_parser", "UsageError", "Parser", "positive_int", "nonnegative_int",
+           "positive_float", "nonnegative_float", "checkpoint_path", "output_file",
+           "output_dir"]
+
+
+class UsageError(ValueError):
+    """A command line that cannot run as given: ``main`` prints the message as one line on
+    stderr and exits with status 2. The message names the flag (``--steps is 0; expected
+    an integer >= 1``). ``prog`` is the command (``numpytfmr train``) when known."""
+
+    def __init__(self, message, prog=None):
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are a :class:`UsageError` (one line, no usage
+    block), not a printout and ``sys.exit``; the sub-command parsers are of this class too."""
+
+    def error(self, message):
+        raise UsageError(_flag_message(message), prog=self.prog)
+
+    def parse_args(self, args=None, namespace=None):
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:      # left over by a sub-command's parser: report them as its error
+            command = getattr(args, "command", None)
+            raise UsageError(f"unrecognized arguments: {' '.join(extras)}",
+                             prog=f"{self.prog} {command}" if command else self.prog)
+        return args
+
+
+def _flag_message(message):
+    """argparse's ``argument --steps: is 0; ...`` as ``--steps is 0; ...`` and
+    ``argument -o/--output: ...`` as ``--output: ...``."""
+    m = re.fullmatch(r"argument (\S+): (.*)", message, flags=re.S)
+    if m is None:
+        return message
+    flag = max(m.group(1).split("/"), key=len)
+    rest = m.group(2)
+    return f"{flag} {rest}" if rest.startswith("is ") else f"{flag}: {rest}"
+
+
+def _one_line(text):
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+# ---------------------------------------------------------------------------------------
+# Argument types: each returns the parsed value or raises ArgumentTypeError("is ...; expected
+# ..."), which the parser reports as "--flag is ...; expected ...".
+# ---------------------------------------------------------------------------------------
+
+def _shown(text):
+    return text if re.fullmatch(r"[-+0-9.eE]+|[-+]?(inf|nan)", text.strip(), re.I) else repr(text)
+
+
+def _integer(low):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"is {_shown(text)}; expected an integer >= {low}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _real(positive):
+    bound = "> 0" if positive else ">= 0"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+            raise argparse.ArgumentTypeError(f"is {_shown(text)}; expected a finite number "
+                                             f"{bound}")
+        return value
+    parse.__name__ = f"number {bound}"
+    return parse
+
+
+positive_int = _integer(1)
+nonnegative_int = _integer(0)
+positive_float = _real(True)
+nonnegative_float = _real(False)
+
+
+def checkpoint_path(text):
+    """A checkpoint directory holding a readable ``checkpoint.json``, or that file."""
+    path = os.path.expanduser(text)
+    record = os.path.join(path, "checkpoint.json") if os.path.isdir(path) else path
+    if not os.path.exists(path):
+        raise argparse.ArgumentTypeError(f"is {text!r}, which does not exist; expected a "
+                                         "checkpoint directory (or its checkpoint.json)")
+    if not os.path.isfile(record):
+        raise argparse.ArgumentTypeError(f"is {text!r}, which holds no checkpoint.json; expected "
+                                         "a checkpoint directory (or its checkpoint.json)")
+    if not os.access(record, os.R_OK):
+        raise argparse.ArgumentTypeError(f"is {text!r}, but {record} is not readable")
+    return path
+
+
+def _existing_ancestor(path):
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def output_file(text):
+    """A file to write (``--summary``, ``--json``): its directory must exist and be
+    writable, and the path must not be a directory."""
+    path = os.path.expanduser(text)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not text or os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"is {text!r}, which is a directory; expected a file "
+                                         "name")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"is {text!r}, but the directory {folder} does not "
+                                         "exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and
+                                                    not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"is {text!r}, which is not writable")
+    return path
+
+
+def output_dir(text):
+    """A directory to write into (``--out``), created when needed; ``none`` = write
+    nothing. It must not be a file, and its nearest existing ancestor must be a writable
+    directory. Whether it already holds work is the command's to check (``--force``)."""
+    if text in ("", "none"):
+        return "none"
+    path = os.path.expanduser(text)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"is {text!r}, which is a file; expected a directory")
+    base = _existing_ancestor(path)
+    if not os.path.isdir(base):
+        raise argparse.ArgumentTypeError(f"is {text!r}, but {base} is a file, not a directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"is {text!r}, but {base} is not writable")
+    return path
 
 
 def _row_verdict(rows):
@@ -24,7 +182,10 @@ def cmd_check(args):
     from numpytfmr.registry import get, registry
     from numpytfmr.registry.check import check_op
 
-    specs = [get(name) for name in args.op] if args.op else list(registry().values())
+    try:
+        specs = [get(name) for name in args.op] if args.op else list(registry().values())
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"--op: {_one_line(exc.args[0] if exc.args else exc)}") from None
     start = time.perf_counter()
     table, failures = [], []
     for spec in specs:
@@ -68,12 +229,12 @@ def cmd_check(args):
 # Modules of numpytfmr/run/commands/, in the order ``--help`` lists them. Each defines
 # ``add_command(sub)``, which adds its sub-parser and sets ``func`` (a function of the
 # parsed arguments returning the exit status). They import heavy modules lazily.
-COMMANDS = ("train", "generate", "train_seq2seq", "lora", "dpo", "examples", "grade",
-            "make_assignment", "bench")
+COMMANDS = ("train", "pretrain", "tokenize", "generate", "train_seq2seq", "lora", "dpo",
+            "examples", "docs", "grade", "make_assignment", "bench")
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="numpytfmr",
         description="The transformer and its training math in plain NumPy.")
     parser.add_argument("--version", action="version", version=_version())
@@ -84,7 +245,8 @@ def build_parser():
                    help="check only this op (repeatable); default: every registered op")
     p.add_argument("--mode", choices=("full", "directional"), default=None,
                    help="compare every element, or directional derivatives (default: the op's own)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and upstream gradients")
+    p.add_argument("--seed", type=nonnegative_int, default=0,
+                   help="seed of the random inputs and upstream gradients (default 0)")
     p.set_defaults(func=cmd_check)
 
     for name in COMMANDS:
@@ -100,20 +262,33 @@ def _version():
 
 
 def main(argv=None):
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _usage_error(exc.prog or parser.prog, exc)
+    except SystemExit as exc:                     # --help, --version
+        return exc.code if isinstance(exc.code, int) else 0
     if args.command is None:
         parser.print_help()
         return 2
+    prog = f"{parser.prog} {args.command}"
     try:
         return args.func(args)
-    except ValueError as exc:  # bad arguments that argparse cannot see (unknown op, ...)
-        print(f"numpytfmr {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # a UsageError, or a library function refusing its input
+        return _usage_error(prog, exc)
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:     # a file that cannot be read or written
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        return _usage_error(prog, f"{exc.strerror or exc}{where}")
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
-        import os
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+
+
+def _usage_error(prog, exc):
+    print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+    return 2

@@ -228,13 +228,17 @@ class WordTokenizer:
 
 
 def tokenizer_from_dict(d):
-    """Rebuild a ``CharTokenizer`` or ``WordTokenizer`` from its ``to_dict()``."""
+    """Rebuild a ``CharTokenizer``, ``WordTokenizer`` or ``BPETokenizer`` from its ``to_dict()``."""
     kind = d.get("type") if isinstance(d, dict) else None
     if kind == "char":
         return CharTokenizer.from_dict(d)
     if kind == "word":
         return WordTokenizer.from_dict(d)
-    raise ValueError(f"tokenizer_from_dict: got {d!r}; expected a dict with 'type' 'char' or 'word'")
+    if kind == "bpe":
+        from .bpe import BPETokenizer
+        return BPETokenizer.from_dict(d)
+    raise ValueError(f"tokenizer_from_dict: got a {type(d).__name__} of type {kind!r}; expected a dict "
+                     "with 'type' 'char', 'word' or 'bpe'")
 
 
 # ---------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """Files written atomically: to a temporary name in the same folder, then renamed.
 
 An interrupted run therefore leaves either the old file or the new one, never half of one.
+Every file gets the mode the umask gives a new file (0o644 under umask 022, 0o600 under 077).
 """
 import json
 import math
 import os
-import tempfile
+import secrets
 
 import numpy as np
 
@@ -13,12 +14,33 @@ __all__ = ["atomic_write_bytes", "atomic_write_text", "write_json", "write_summa
            "load_arrays"]
 
 
+def _new_temporary(folder, name):
+    """A new empty file ``.tmp-<random>-<name>`` in ``folder``, opened for writing:
+    ``(fd, path)``. It is created with ``os.open(..., 0o666)``, so the kernel gives it the
+    mode every new file gets, 0o666 less the umask (and a directory's default ACL), as
+    ``open(path, "w")`` would; the umask itself is never read or changed (changing it to
+    read it would race with other threads)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | \
+        getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        path = os.path.join(folder, f".tmp-{secrets.token_hex(6)}-{name}")
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"atomic_write_bytes: no free temporary name in {folder}")
+
+
 def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
+
+    The file gets the mode the umask gives a new file (0o644 under umask 022, 0o600
+    under 077), whether or not ``path`` existed before.
+    """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    fd, tmp = _new_temporary(folder, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

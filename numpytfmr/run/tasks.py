@@ -11,20 +11,22 @@ notebooks, the LoRA and DPO commands and the tests call too.
 Every run is the training loop of loop.py with a checkpoint (checkpoint.py) saved at each
 evaluation, so ``resume=True`` continues it exactly.
 """
+import re
+
 import numpy as np
 
 from ..losses import cross_entropy_forward
 from .checkpoint import checkpoint_file, resume_checkpoint, resumed_settings, save_checkpoint
-from .data import (BOS_ID, EOS_ID, SEP_ID, CharTokenizer, decode_completion, evaluate_generation,
-                   exact_match, make_task, make_translation, next_token_arrays,
-                   translation_tokenizers)
+from .data import (BOS_ID, BRACKETS, DIGITS, EOS_ID, MAX_SOURCE_WORDS, SEP_ID, SPECIAL_TOKENS,
+                   CharTokenizer, decode_completion, evaluate_generation, exact_match, make_task,
+                   make_translation, next_token_arrays, translation_tokenizers)
 from .loop import STREAM_DROPOUT, STREAM_INIT, STREAM_TEST, TrainSettings, step_rng, train_loop
 from .models import SEQ2SEQ_KINDS, default_gpt_config, seq2seq_model
 from .progress import Progress
 
 __all__ = [
     "IGNORE", "GPT_TASK_DEFAULTS", "gpt_task_data", "gpt_task_loss", "evaluate_gpt", "train_gpt",
-    "encode_prompt", "complete",
+    "task_symbols", "task_record", "split_special", "unknown_words", "encode_prompt", "complete",
     "SEQ2SEQ_DEFAULTS", "SEQ2SEQ_SETTINGS", "evaluate_seq2seq", "train_seq2seq", "translate",
     "alignment_table",
 ]
@@ -75,6 +77,39 @@ def evaluate_gpt(params, config, test_data, *, batch_size=256):
     loss, _ = cross_entropy_forward(logits, np.where(label_mask, labels, IGNORE),
                                     ignore_index=IGNORE)
     return {"exact_match": float(acc), "test_loss": float(loss)}
+
+
+def task_symbols(task):
+    """The characters of a built-in task's sequences (prompts and answers): the digits, or
+    the brackets for ``"dyck"``; None for a task this module does not know."""
+    if task == "dyck":
+        return BRACKETS
+    if task in ("reverse", "sort", "sort_desc", "sort_either", "rotate"):
+        return DIGITS
+    return None
+
+
+def task_record(task, min_len, max_len, n_test):
+    """The ``"task"`` entry of a GPT checkpoint: what the model was trained on. ``generate``
+    refuses prompt characters outside ``symbols`` and warns about prompts longer than
+    ``max_prompt_len``."""
+    return {"task": task, "min_prompt_len": min_len, "max_prompt_len": max_len,
+            "n_test": n_test, "symbols": task_symbols(task)}
+
+
+def split_special(text):
+    """``text`` cut around its spelled-out special tokens: ``"<bos>31<sep>"`` ->
+    ``["<bos>", "31", "<sep>"]`` (no empty pieces)."""
+    pattern = "(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")"
+    return [piece for piece in re.split(pattern, text) if piece]
+
+
+def unknown_words(tokenizer, text):
+    """The words of ``text`` (whitespace-separated) that ``tokenizer`` (a WordTokenizer)
+    does not have, each once, in order; the spelled-out special tokens count as unknown
+    (no source sentence holds them)."""
+    known = set(tokenizer.words)
+    return list(dict.fromkeys(w for w in text.split() if w not in known))
 
 
 def _test_set(task, n_test, min_len, max_len, tokenizer=None):
@@ -152,8 +187,7 @@ def train_gpt(*, config=None, settings=None, task=None, min_len=None, max_len=No
         raise ValueError(f"train_gpt: config.max_len is {config.max_len} but the task's "
                          f"sequences need {width - 1} positions (prompts up to {max_len})")
     test_data = _test_set(task, n_test, min_len, max_len, tokenizer)
-    task_meta = {"task": task, "min_prompt_len": min_len, "max_prompt_len": max_len,
-                 "n_test": n_test}
+    task_meta = task_record(task, min_len, max_len, n_test)
 
     def loss_and_grads(p, step):
         inputs, labels = gpt_task_data(task, step, seed=settings.seed,
@@ -343,7 +377,7 @@ def train_seq2seq(*, kind="encdec", config=None, settings=None, n_test=None, out
     src_tok, tgt_tok = translation_tokenizers()
     test_data = make_translation(n_test, rng=np.random.default_rng((0, STREAM_TEST)),
                                  split="test", unique=True)
-    task_meta = {"task": "translation", "n_test": n_test}
+    task_meta = {"task": "translation", "n_test": n_test, "max_source_words": MAX_SOURCE_WORDS}
 
     def loss_and_grads(p, step):
         batch = make_translation(settings.batch_size, rng=step_rng(settings.seed, step),

@@ -40,7 +40,8 @@ import time
 from numpytfmr.run.commands.lora import (add_adapter_options, add_base_options, add_run_options,
                                      adapter_settings, base_model, check_post_args, parse_targets,
                                      save_adapted, snapshot, train_adapters, unchanged)
-from numpytfmr.run.commands.train import check_counts, finish, out_dir
+from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
+from numpytfmr.run.commands.train import finish, out_dir
 
 DPO_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wv", "steps": 200, "lr": 1e-3,
                 "batch_size": 64, "warmup_steps": 10, "eval_every": 50}
@@ -128,13 +129,10 @@ def cmd_dpo(args):
     from numpytfmr.preference import dpo_loss_forward
     from numpytfmr.run.blas import limit_blas_threads
     from numpytfmr.run.loop import STREAM_DATA, STREAM_INIT, STREAM_TEST, step_rng
+    from numpytfmr.run.tasks import task_record
 
     where = "dpo"
     check_post_args(args, where)
-    check_counts(args, ("n_prompts", "samples"))
-    if not args.beta > 0 or not args.nll_weight >= 0:
-        raise ValueError(f"{where}: --beta is {args.beta} and --nll-weight {args.nll_weight}; "
-                         "expected beta > 0 and nll-weight >= 0")
     targets = parse_targets(args.targets)
     limit_blas_threads(args.threads)
     start = time.perf_counter()
@@ -214,8 +212,7 @@ def cmd_dpo(args):
     checkpoint = None
     if out is not None:
         checkpoint = save_adapted(out, base, merged, adapters, {
-            "task": {"task": prefer, "min_prompt_len": min_len, "max_prompt_len": max_len,
-                     "n_test": args.n_test},
+            "task": task_record(prefer, min_len, max_len, args.n_test),
             "lora": {"rank": args.rank, "alpha": alpha, "targets": list(targets),
                      "base_checkpoint": base["checkpoint"], "base_task": base["task"]},
             "dpo": {"beta": beta, "nll_weight": args.nll_weight, "pairs": args.pairs}})
@@ -273,13 +270,13 @@ def add_command(sub):
     g.add_argument("--pairs", choices=("generated", "synthetic"), default="generated",
                    help="pairs from the base model's samples labelled by the verifier "
                    "(default), or written out by make_preference_pairs")
-    g.add_argument("--n-prompts", type=int, default=1024, metavar="N",
+    g.add_argument("--n-prompts", type=positive_int, default=1024, metavar="N",
                    help="training prompts (default 1024)")
-    g.add_argument("--samples", type=int, default=4, metavar="K",
+    g.add_argument("--samples", type=positive_int, default=4, metavar="K",
                    help="completions sampled per prompt (default 4)")
-    g.add_argument("--beta", type=float, default=1.0,
+    g.add_argument("--beta", type=positive_float, default=1.0,
                    help="DPO's beta, the strength of the pull towards the reference (default 1.0)")
-    g.add_argument("--nll-weight", type=float, default=1.0, metavar="W",
+    g.add_argument("--nll-weight", type=nonnegative_float, default=1.0, metavar="W",
                    help="add W times the chosen answers' NLL per token (DPO + NLL, as TRL's "
                    "rpo_alpha; default 1; 0 = plain DPO, which here also learns to prefer "
                    "ascending answers but lets some of them go wrong)")

@@ -5,8 +5,9 @@ check column (``ok``; ``WRONG [n]`` where the notes' printed value or formula is
 footnote ``[n]`` saying what is correct and which test shows it; ``-`` where the notes
 print nothing to compare). The examples themselves live in ``numpytfmr.run.examples``.
 """
-import sys
 import time
+
+from numpytfmr.run.cli import UsageError
 
 
 def add_command(sub):
@@ -26,9 +27,8 @@ def cmd_examples(args):
     valid = examples.example_names()
     unknown = [n for n in args.names if n.replace("-", "_") not in valid]
     if unknown:
-        print(f"numpytfmr examples: error: unknown example {', '.join(map(repr, unknown))}; "
-              f"valid names: {', '.join(valid)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown example {', '.join(map(repr, unknown))}; valid names: "
+                         f"{', '.join(valid)}")
     if args.list:
         width = max(len(n) for n in valid)
         for name in valid:

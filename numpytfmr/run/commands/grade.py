@@ -1,10 +1,23 @@
-"""``numpytfmr grade SUBMISSION``: grade homework against the reference.
+"""``numpytfmr grade``: grade homework against the reference, one submission or a whole class.
 
     numpytfmr grade homework.py [--only NAMES] [--timeout S] [--json results.json] [--seed N]
                                 [--config grading.json] [--hidden-seed N] [--memory-mb M]
+    numpytfmr grade DIR_OR_GLOB --csv grades.csv [--config grading.json | --only NAMES]
+                                [--jobs N] [--summary FILE] [--force] [--regrade]
 
-Exit status: 0 when every test passes, 1 when any fails, 2 for a usage error.
+One submission: exit status 0 when every test passes, 1 when any fails. A class (``--csv``):
+0 when every submission was graded (whatever the scores), 1 when the grader failed on some.
+A usage error (a missing submission or config, bad JSON, a bad flag value) exits 2 with one
+line naming the file or the flag.
 """
+import glob
+import json
+import os
+import time
+
+from numpytfmr.run.cli import UsageError, nonnegative_int, output_file, positive_float, positive_int
+
+MIN_MEMORY_MB = 256
 
 
 def _names(values):
@@ -15,41 +28,199 @@ def _names(values):
     return out
 
 
-def cmd_grade(args):
-    from numpytfmr.run.fileio import write_json
-    from numpytfmr.grading import grade
+def _check_config(path):
+    """The config file must exist, be a readable file and hold valid JSON: UsageError otherwise."""
+    from numpytfmr.grading.cases import load_config
+
+    if not os.path.exists(path):
+        raise UsageError(f"--config {path!r} does not exist; expected a grading.json "
+                         "(numpytfmr make-assignment writes one)")
+    if os.path.isdir(path):
+        raise UsageError(f"--config {path!r} is a directory; expected a grading.json file")
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UsageError(f"--config {path!r} cannot be read: {exc.strerror}") from None
+    try:
+        json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"--config {path!r} is not UTF-8 text; expected a grading.json") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--config {path!r} is not valid JSON ({exc.msg}, line {exc.lineno}, "
+                         f"column {exc.colno})") from None
+    try:
+        load_config(path)
+    except ValueError as exc:
+        raise UsageError(f"--config {path!r}: {exc}") from None
+
+
+def _plan(args, protect=()):
+    from numpytfmr.grading import make_plan
+    from numpytfmr.grading.cases import resolve
 
     only = _names(args.only)
-    report = grade(args.submission, only=only or None, config=args.config, seed=args.seed,
-                   hidden_seed=args.hidden_seed, timeout=args.timeout, memory_mb=args.memory_mb,
-                   log=None)
+    for name in only:
+        try:
+            resolve(name)
+        except ValueError as exc:
+            raise UsageError(f"--only: {exc}") from None
+    if args.memory_mb is not None and args.memory_mb < MIN_MEMORY_MB:
+        raise UsageError(f"--memory-mb is {args.memory_mb}; expected an integer >= {MIN_MEMORY_MB}")
+    if args.config is not None:
+        _check_config(args.config)
+    try:
+        return make_plan(only=only or None, config=args.config, seed=args.seed,
+                         hidden_seed=args.hidden_seed, timeout=args.timeout,
+                         memory_mb=args.memory_mb, protect=protect)
+    except ValueError as exc:           # the config's own values (a seed, a weight, a case)
+        raise UsageError(f"--config {args.config!r}: {exc}" if args.config else str(exc)) from None
+
+
+def _child_user(args):
+    if args.child_user is None:
+        return None
+    from numpytfmr.grading.channel import user_ids
+
+    try:
+        user_ids(args.child_user)
+    except ValueError as exc:
+        raise UsageError(f"--child-user: {exc}") from None
+    if os.geteuid() != 0:
+        raise UsageError(f"--child-user {args.child_user}: running the submissions as another "
+                         "user needs the grader to run as root (as Gradescope's run_autograder does)")
+    return args.child_user
+
+
+def _is_pattern(target):
+    return any(c in target for c in "*?[")
+
+
+def _exists(target):
+    return os.path.exists(target) or (_is_pattern(target) and bool(glob.glob(target)))
+
+
+def cmd_grade(args):
+    from numpytfmr.run.fileio import write_json, write_summary
+
+    target = args.submission
+    if not _exists(target):
+        raise UsageError(f"{target!r} does not exist"
+                         + (" (nothing matches the pattern)" if _is_pattern(target) else "")
+                         + "; expected a .py file, a .ipynb notebook or a folder")
+    if os.path.isfile(target) and not os.access(target, os.R_OK):
+        raise UsageError(f"{target!r} cannot be read (permission denied)")
+    user = _child_user(args)
+    if args.csv:
+        return _grade_class(args, target, user)
+    for flag, value in (("--jobs", args.jobs), ("--force", args.force), ("--regrade", args.regrade)):
+        if value:
+            raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
+
+    from numpytfmr.grading import grade
+
+    start = time.monotonic()
+    report = grade(target, plan=_plan(args), child_user=user, log=None)
     print(report.table(details=not args.brief))
     if args.json:
         write_json(args.json, report.gradescope())
         print(f"results written to {args.json}")
+    if args.summary:
+        write_summary(args.summary, {"seconds": round(time.monotonic() - start, 2), "submissions": 1,
+                                     "score": report.score, "max_score": report.max_score,
+                                     "passed": report.passed})
     return 0 if report.passed else 1
+
+
+def _grade_class(args, target, user):
+    from numpytfmr.grading.classroom import (distribution_table, find_submissions, grade_class,
+                                             results_folder)
+    from numpytfmr.run.fileio import write_summary
+
+    if args.json:
+        raise UsageError("--json writes one submission's results; with --csv each submission's "
+                         "results.json goes into the results folder beside the CSV")
+    csv_path = os.path.abspath(args.csv)
+    folder = results_folder(csv_path)
+    skip = [csv_path, folder] + ([args.config, os.path.dirname(os.path.abspath(args.config))]
+                                 if args.config else [])
+    submissions = find_submissions(target, skip=skip)
+    if not submissions:
+        raise UsageError(f"no submission in {target!r}: expected .py or .ipynb files, or one "
+                         "folder per student")
+    # the processes of one student may not read the others' work, nor the grades
+    whose = "the submissions of the class"
+    protect = ([(target, whose)] if os.path.isdir(target)
+               else [(path, whose) for _, path in submissions])
+    protect += [(csv_path, "the grades"), (folder, "the grades")]
+    plan = _plan(args, protect)
+    if plan.items is None:
+        raise UsageError("--csv grades a class on the same functions for every student: give "
+                         "--config grading.json or --only NAMES")
+    try:
+        result = grade_class(submissions, csv_path, plan=plan, jobs=args.jobs, child_user=user,
+                             force=args.force, regrade=args.regrade,
+                             log=lambda line: print(line, flush=True))
+    except FileExistsError as exc:
+        raise UsageError(f"--csv: {exc}") from None
+    print()
+    print(f"{len(result.rows)} submissions in {result.seconds:.1f} s ({result.graded} graded now, "
+          f"{result.reused} unchanged since the last run; {result.jobs} jobs)")
+    print(distribution_table(result.distribution, result.max_score))
+    print(f"grades: {result.csv}\nresults: {result.results}{os.sep}<student>{os.sep}results.json "
+          "and report.txt")
+    if args.summary:
+        write_summary(args.summary, result.summary())
+    return 1 if any(r["status"] == "grader error" for r in result.rows) else 0
 
 
 def add_command(sub):
     p = sub.add_parser(
-        "grade", help="grade a homework submission (.py or .ipynb) against the reference",
-        description="Run the functions a submission defines in a separate, limited process and "
-                    "compare them with the reference on the op registry's cases: forward outputs, "
-                    "every gradient, and the backward against finite differences of the "
-                    "submission's own forward.")
-    p.add_argument("submission", help="a .py file, a .ipynb notebook, or a folder holding one")
+        "grade", help="grade a homework submission (.py or .ipynb), or a whole class, against the "
+                      "reference",
+        description="Run the functions a submission defines in a separate, limited, sandboxed "
+                    "process and compare them with the reference on the op registry's cases: "
+                    "forward outputs, every gradient, and the backward against finite differences "
+                    "of the submission's own forward. With --csv, grade every submission in a "
+                    "folder (or matching a glob) in parallel, and write one CSV row per student "
+                    "and a results.json per student.")
+    p.add_argument("submission", metavar="SUBMISSION",
+                   help="a .py file, a .ipynb notebook, or a folder holding one; with --csv, a "
+                        "folder of submissions (files or one folder per student) or a glob "
+                        "pattern (quote it)")
     p.add_argument("--only", action="append", nargs="+", metavar="NAMES",
                    help="grade only these ops/functions (e.g. softmax attention, or causal_mask); "
                         "commas or spaces separate names")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="seconds allowed per case, and for loading the submission (default 10)")
-    p.add_argument("--json", metavar="FILE", help="also write a Gradescope results.json here (atomically)")
-    p.add_argument("--seed", type=int, default=None, metavar="N",
+    p.add_argument("--json", type=output_file, metavar="FILE",
+                   help="also write a Gradescope results.json here (atomically)")
+    p.add_argument("--seed", type=nonnegative_int, default=None, metavar="N",
                    help="seed of the visible cases (default 0)")
-    p.add_argument("--hidden-seed", type=int, default=None, metavar="N",
+    p.add_argument("--hidden-seed", type=nonnegative_int, default=None, metavar="N",
                    help="seed of hidden cases, shown to students after the due date")
     p.add_argument("--config", metavar="FILE", help="a grading.json from make-assignment")
-    p.add_argument("--memory-mb", type=int, default=None, metavar="M",
-                   help="address-space limit of the submission process (default 2048)")
+    p.add_argument("--memory-mb", type=positive_int, default=None, metavar="M",
+                   help=f"address-space limit of the submission process (default 2048, at least "
+                        f"{MIN_MEMORY_MB})")
     p.add_argument("--brief", action="store_true", help="the table only, without failure details")
+    p.add_argument("--csv", type=output_file, metavar="FILE",
+                   help="grade a whole class: one row per student (total and per-function scores) "
+                        "in this CSV, and FILE's name + _results/<student>/results.json and "
+                        "report.txt beside it; unchanged submissions are skipped on a later run")
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                   help=f"with --csv: submissions graded at once (default: the number of CPUs, "
+                        f"{os.cpu_count() or 1} here)")
+    p.add_argument("--summary", type=output_file, metavar="FILE",
+                   help="write a JSON summary: seconds, submissions, and with --csv the score "
+                        "distribution")
+    p.add_argument("--force", action="store_true",
+                   help="with --csv: replace a file at the CSV's path that grade did not write")
+    p.add_argument("--regrade", action="store_true",
+                   help="with --csv: grade every submission again, even those unchanged since the "
+                        "last run")
+    p.add_argument("--child-user", metavar="USER", default=None,
+                   help="run the submissions' processes as this (unprivileged) user; the grader "
+                        "must run as root (Gradescope's run_autograder does this)")
     p.set_defaults(func=cmd_grade)
+    return p

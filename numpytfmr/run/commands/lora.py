@@ -24,7 +24,10 @@ numbers as ``numpytfmr.posttrain``).
 """
 import time
 
-from numpytfmr.run.commands.train import check_counts, finish, logger, out_dir
+from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, positive_float,
+                               positive_int)
+from numpytfmr.run.commands.train import add_run_options as add_out_options
+from numpytfmr.run.commands.train import check_out, finish, logger, out_dir
 
 RELATED_TASKS = {"sort": "sort_desc", "sort_desc": "sort", "reverse": "rotate",
                  "rotate": "reverse", "sort_either": "sort"}
@@ -40,53 +43,49 @@ LORA_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wk,Wv,Wo", "steps": 120
 def add_base_options(p, *, task, steps):
     """--checkpoint, or the base model the command trains itself."""
     g = p.add_argument_group("base model")
-    g.add_argument("--checkpoint", metavar="PATH",
+    g.add_argument("--checkpoint", type=checkpoint_path, metavar="PATH",
                    help="a GPT checkpoint of 'numpytfmr train' (directory or its checkpoint.json); "
                    "default: train a small base model first")
     g.add_argument("--base-task", default=task, metavar="TASK",
                    help=f"task of the base model trained without --checkpoint (default {task})")
-    g.add_argument("--base-steps", type=int, default=steps, metavar="N",
+    g.add_argument("--base-steps", type=positive_int, default=steps, metavar="N",
                    help=f"training steps of that base model (default {steps})")
-    g.add_argument("--max-prompt-len", type=int, default=BASE_DEFAULTS["max_len"], metavar="N",
+    g.add_argument("--max-prompt-len", type=positive_int, default=BASE_DEFAULTS["max_len"],
+                   metavar="N",
                    help="longest prompt of the base model trained here (default "
                    f"{BASE_DEFAULTS['max_len']}); with --checkpoint, the checkpoint's")
 
 
 def add_adapter_options(p, d):
     g = p.add_argument_group("LoRA")
-    g.add_argument("--rank", type=int, default=d["rank"], metavar="R",
+    g.add_argument("--rank", type=positive_int, default=d["rank"], metavar="R",
                    help=f"rank r of each adapter (default {d['rank']})")
-    g.add_argument("--alpha", type=float, default=d["alpha"],
+    g.add_argument("--alpha", type=positive_float, default=d["alpha"],
                    help=f"LoRA alpha; the update is (alpha / r) A B (default {d['alpha']:g})")
     g.add_argument("--targets", default=d["targets"], metavar="NAMES",
                    help="comma-separated projections to adapt in every block, among Wq, Wk, Wv, "
                    f"Wo, W1, W2 (default {d['targets']})")
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=int, default=d["steps"], metavar="N",
+    g.add_argument("--steps", type=positive_int, default=d["steps"], metavar="N",
                    help=f"AdamW updates of the adapters (default {d['steps']})")
-    g.add_argument("--lr", type=float, default=d["lr"],
+    g.add_argument("--lr", type=positive_float, default=d["lr"],
                    help=f"peak learning rate (default {d['lr']:g})")
-    g.add_argument("--batch-size", type=int, default=d["batch_size"], metavar="B",
+    g.add_argument("--batch-size", type=positive_int, default=d["batch_size"], metavar="B",
                    help=f"examples (or preference pairs) per update (default {d['batch_size']})")
-    g.add_argument("--warmup", dest="warmup_steps", type=int, default=d["warmup_steps"],
-                   metavar="N", help=f"warmup steps (default {d['warmup_steps']})")
-    g.add_argument("--eval-every", type=int, default=d["eval_every"], metavar="N",
+    g.add_argument("--warmup", dest="warmup_steps", type=nonnegative_int,
+                   default=d["warmup_steps"], metavar="N",
+                   help=f"warmup steps (default {d['warmup_steps']})")
+    g.add_argument("--eval-every", type=positive_int, default=d["eval_every"], metavar="N",
                    help=f"evaluate every N steps (default {d['eval_every']})")
-    g.add_argument("--n-test", type=int, default=BASE_DEFAULTS["n_test"], metavar="N",
+    g.add_argument("--n-test", type=positive_int, default=BASE_DEFAULTS["n_test"], metavar="N",
                    help=f"held-out prompts of the evaluation (default {BASE_DEFAULTS['n_test']})")
-    g.add_argument("--seed", type=int, default=0, help="seed of everything random (default 0)")
+    g.add_argument("--seed", type=nonnegative_int, default=0,
+                   help="seed of everything random (default 0)")
 
 
 def add_run_options(p, out):
-    g = p.add_argument_group("run")
-    g.add_argument("--out", default=out, metavar="DIR",
-                   help=f"where to save the merged model, adapters.npz and a base model trained "
-                   f"here (in DIR/base) (default {out}); 'none' saves nothing")
-    g.add_argument("--summary", metavar="FILE",
-                   help="write the final metrics as one JSON object to FILE")
-    g.add_argument("--threads", type=int, default=1, metavar="N",
-                   help="BLAS threads (default 1: these matrices are too small to share)")
-    g.add_argument("--quiet", action="store_true", help="no progress bar or evaluation lines")
+    add_out_options(p, out, "where to save the merged model, adapters.npz and a base model "
+                    f"trained here (in DIR/base) (default {out}); 'none' saves nothing")
 
 
 def parse_targets(text):
@@ -94,7 +93,7 @@ def parse_targets(text):
     from numpytfmr.posttrain import LORA_TARGETS
     bad = [t for t in targets if t not in LORA_TARGETS]
     if not targets or bad:
-        raise ValueError(f"--targets is {text!r}; expected comma-separated names among "
+        raise UsageError(f"--targets is {text!r}; expected comma-separated names among "
                          f"{', '.join(LORA_TARGETS)}")
     return targets
 
@@ -111,7 +110,10 @@ def base_model(args, *, where):
     from numpytfmr.run.models import default_gpt_config
     from numpytfmr.run.tasks import train_gpt
     if args.checkpoint:
-        ck = load_model(args.checkpoint, kind="gpt")
+        try:
+            ck = load_model(args.checkpoint, kind="gpt")
+        except ValueError as exc:
+            raise UsageError(f"--checkpoint: {exc}") from None
         task = ck.get("task") if isinstance(ck.get("task"), dict) else {}
         return {"params": ck["params"], "config": ck["model_config"], "tokenizer": ck["tokenizer"],
                 "task": task.get("task"), "min_len": task.get("min_prompt_len", 1),
@@ -119,7 +121,7 @@ def base_model(args, *, where):
                 "checkpoint": ck["path"], "seconds": 0.0, "exact_match": None}
     from numpytfmr.run.data import TASKS, CharTokenizer
     if args.base_task not in TASKS or args.base_task == "dyck":
-        raise ValueError(f"{where}: --base-task is {args.base_task!r}; expected one of "
+        raise UsageError(f"--base-task is {args.base_task!r}; expected one of "
                          f"{', '.join(t for t in TASKS if t != 'dyck')}")
     out = out_dir(args)
     base_out = None if out is None else f"{out}/base"
@@ -189,12 +191,10 @@ def unchanged(params, before):
 
 
 def check_post_args(args, where):
-    check_counts(args, ("rank", "steps", "batch_size", "eval_every", "n_test", "base_steps",
-                        "threads", "max_prompt_len"))
-    if not args.alpha > 0:
-        raise ValueError(f"{where}: --alpha is {args.alpha}; expected a number > 0")
-    if not args.lr > 0:
-        raise ValueError(f"{where}: --lr is {args.lr}; expected a number > 0")
+    """What the argument types cannot see, checked before any work: the targets and an
+    --out that would replace a previous run (without --force)."""
+    parse_targets(args.targets)
+    check_out(args, where)
 
 
 # ---------------------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def cmd_lora(args):
     from numpytfmr.run.blas import limit_blas_threads
     from numpytfmr.run.checkpoint import load_model
     from numpytfmr.run.loop import STREAM_INIT, STREAM_TEST, step_rng
-    from numpytfmr.run.tasks import IGNORE, evaluate_gpt, gpt_task_data
+    from numpytfmr.run.tasks import IGNORE, evaluate_gpt, gpt_task_data, task_record
 
     where = "lora"
     check_post_args(args, where)
@@ -221,7 +221,7 @@ def cmd_lora(args):
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     task = args.task or RELATED_TASKS.get(base["task"])
     if task is None:
-        raise ValueError(f"{where}: the base model's task is {base['task']!r}, which has no "
+        raise UsageError(f"--task: the base model's task is {base['task']!r}, which has no "
                          "related task; name the target with --task")
     min_len, max_len = base["min_len"], base["max_len"]
     # the same held-out prompts for both tasks (the split is a function of the prompt)
@@ -266,8 +266,7 @@ def cmd_lora(args):
     checkpoint = None
     if out is not None:
         checkpoint = save_adapted(out, base, merged, adapters, {
-            "task": {"task": task, "min_prompt_len": min_len, "max_prompt_len": max_len,
-                     "n_test": args.n_test},
+            "task": task_record(task, min_len, max_len, args.n_test),
             "lora": {"rank": args.rank, "alpha": alpha, "targets": list(targets),
                      "base_checkpoint": base["checkpoint"], "base_task": base["task"]}})
         merged = load_model(out, kind="gpt")["params"]     # score what was saved

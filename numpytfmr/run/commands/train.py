@@ -4,11 +4,19 @@ greedy generation on held-out prompts, and save a checkpoint that ``--resume`` c
     numpytfmr train                          # sort 1-8 digits, about two minutes
     numpytfmr train --task reverse --steps 800 --out runs/reverse
     numpytfmr train --resume --steps 2000    # continue runs/gpt to 2000 steps
+    numpytfmr train --force                  # start again in runs/gpt, replacing its run
     numpytfmr generate --prompt 3142         # -> 1234
+
+A run never replaces the work in its directory unless asked: into a directory that
+already holds files, ``train`` starts only with ``--resume`` (continue that run) or
+``--force`` (replace it).
 """
 from contextlib import contextmanager
 import os
 import sys
+
+from numpytfmr.run.cli import (UsageError, nonnegative_float, nonnegative_int, output_dir,
+                               output_file, positive_float, positive_int)
 
 # Defaults shown in --help; the option values stay None unless given, so that --resume
 # can tell an option the user asked for from a default.
@@ -19,35 +27,46 @@ GPT_DEFAULTS = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": None, 
 SETTINGS_OPTIONS = tuple(TRAIN_DEFAULTS)
 
 
-def add_training_options(p, d, *, out):
+def add_training_options(p, d, *, out, out_help=None):
     """Options shared by ``train`` and ``train-seq2seq``: the optimisation (defaults ``d``),
-    the run's directory and what is printed."""
+    the run's directory (default ``out``) and what is printed."""
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=int, metavar="N",
+    g.add_argument("--steps", type=positive_int, metavar="N",
                    help=f"total AdamW updates of the run (default {d['steps']})")
-    g.add_argument("--batch-size", type=int, metavar="B",
+    g.add_argument("--batch-size", type=positive_int, metavar="B",
                    help=f"examples per update (default {d['batch_size']})")
-    g.add_argument("--lr", type=float, help=f"peak learning rate (default {d['lr']:g}), after a "
-                   "linear warmup, then cosine decay to 0")
-    g.add_argument("--warmup", dest="warmup_steps", type=int, metavar="N",
+    g.add_argument("--lr", type=positive_float, help=f"peak learning rate (default {d['lr']:g}), "
+                   "after a linear warmup, then cosine decay to 0")
+    g.add_argument("--warmup", dest="warmup_steps", type=nonnegative_int, metavar="N",
                    help=f"warmup steps (default {d['warmup_steps']}, at most a tenth of --steps)")
-    g.add_argument("--weight-decay", type=float, metavar="W",
+    g.add_argument("--weight-decay", type=nonnegative_float, metavar="W",
                    help=f"AdamW decoupled weight decay on matrices (default {d['weight_decay']:g})")
-    g.add_argument("--clip", dest="clip_norm", type=float, metavar="NORM",
+    g.add_argument("--clip", dest="clip_norm", type=positive_float, metavar="NORM",
                    help=f"clip the global gradient norm to this (default {d['clip_norm']:g})")
-    g.add_argument("--seed", type=int, help="seed of the initial weights and of the data of "
-                   f"every step (default {d['seed']})")
-    g.add_argument("--eval-every", type=int, metavar="N",
+    g.add_argument("--seed", type=nonnegative_int, help="seed of the initial weights and of the "
+                   f"data of every step (default {d['seed']})")
+    g.add_argument("--eval-every", type=positive_int, metavar="N",
                    help=f"evaluate and save a checkpoint every N steps (default {d['eval_every']})")
+    add_run_options(p, out, out_help or f"checkpoint directory (default {out}); 'none' saves "
+                    "nothing", resume=True)
+
+
+def add_run_options(p, out, out_help, *, resume=False):
+    """--out, --force (and --resume), --summary, --threads, --quiet: shared by every command
+    that trains."""
     g = p.add_argument_group("run")
-    g.add_argument("--out", default=out, metavar="DIR",
-                   help=f"checkpoint directory (default {out}); 'none' saves nothing")
-    g.add_argument("--resume", action="store_true",
-                   help="continue the run saved in --out (same model, data and settings; "
-                   "--steps may set a new total)")
-    g.add_argument("--summary", metavar="FILE",
-                   help="write the final metrics as one JSON object to FILE")
-    g.add_argument("--threads", type=int, default=1, metavar="N",
+    g.add_argument("--out", default=out, type=output_dir, metavar="DIR", help=out_help)
+    if resume:
+        g.add_argument("--resume", action="store_true",
+                       help="continue the run saved in --out (same model, data and settings; "
+                       "--steps may set a new total)")
+    g.add_argument("--force", action="store_true",
+                   help="start even if --out already holds files (a previous run), replacing "
+                   "that run; without it such a directory is refused")
+    g.add_argument("--summary", type=output_file, metavar="FILE",
+                   help="write the final metrics as one JSON object to FILE (its directory "
+                   "must exist)")
+    g.add_argument("--threads", type=positive_int, default=1, metavar="N",
                    help="BLAS threads (default 1: these matrices are too small to share)")
     g.add_argument("--quiet", action="store_true", help="no progress bar or evaluation lines")
 
@@ -61,11 +80,57 @@ def settings_from_args(args, defaults):
     values = {**defaults, **given}
     if "warmup_steps" not in given:         # a short run gets a tenth of its steps as warmup
         values["warmup_steps"] = min(defaults["warmup_steps"], values["steps"] // 10)
+    elif values["warmup_steps"] >= values["steps"]:
+        raise UsageError(f"--warmup is {values['warmup_steps']} but the run has "
+                         f"{values['steps']} steps (--steps); expected fewer warmup steps")
     return TrainSettings(**values), None
 
 
 def out_dir(args):
     return None if args.out in (None, "", "none") else args.out
+
+
+def check_out(args, command):
+    """Refuse, before any work, a run that would lose work or find nothing: ``--resume``
+    without a checkpoint in ``--out``, and a new run into a directory that already holds
+    files, unless ``--force``. Returns the directory (None for ``--out none``)."""
+    out = out_dir(args)
+    resume = getattr(args, "resume", False)
+    if resume and args.force:
+        raise UsageError("--resume continues the run in --out and --force replaces it; "
+                         "give one of them")
+    if out is None:
+        if resume:
+            raise UsageError("--resume needs the run's directory --out DIR")
+        return None
+    if resume:
+        if not os.path.isfile(os.path.join(out, "checkpoint.json")):
+            raise UsageError(f"--resume: no checkpoint in {out} (--out) to continue; expected "
+                             f"a directory written by numpytfmr {command}")
+        from numpytfmr.run.checkpoint import load_checkpoint
+        try:
+            load_checkpoint(out)
+        except ValueError as exc:
+            raise UsageError(f"--resume: {exc}") from None
+        return out
+    if os.path.isdir(out) and os.listdir(out) and not args.force:
+        what = ("a checkpoint" if os.path.exists(os.path.join(out, "checkpoint.json"))
+                else "files")
+        options = "--resume to continue that run, " if hasattr(args, "resume") else ""
+        raise UsageError(f"--out {out} already holds {what}; pass {options}--force to replace "
+                         "it, or choose another --out")
+    return out
+
+
+def model_config(build, args, names):
+    """``build()`` (a model config from the command line); a config that refuses the sizes
+    given is a usage error naming their flags."""
+    try:
+        return build()
+    except (TypeError, ValueError) as exc:
+        given = [f"--{n.replace('_', '-')} {getattr(args, n)}" for n in names
+                 if getattr(args, n, None) is not None]
+        raise UsageError(f"{', '.join(given) or 'the default model'}: {exc}") from None
 
 
 def logger(args):
@@ -106,17 +171,9 @@ def resume_hint(args, command):
         raise
 
 
-def check_counts(args, names):
-    for name in names:
-        v = getattr(args, name, None)
-        if v is not None and v < 1:
-            raise ValueError(f"--{name.replace('_', '-')} is {v}; expected an integer >= 1")
-
-
 def cmd_train(args):
     from numpytfmr.run.blas import blas_threads
-    check_counts(args, ("steps", "batch_size", "eval_every", "threads", "n_test", "d_model",
-                        "n_layers", "n_heads", "n_kv_heads", "d_ff"))
+    check_out(args, "train")
     with blas_threads(args.threads), resume_hint(args, "train"):
         return _train(args)
 
@@ -130,8 +187,6 @@ def _train(args):
                  "max_prompt_len": args.max_prompt_len, "n_test": args.n_test}
     out = out_dir(args)
     if args.resume:
-        if out is None:
-            raise ValueError("--resume needs the run's directory --out DIR")
         changes.update(model_opts)
         changes.update({k: v for k, v in task_opts.items() if v is not None})
         params, summary = train_gpt(out=out, resume=True, changes=changes,
@@ -139,8 +194,13 @@ def _train(args):
     else:
         from numpytfmr.run.data import CharTokenizer
         max_len = task_opts["max_prompt_len"] or GPT_TASK_DEFAULTS["max_len"]
-        config = replace_config(default_gpt_config(CharTokenizer().vocab_size, max_len),
-                                **model_opts)
+        min_len = task_opts["min_prompt_len"] or GPT_TASK_DEFAULTS["min_len"]
+        if min_len > max_len:
+            raise UsageError(f"--min-prompt-len is {min_len} but --max-prompt-len is {max_len}; "
+                             "expected min <= max")
+        config = model_config(lambda: replace_config(
+            default_gpt_config(CharTokenizer().vocab_size, max_len), **model_opts),
+            args, GPT_DEFAULTS)
         params, summary = train_gpt(config=config, settings=settings, task=args.task,
                                     min_len=args.min_prompt_len, max_len=args.max_prompt_len,
                                     n_test=args.n_test, out=out, progress=not args.quiet,
@@ -165,17 +225,19 @@ def add_command(sub):
     g = p.add_argument_group("task")
     g.add_argument("--task", choices=[t for t in TASKS], default=None,
                    help="the task (default sort)")
-    g.add_argument("--min-prompt-len", type=int, metavar="N", help="shortest prompt (default 1)")
-    g.add_argument("--max-prompt-len", type=int, metavar="N", help="longest prompt (default 8)")
-    g.add_argument("--n-test", type=int, metavar="N",
+    g.add_argument("--min-prompt-len", type=positive_int, metavar="N",
+                   help="shortest prompt (default 1)")
+    g.add_argument("--max-prompt-len", type=positive_int, metavar="N",
+                   help="longest prompt (default 8)")
+    g.add_argument("--n-test", type=positive_int, metavar="N",
                    help="held-out prompts for the exact match (default 500)")
     g = p.add_argument_group("model")
-    g.add_argument("--d-model", type=int, metavar="N", help="width (default 64)")
-    g.add_argument("--n-layers", type=int, metavar="N", help="decoder blocks (default 2)")
-    g.add_argument("--n-heads", type=int, metavar="N", help="attention heads (default 4)")
-    g.add_argument("--n-kv-heads", type=int, metavar="N", help="key/value heads: GQA, 1 = MQA "
-                   "(default: n-heads)")
-    g.add_argument("--d-ff", type=int, metavar="N", help="FFN width (default 4 d-model)")
+    g.add_argument("--d-model", type=positive_int, metavar="N", help="width (default 64)")
+    g.add_argument("--n-layers", type=positive_int, metavar="N", help="decoder blocks (default 2)")
+    g.add_argument("--n-heads", type=positive_int, metavar="N", help="attention heads (default 4)")
+    g.add_argument("--n-kv-heads", type=positive_int, metavar="N", help="key/value heads: GQA, "
+                   "1 = MQA (default: n-heads)")
+    g.add_argument("--d-ff", type=positive_int, metavar="N", help="FFN width (default 4 d-model)")
     g.add_argument("--positional", choices=("learned", "sinusoidal", "rope"),
                    help="position representation (default learned)")
     g.add_argument("--norm", choices=("pre", "post"), help="pre- or post-norm (default pre)")

@@ -1,0 +1,341 @@
+"""Grading a whole class: many submissions in parallel, one CSV, a results.json per student.
+
+    numpytfmr grade submissions/ --config grading.json --csv grades.csv [--jobs N]
+
+Every submission is graded as ``numpytfmr grade`` grades one (each in its own isolated, limited
+processes), by ``jobs`` worker processes at once. The outcome of each goes into
+``<csv name>_results/<student>/results.json`` (Gradescope's format, with the fingerprint of what
+was graded in ``extra_data``) and ``report.txt`` (the table and the failure details, to hand back)
+as soon as it is known, and the CSV is rewritten (atomically) after every submission: an
+interrupted run loses at most the submissions being graded, and the next run skips every
+submission whose file and grading settings are unchanged since its results.json was written.
+
+The CSV is this command's own output: a run replaces it (rows sorted by student). A file at that
+path that this command did not write (its first line is not the CSV header below) is refused
+unless ``force`` is given.
+"""
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+import csv
+import glob
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import re
+import statistics
+import time
+
+from ..run.fileio import atomic_write_text, write_json
+from .grader import POINT_DECIMALS, grade
+
+__all__ = ["find_submissions", "grade_class", "ClassResult", "CSV_HEAD", "distribution"]
+
+CSV_HEAD = ["student", "score", "max_score"]       # then one column per function, then TAIL
+CSV_TAIL = ["status", "seconds", "submission", "message"]
+_SUFFIXES = (".py", ".ipynb")
+
+
+# --- the submissions ----------------------------------------------------------------------
+
+def _has_glob(text):
+    return any(c in text for c in "*?[")
+
+
+def find_submissions(target, *, skip=()):
+    """``[(student, path)]`` to grade, sorted by student.
+
+    target: a folder (each .py/.ipynb file in it, and each subfolder, is one student's
+    submission; names starting with "." or "_" are left out), a glob pattern (each match that is
+    such a file or a folder), or one file. The student is the file name without its suffix (or
+    the folder's name); names that collide are told apart by their suffix or folder.
+    skip: paths never taken as submissions (the CSV, the results folder, the config).
+    """
+    target = os.fspath(target)
+    skipped = {os.path.realpath(p) for p in skip}
+    if _has_glob(target) and not os.path.exists(target):
+        found = sorted(glob.glob(target))
+    elif os.path.isdir(target):
+        found = [os.path.join(target, name) for name in sorted(os.listdir(target))
+                 if not name.startswith((".", "_"))]
+    else:
+        found = [target]
+    found = [p for p in found if os.path.realpath(p) not in skipped
+             and (os.path.isdir(p) or (os.path.isfile(p) and p.endswith(_SUFFIXES)))]
+    base = os.path.commonpath([os.path.abspath(p) for p in found]) if len(found) > 1 else ""
+
+    def stem(p):
+        name = os.path.basename(os.path.normpath(p))
+        return name.rsplit(".", 1)[0] if os.path.isfile(p) else name
+
+    def long(p):
+        rel = os.path.relpath(os.path.abspath(p), base) if base else os.path.basename(p)
+        return rel.replace(os.sep, "__")
+
+    counts = {}
+    for p in found:
+        counts[stem(p)] = counts.get(stem(p), 0) + 1
+    out, used = [], set()
+    for p in found:
+        name = stem(p) if counts[stem(p)] == 1 else long(p)
+        name = re.sub(r"[^A-Za-z0-9._@+-]", "_", name).strip(".") or "submission"
+        unique, k = name, 1
+        while unique in used:
+            k += 1
+            unique = f"{name}-{k}"
+        used.add(unique)
+        out.append((unique, p))
+    return sorted(out)
+
+
+def content_digest(path):
+    """A digest of what would be graded at ``path``: the file's bytes, or, for a folder, the
+    names and bytes of every .py/.ipynb file in it (so adding a file counts as a change)."""
+    h = hashlib.sha256()
+    try:
+        if os.path.isdir(path):
+            for name in sorted(os.listdir(path)):
+                full = os.path.join(path, name)
+                if name.endswith(_SUFFIXES) and os.path.isfile(full):
+                    h.update(name.encode() + b"\0")
+                    with open(full, "rb") as f:
+                        h.update(hashlib.sha256(f.read()).digest())
+        else:
+            with open(path, "rb") as f:
+                h.update(f.read())
+    except OSError as exc:
+        h.update(f"unreadable: {exc}".encode())
+    return h.hexdigest()
+
+
+# --- one submission (in a worker process) -----------------------------------------------------
+
+_WORKER = {}          # set before the workers start (they are forked): plan and options
+
+
+def _status(report):
+    if report.load_error:
+        return "not read" if "could not be read" in report.load_error else "not loaded"
+    return "graded"
+
+
+def _row(student, path, report, seconds):
+    functions = {f: s for f, (s, _) in report.function_scores().items()}
+    message = (report.load_error or "").splitlines()
+    return {"student": student, "score": report.score, "max_score": report.max_score,
+            "functions": functions, "status": _status(report), "seconds": round(seconds, 2),
+            "submission": os.fspath(path),
+            "message": " ".join(m.strip() for m in message[:3])[:300]}
+
+
+def _grade_one(student, path, key, folder):
+    """Grade one submission, write its results.json and report.txt; return its CSV row."""
+    state = _WORKER
+    start = time.monotonic()
+    try:
+        report = grade(path, plan=state["plan"], child_user=state["child_user"])
+    except Exception as exc:  # noqa: BLE001 -- a grader failure on one submission ends nothing
+        return {"student": student, "score": "", "max_score": "", "functions": {},
+                "status": "grader error", "seconds": round(time.monotonic() - start, 2),
+                "submission": os.fspath(path), "message": f"{type(exc).__name__}: {exc}"[:300]}
+    seconds = time.monotonic() - start
+    row = _row(student, path, report, seconds)
+    results = report.gradescope()
+    results["extra_data"].update({"student": student, "grading_key": key, "row": row})
+    write_json(os.path.join(folder, "results.json"), results)
+    atomic_write_text(os.path.join(folder, "report.txt"), report.table() + "\n")
+    return row
+
+
+def _reuse(folder, key):
+    """The CSV row saved in ``folder``/results.json if it was graded under ``key``, else None."""
+    try:
+        with open(os.path.join(folder, "results.json"), encoding="utf-8") as f:
+            extra = json.load(f).get("extra_data", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(extra, dict) or extra.get("grading_key") != key:
+        return None
+    row = extra.get("row")
+    return row if isinstance(row, dict) and "score" in row else None
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+def _fmt(x):
+    return "" if x == "" or x is None else f"{x:.{POINT_DECIMALS}f}"
+
+
+def _csv_text(rows, functions):
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_HEAD + functions + CSV_TAIL)
+    for r in sorted(rows, key=lambda r: r["student"]):
+        per = r.get("functions") or {}
+        graded = r["status"] != "grader error"
+        w.writerow([r["student"], _fmt(r["score"]), _fmt(r["max_score"])]
+                   + [_fmt(per.get(f, 0.0)) if graded else "" for f in functions]
+                   + [r["status"], r["seconds"], r["submission"], r["message"]])
+    return buf.getvalue()
+
+
+def is_grades_csv(path):
+    """Whether the file at ``path`` is a CSV this command wrote (its header row)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            head = next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError):
+        return False
+    return head[:len(CSV_HEAD)] == CSV_HEAD and head[-len(CSV_TAIL):] == CSV_TAIL
+
+
+def distribution(totals, max_score, bins=10):
+    """Mean, median, quartiles, min, max and a histogram of ``totals`` (a dict)."""
+    if not totals:
+        return {"count": 0}
+    data = sorted(totals)
+    q1, median, q3 = (statistics.quantiles(data, n=4, method="inclusive") if len(data) > 1
+                      else (data[0],) * 3)
+    top = max_score if max_score and max_score > 0 else max(data) or 1.0
+    edges = [top * k / bins for k in range(bins + 1)]
+    counts = [0] * bins
+    for x in data:
+        k = min(bins - 1, max(0, int(x / top * bins))) if top > 0 else 0
+        counts[k] += 1
+    r = POINT_DECIMALS
+    return {"count": len(data), "mean": round(statistics.fmean(data), r),
+            "median": round(median, r), "q1": round(q1, r), "q3": round(q3, r),
+            "min": round(data[0], r), "max": round(data[-1], r),
+            "histogram": [[round(edges[k], r), round(edges[k + 1], r), counts[k]] for k in range(bins)]}
+
+
+def distribution_table(dist, max_score):
+    """The distribution as a few lines of text."""
+    if not dist.get("count"):
+        return "no scores"
+    lines = [f"score (of {max_score:g}): mean {dist['mean']:g}   median {dist['median']:g}   "
+             f"quartiles {dist['q1']:g} / {dist['q3']:g}   min {dist['min']:g}   max {dist['max']:g}"]
+    width = max(c for _, _, c in dist["histogram"]) or 1
+    last = len(dist["histogram"]) - 1
+    for k, (lo, hi, count) in enumerate(dist["histogram"]):
+        bar = "#" * max(1 if count else 0, round(40 * count / width))
+        close = "]" if k == last else ")"
+        lines.append(f"  [{lo:>6g}, {hi:>6g}{close}  {bar:<40}  {count}")
+    return "\n".join(lines)
+
+
+# --- the class -----------------------------------------------------------------------------
+
+@dataclass
+class ClassResult:
+    """What :func:`grade_class` did."""
+    rows: list
+    functions: list
+    max_score: float
+    seconds: float
+    graded: int                 # graded by this run
+    reused: int                 # unchanged since an earlier run: its results were kept
+    csv: str
+    results: str
+    jobs: int
+    distribution: dict = field(default_factory=dict)
+
+    def summary(self):
+        """The ``--summary`` JSON content."""
+        statuses = {}
+        for r in self.rows:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        return {"seconds": round(self.seconds, 2), "submissions": len(self.rows),
+                "graded_now": self.graded, "unchanged": self.reused, "jobs": self.jobs,
+                "max_score": self.max_score, "statuses": statuses,
+                "distribution": self.distribution, "csv": self.csv, "results": self.results,
+                "functions": self.functions}
+
+
+def results_folder(csv_path):
+    """The folder of the per-student results: ``grades.csv`` -> ``grades_results``."""
+    root, _ = os.path.splitext(os.path.abspath(os.fspath(csv_path)))
+    return root + "_results"
+
+
+def grade_class(submissions, csv_path, *, plan, jobs=None, child_user=None, force=False,
+                regrade=False, log=None):
+    """Grade ``submissions`` (``[(student, path)]``, see :func:`find_submissions`) under ``plan``
+    (which must name its items) with ``jobs`` worker processes; return a :class:`ClassResult`.
+
+    force: replace a file at ``csv_path`` that this command did not write.
+    regrade: grade every submission again, even those unchanged since the last run.
+    log: a callable taking one line per finished submission, or None.
+    """
+    if plan.items is None:
+        raise ValueError("grading a class needs the functions to grade: give a config (--config) "
+                         "or names (--only), so that every student is graded on the same ones")
+    csv_path = os.path.abspath(os.fspath(csv_path))
+    if os.path.exists(csv_path) and not force and not is_grades_csv(csv_path):
+        raise FileExistsError(f"{csv_path} exists and was not written by numpytfmr grade; "
+                              "give --force to replace it")
+    jobs = max(1, int(jobs or os.cpu_count() or 1))
+    start = time.monotonic()
+    folder = results_folder(csv_path)
+    fingerprint = plan.fingerprint()
+    functions = [fn for item in plan.items for fn in item.functions]
+    max_score = round(sum(item.weight for item in plan.items), POINT_DECIMALS)
+
+    rows, todo = {}, []
+    for student, path in submissions:
+        key = hashlib.sha256(f"{fingerprint}:{content_digest(path)}".encode()).hexdigest()
+        where = os.path.join(folder, student)
+        row = None if regrade else _reuse(where, key)
+        if row is not None:
+            row = dict(row, student=student, submission=os.fspath(path))
+            rows[student] = row
+        else:
+            todo.append((student, path, key, where))
+    reused = len(rows)
+    total = len(submissions)
+
+    def save():
+        atomic_write_text(csv_path, _csv_text(list(rows.values()), functions))
+
+    def done(row):
+        rows[row["student"]] = row
+        save()
+        if log is not None:
+            score = (f"{_fmt(row['score'])} / {_fmt(row['max_score'])}" if row["score"] != ""
+                     else "--")
+            note = "" if row["status"] == "graded" else f"  ({row['status']}: {row['message'][:80]})"
+            log(f"[{len(rows):>{len(str(total))}}/{total}] {row['student']:<24} {score:>17}  "
+                f"{row['seconds']:6.1f} s{note}")
+
+    save()
+    _WORKER.update(plan=plan, child_user=child_user)
+    if jobs == 1 or len(todo) <= 1:
+        for student, path, key, where in todo:
+            done(_grade_one(student, path, key, where))
+    else:
+        # Workers are forked: they inherit the plan (made once, here) instead of rebuilding it.
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
+            futures = {pool.submit(_grade_one, *job): job for job in todo}
+            try:
+                for future in as_completed(futures):
+                    student, path, _, _ = futures[future]
+                    try:
+                        row = future.result()
+                    except Exception as exc:  # noqa: BLE001 -- e.g. a worker killed
+                        row = {"student": student, "score": "", "max_score": "", "functions": {},
+                               "status": "grader error", "seconds": 0.0,
+                               "submission": os.fspath(path),
+                               "message": f"{type(exc).__name__}: {exc}"[:300]}
+                    done(row)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+    seconds = time.monotonic() - start
+    scored = [r["score"] for r in rows.values() if r["status"] != "grader error" and r["score"] != ""]
+    return ClassResult(rows=sorted(rows.values(), key=lambda r: r["student"]), functions=functions,
+                       max_score=max_score, seconds=seconds, graded=len(todo), reused=reused,
+                       csv=csv_path, results=folder, jobs=jobs,
+                       distribution=distribution(scored, max_score))

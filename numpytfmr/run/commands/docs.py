@@ -1,0 +1,58 @@
+"""``numpytfmr docs [-o DIR]``: build the reader, an offline HTML site with each equation of
+the notes beside the code that computes it.
+
+    numpytfmr docs -o site && python -m webbrowser site/index.html
+
+The site needs no network, neither to build nor to view (the math is MathML, drawn by the
+browser). It is built from the code (the topic modules, the registry of ops, the contracts)
+and from the checkout around it (README.md, docs/contract.md, notebooks/, tests/), found
+next to the package or in the current directory, or given with ``--source``. The builder
+lives in ``numpytfmr.site``.
+"""
+import os
+import sys
+
+
+def add_command(sub):
+    p = sub.add_parser(
+        "docs", help="build the reader: an offline HTML site, each equation beside its code",
+        description="Build a static HTML site that sets every op's equations (rendered as "
+                    "MathML) beside its forward and backward source, with the notes' chapters, "
+                    "the errata, the API reference and docs/contract.md. Needs no network to "
+                    "build or to view; open DIR/index.html in a browser.")
+    p.add_argument("-o", "--output", default="site", metavar="DIR",
+                   help="the folder to write the site into (default: site); an existing folder "
+                        "must be empty or hold an earlier site")
+    p.add_argument("--force", action="store_true",
+                   help="write into DIR even though it holds other files (they are left alone)")
+    p.add_argument("--source", metavar="DIR",
+                   help="the checkout holding README.md, docs/, notebooks/ and tests/ (default: "
+                        "the folder above the package, else the current directory)")
+    p.set_defaults(func=cmd_docs)
+
+
+def cmd_docs(args):
+    from numpytfmr.site import SiteExistsError, build_site
+
+    if args.source is not None and not os.path.isfile(os.path.join(args.source, "README.md")):
+        print(f"numpytfmr docs: error: --source is {args.source!r}, which holds no README.md; "
+              "expected the numpytfmr checkout", file=sys.stderr)
+        return 2
+    try:
+        result = build_site(args.output, force=args.force, source=args.source)
+    except SiteExistsError as exc:
+        print(f"numpytfmr docs: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(result.pages)} pages ({result.n_bytes / 1e6:.1f} MB) to {result.out_dir} "
+          f"in {result.seconds:.1f} s")
+    print(f"open {result.index} in a browser (python -m webbrowser {result.index})")
+    return 0
+
+
+if __name__ == "__main__":                      # python -m numpytfmr.run.commands.docs [-o DIR]
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="numpytfmr")
+    add_command(parser.add_subparsers(dest="command", required=True))
+    parsed = parser.parse_args(["docs", *sys.argv[1:]])
+    sys.exit(parsed.func(parsed))

@@ -1,0 +1,190 @@
+"""Grading a whole class (issue #16, item 6): ``numpytfmr grade DIR --csv grades.csv``."""
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from numpytfmr.grading import find_submissions
+from numpytfmr.grading.classroom import distribution, distribution_table, is_grades_csv
+from numpytfmr.run.cli import main
+
+FIXTURES = Path(__file__).parent / "grading_fixtures"
+CORRECT = (FIXTURES / "correct.py").read_text()
+
+
+def test_find_submissions_names_students_by_file_or_folder(tmp_path):
+    (tmp_path / "alice.py").write_text("x = 1")
+    (tmp_path / "bob.ipynb").write_text("{}")
+    (tmp_path / "carol").mkdir()
+    (tmp_path / "carol" / "homework.py").write_text("x = 1")
+    (tmp_path / "dan.py").write_text("x = 1")
+    (tmp_path / "dan.ipynb").write_text("{}")               # two of dan's: told apart
+    (tmp_path / "notes.txt").write_text("not a submission")
+    (tmp_path / ".hidden.py").write_text("x = 1")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "grades.csv").write_text("")
+    (tmp_path / "grades_results").mkdir()
+    found = find_submissions(tmp_path, skip=[tmp_path / "grades_results"])
+    assert [s for s, _ in found] == ["alice", "bob", "carol", "dan.ipynb", "dan.py"]
+    assert dict(found)["carol"] == str(tmp_path / "carol")
+    # a glob pattern, and the same name in two folders
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    (tmp_path / "x" / "hw.py").write_text("1")
+    (tmp_path / "y" / "hw.py").write_text("1")
+    assert [s for s, _ in find_submissions(str(tmp_path / "*" / "hw.py"))] == ["x__hw.py", "y__hw.py"]
+    assert find_submissions(str(tmp_path / "alice.py")) == [("alice", str(tmp_path / "alice.py"))]
+
+
+def test_distribution_of_totals():
+    d = distribution([0, 50, 50, 75, 100], 100)
+    assert (d["count"], d["mean"], d["median"], d["q1"], d["q3"], d["min"], d["max"]) == \
+        (5, 55.0, 50.0, 50.0, 75.0, 0.0, 100.0)
+    assert [c for _, _, c in d["histogram"]] == [1, 0, 0, 0, 0, 2, 0, 1, 0, 1]
+    assert d["histogram"][-1][:2] == [90.0, 100.0]
+    table = distribution_table(d, 100)
+    assert "median 50" in table and "quartiles 50 / 75" in table and "[    90,    100]" in table
+
+
+def _class(tmp_path):
+    subs = tmp_path / "class"
+    subs.mkdir()
+    (subs / "alice.py").write_text(CORRECT)
+    (subs / "bob.py").write_text(CORRECT + "\n\n" + (FIXTURES / "bugs" / "softmax_no_max.py").read_text())
+    (subs / "carol.py").write_text((FIXTURES / "hostile" / "loop_at_import.py").read_text())
+    (subs / "dave.py").write_text(CORRECT + "\n\n" + (FIXTURES / "hostile" / "fail_in_backward.py").read_text())
+    (subs / "erin").mkdir()                                  # a folder per student works too
+    (subs / "erin" / "homework.py").write_text(CORRECT + "\n\ndef relu_forward(x):\n    return x, {}\n")
+    # frank reads alice's work: refused, his own copy of relu still counts
+    (subs / "frank.py").write_text(CORRECT + f'''
+
+_ok = relu_forward
+
+
+def relu_forward(x):
+    open({str(subs / "alice.py")!r}).read()
+    return _ok(x)
+''')
+    config = tmp_path / "autograder" / "grading.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"assignment": "homework", "seed": 0, "hidden_seed": None,
+                                  "timeout": 1, "float32_case": False,
+                                  "functions": [{"name": "softmax", "weight": 6},
+                                                {"name": "relu", "weight": 4, "cases": [0, 1]}]}))
+    return subs, config
+
+
+def test_a_class_is_graded_in_parallel_into_a_csv_and_results_and_resumes(tmp_path, capsys):
+    subs, config = _class(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    grades, summary = out / "grades.csv", out / "summary.json"
+    argv = ["grade", str(subs), "--config", str(config), "--csv", str(grades), "--jobs", "2",
+            "--summary", str(summary)]
+    start = time.perf_counter()
+    assert main(argv) == 0
+    assert time.perf_counter() - start < 40
+    printed = capsys.readouterr().out
+    assert "6 submissions in" in printed and "median" in printed and "quartiles" in printed
+
+    with open(grades, newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    header = list(next(csv.reader(open(grades))))
+    assert header == ["student", "score", "max_score", "softmax_forward", "softmax_backward",
+                      "relu_forward", "relu_backward", "status", "seconds", "submission", "message"]
+    assert list(rows) == ["alice", "bob", "carol", "dave", "erin", "frank"]
+    assert {r["max_score"] for r in rows.values()} == {"10.00"}
+    assert rows["alice"]["score"] == "10.00" and rows["alice"]["status"] == "graded"
+    assert 0 < float(rows["bob"]["softmax_forward"]) < 2.4 and rows["bob"]["relu_backward"] == "2.40"
+    assert rows["carol"]["score"] == "0.00" and rows["carol"]["status"] == "not loaded"
+    assert "did not finish loading" in rows["carol"]["message"]
+    # dave's softmax_backward hangs: his softmax_forward keeps its 40 %
+    assert rows["dave"]["softmax_forward"] == "2.40" and rows["dave"]["softmax_backward"] == "0.00"
+    assert rows["erin"]["relu_forward"] == "0.00" and rows["erin"]["softmax_forward"] == "2.40"
+    assert float(rows["frank"]["relu_forward"]) == 0 and rows["frank"]["softmax_backward"] == "3.60"
+    for student, row in rows.items():
+        total = sum(float(row[c]) for c in header[3:7])
+        assert abs(total - float(row["score"])) < 1e-9
+
+    results = out / "grades_results"
+    alice = json.loads((results / "alice" / "results.json").read_text())
+    assert alice["score"] == 10 and alice["max_score"] == 10 and alice["extra_data"]["student"] == "alice"
+    assert "score 10 / 10" in (results / "alice" / "report.txt").read_text()
+    frank = (results / "frank" / "report.txt").read_text()
+    assert "alice.py is not allowed in a graded submission: it belongs to the submissions of the" \
+           " class" in frank
+    s = json.loads(summary.read_text())
+    assert s["submissions"] == 6 and s["graded_now"] == 6 and s["seconds"] > 0
+    assert s["statuses"] == {"graded": 5, "not loaded": 1}
+    assert s["distribution"]["count"] == 6 and s["distribution"]["max"] == 10
+
+    # a second run grades nothing that is unchanged; a changed file is graded again
+    (subs / "erin" / "homework.py").write_text(CORRECT)
+    assert main(argv) == 0
+    capsys.readouterr()
+    s = json.loads(summary.read_text())
+    assert s["graded_now"] == 1 and s["unchanged"] == 5 and s["submissions"] == 6
+    with open(grades, newline="") as f:
+        rows2 = {r["student"]: r for r in csv.DictReader(f)}
+    assert rows2["erin"]["score"] == "10.00" and rows2["dave"] == rows["dave"]
+    assert is_grades_csv(grades)
+
+    # as after an interruption: bob's results never written, the CSV lost
+    import shutil
+    shutil.rmtree(results / "bob")
+    grades.unlink()
+    assert main(argv) == 0
+    capsys.readouterr()
+    s = json.loads(summary.read_text())
+    assert s["graded_now"] == 1 and s["unchanged"] == 5
+    with open(grades, newline="") as f:
+        rows3 = {r["student"]: r for r in csv.DictReader(f)}
+    assert list(rows3) == list(rows2)
+    for student, row in rows3.items():
+        assert {k: v for k, v in row.items() if k != "seconds"} == \
+            {k: v for k, v in rows2[student].items() if k != "seconds"}
+
+
+def test_class_usage_errors_and_an_instructors_file_is_not_overwritten(tmp_path, capsys):
+    subs, config = _class(tmp_path)
+    mine = tmp_path / "roster.csv"
+    mine.write_text("name,email\nalice,a@example.org\n")
+    argv = ["grade", str(subs), "--config", str(config), "--csv", str(mine)]
+    assert main(argv) == 2
+    assert "roster.csv exists and was not written by numpytfmr grade; give --force" in \
+        capsys.readouterr().err
+    assert mine.read_text().startswith("name,email")
+    for extra, message in ((["--json", str(tmp_path / "r.json")], "--json writes one submission"),):
+        assert main(argv + extra) == 2 and message in capsys.readouterr().err
+    assert main(["grade", str(subs), "--csv", str(tmp_path / "g.csv")]) == 2
+    assert "give --config grading.json or --only NAMES" in capsys.readouterr().err
+    assert main(["grade", str(tmp_path / "none" / "*.py"), "--only", "relu", "--csv",
+                 str(tmp_path / "g.csv")]) == 2
+    assert "nothing matches the pattern" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["grade", str(empty), "--only", "relu", "--csv", str(tmp_path / "g.csv")]) == 2
+    assert "no submission in" in capsys.readouterr().err
+    # --force replaces it (one student, to stay quick)
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "alice.py").write_text(CORRECT)
+    assert main(["grade", str(one), "--only", "relu", "--csv", str(mine), "--force", "--jobs", "1"]) == 0
+    assert is_grades_csv(mine) and "alice" in mine.read_text()
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("jobs", [1])
+def test_grade_class_function_without_the_cli(tmp_path, jobs):
+    from numpytfmr.grading import grade_class, make_plan
+
+    (tmp_path / "a.py").write_text(CORRECT)
+    plan = make_plan(only=["relu"], config={"float32_case": False})
+    lines = []
+    result = grade_class(find_submissions(tmp_path), tmp_path / "out" / "g.csv", plan=plan, jobs=jobs,
+                         log=lines.append)
+    assert result.rows[0]["score"] == 10 and result.graded == 1 and len(lines) == 1
+    assert os.path.isfile(tmp_path / "out" / "g_results" / "a" / "results.json")
