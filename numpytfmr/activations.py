@@ -135,7 +135,7 @@ def _float64(x):
     """``x`` as a float64 array, and the dtype to return (float32 stays float32)."""
     x = np.asarray(x)
     dtype = x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    return x.astype(np.float64), dtype
+    return x.astype(np.float64, copy=False), dtype
 
 
 def erf(x):
@@ -148,7 +148,7 @@ def erf(x):
     with np.errstate(under="ignore"):  # tails underflow to 0: the exact float answer
         small, r = _cody(np.abs(x))
         out = np.where(small, r, 1.0 - r)                  # erf(y) = 1 - erfc(y) beyond 0.46875
-        return np.copysign(out, x).astype(dtype)           # erf(-y) = -erf(y)
+        return np.copysign(out, x).astype(dtype, copy=False)   # erf(-y) = -erf(y)
 
 
 def erfc(x):
@@ -163,7 +163,7 @@ def erfc(x):
         small, r = _cody(np.abs(x))
         out = np.where(small, 1.0 - np.copysign(r, x),      # 1 - erf(x) near 0
                        np.where(x < 0, 2.0 - r, r))          # erfc(-y) = 2 - erfc(y)
-        return out.astype(dtype)                             # (a float32 tail may round to 0)
+        return out.astype(dtype, copy=False)                 # (a float32 tail may round to 0)
 
 
 def normal_cdf(x):
@@ -175,7 +175,7 @@ def normal_cdf(x):
     """
     x, dtype = _float64(x)
     with np.errstate(under="ignore"):
-        return (0.5 * erfc(-x / math.sqrt(2))).astype(dtype)
+        return (0.5 * erfc(-x / math.sqrt(2))).astype(dtype, copy=False)
 
 
 def normal_pdf(x):
@@ -187,7 +187,7 @@ def normal_pdf(x):
     x, dtype = _float64(x)
     xc = np.clip(x, -40.0, 40.0)
     with np.errstate(under="ignore"):
-        return (np.exp(-xc * xc / 2) / math.sqrt(2 * math.pi)).astype(dtype)
+        return (np.exp(-xc * xc / 2) / math.sqrt(2 * math.pi)).astype(dtype, copy=False)
 
 
 # ----------------------------------------------------------------------------------------
@@ -235,16 +235,18 @@ def gelu_forward(x, *, approximate="none"):
     (x^3 stays finite).
 
     x: any shape  ->  out: same shape and dtype
-    cache: {"x", "approximate"}
+    cache: {"x", "approximate", "Phi": Phi(x) for the exact form (the backward reuses it)}
     """
+    cache = {"x": x, "approximate": approximate}
     with np.errstate(under="ignore"):                    # far tails round to 0: the exact answer
         if approximate == "none":
-            out = x * normal_cdf(x)                      # x Phi(x) = x/2 (1 + erf(x / sqrt 2))
+            cache["Phi"] = Phi = normal_cdf(x)           # Phi(x) = (1 + erf(x / sqrt 2)) / 2
+            out = x * Phi                                # x Phi(x)
         else:
             xc = np.clip(x, -50, 50)                     # sigmoid(2u) is 0 or 1 beyond |x| = 50
             u = math.sqrt(2 / math.pi) * (xc + _GELU_CUBIC * xc**3)   # u  (GPT-2)
             out = x * sigmoid(2 * u)                     # x/2 (1 + tanh u) = x sigmoid(2u)
-    return out, {"x": x, "approximate": approximate}
+    return out, cache
 
 
 @backward_of(gelu_forward)
@@ -258,7 +260,7 @@ def gelu_backward(dout, cache):
     x = cache["x"]
     with np.errstate(under="ignore"):
         if cache["approximate"] == "none":
-            Phi, phi = normal_cdf(x), normal_pdf(x)      # Phi(x) and its derivative phi(x)
+            Phi, phi = cache["Phi"], normal_pdf(x)       # Phi(x) and its derivative phi(x)
             return dout * (Phi + x * phi)                # d(x Phi(x))/dx = Phi + x phi
         xc = np.clip(x, -50, 50)                         # as in the forward: s (1 - s) = 0 beyond
         u = math.sqrt(2 / math.pi) * (xc + _GELU_CUBIC * xc**3)       # u

@@ -12,6 +12,7 @@ from numpytfmr.gpt import GPTConfig, generate, init_gpt
 from numpytfmr.run import pretrain as pt
 from numpytfmr.run.checkpoint import load_checkpoint
 from numpytfmr.run.corpus import default_corpus, split_text, stdlib_docstrings
+from numpytfmr.run.data import tokenizer_from_dict
 from numpytfmr.run.loop import TrainSettings
 from numpytfmr.transformer import nucleus
 
@@ -91,7 +92,7 @@ def test_tokenizers_round_trip_and_count_bytes(kind, text):
     assert ids.dtype == np.int64 and ids.min() >= 0 and ids.max() < tok.vocab_size
     assert tok.decode(ids) == s
     assert pt.token_byte_lengths(tok)[ids].sum() == len(s.encode("utf-8"))
-    again = pt.text_tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
+    again = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
     assert again.decode(pt.encode_text(again, s)) == s and again.vocab_size == tok.vocab_size
 
 

@@ -19,12 +19,12 @@ Header (little-endian): ``b"NPTFTOK1"`` | uint32 version (1) | uint32 bytes per 
 import itertools
 import os
 import struct
-import tempfile
 from typing import NamedTuple
 
 import numpy as np
 
 from ..contract import count, describe, generator
+from .fileio import atomic_file
 
 __all__ = ["get_batch", "write_tokens", "open_tokens", "read_token_header", "TokenFileInfo",
            "token_dtype"]
@@ -99,39 +99,27 @@ def write_tokens(path, ids, *, vocab_size, chunk_size=1 << 20):
     where = "write_tokens"
     dtype = token_dtype(vocab_size)
     chunk_size = count(chunk_size, "chunk_size", where)
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
     if isinstance(ids, np.ndarray):
         if ids.ndim != 1:
             raise ValueError(f"{where}: ids is {describe(ids)}; expected a 1-D array")
         chunks = (ids[k:k + chunk_size] for k in range(0, len(ids), chunk_size))
     else:
         chunks = _int_chunks(iter(ids), chunk_size)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
     n = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(_HEADER.pack(TOKEN_FILE_MAGIC, _VERSION, dtype.itemsize, 0, vocab_size))
-            for chunk in chunks:
-                if not (np.issubdtype(chunk.dtype, np.integer)):
-                    raise TypeError(f"{where}: ids holds {chunk.dtype} values; expected integers")
-                lo, hi = int(chunk.min()), int(chunk.max())
-                if lo < 0 or hi >= vocab_size:
-                    bad = lo if lo < 0 else hi
-                    raise ValueError(f"{where}: id {bad} is outside 0..{vocab_size - 1} "
-                                     f"(vocab_size {vocab_size})")
-                f.write(np.ascontiguousarray(chunk, dtype=dtype).data)
-                n += len(chunk)
-            f.seek(0)
-            f.write(_HEADER.pack(TOKEN_FILE_MAGIC, _VERSION, dtype.itemsize, n, vocab_size))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as f:
+        f.write(_HEADER.pack(TOKEN_FILE_MAGIC, _VERSION, dtype.itemsize, 0, vocab_size))
+        for chunk in chunks:
+            if not (np.issubdtype(chunk.dtype, np.integer)):
+                raise TypeError(f"{where}: ids holds {chunk.dtype} values; expected integers")
+            lo, hi = int(chunk.min()), int(chunk.max())
+            if lo < 0 or hi >= vocab_size:
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"{where}: id {bad} is outside 0..{vocab_size - 1} "
+                                 f"(vocab_size {vocab_size})")
+            f.write(np.ascontiguousarray(chunk, dtype=dtype).data)
+            n += len(chunk)
+        f.seek(0)
+        f.write(_HEADER.pack(TOKEN_FILE_MAGIC, _VERSION, dtype.itemsize, n, vocab_size))
     return n
 
 

@@ -228,7 +228,8 @@ class WordTokenizer:
 
 
 def tokenizer_from_dict(d):
-    """Rebuild a ``CharTokenizer``, ``WordTokenizer`` or ``BPETokenizer`` from its ``to_dict()``."""
+    """Rebuild a tokenizer from its ``to_dict()``: ``CharTokenizer``, ``WordTokenizer``,
+    ``BPETokenizer`` or the text ``TextCharTokenizer`` of ``pretrain``."""
     kind = d.get("type") if isinstance(d, dict) else None
     if kind == "char":
         return CharTokenizer.from_dict(d)
@@ -237,8 +238,11 @@ def tokenizer_from_dict(d):
     if kind == "bpe":
         from .bpe import BPETokenizer
         return BPETokenizer.from_dict(d)
+    if kind == "text-char":
+        from .pretrain import TextCharTokenizer
+        return TextCharTokenizer.from_dict(d)
     raise ValueError(f"tokenizer_from_dict: got a {type(d).__name__} of type {kind!r}; expected a dict "
-                     "with 'type' 'char', 'word' or 'bpe'")
+                     "with 'type' 'char', 'word', 'bpe' or 'text-char'")
 
 
 # ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 An interrupted run therefore leaves either the old file or the new one, never half of one.
 Every file gets the mode the umask gives a new file (0o644 under umask 022, 0o600 under 077).
 """
+from contextlib import contextmanager
 import json
 import math
 import os
@@ -31,8 +32,12 @@ def _new_temporary(folder, name):
     raise FileExistsError(f"atomic_write_bytes: no free temporary name in {folder}")
 
 
-def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
+@contextmanager
+def atomic_file(path):
+    """A binary file to write ``path``'s new contents into, piece by piece: it is a temporary
+    file in the same folder, flushed and renamed over ``path`` (``os.replace``) when the
+    ``with`` block ends normally, and removed when it raises, so ``path`` never holds a
+    half-written file.
 
     The file gets the mode the umask gives a new file (0o644 under umask 022, 0o600
     under 077), whether or not ``path`` existed before.
@@ -43,7 +48,7 @@ def atomic_write_bytes(path, data):
     fd, tmp = _new_temporary(folder, os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -51,6 +56,12 @@ def atomic_write_bytes(path, data):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path, data):
+    """Write ``data`` to ``path`` atomically (:func:`atomic_file`)."""
+    with atomic_file(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path, text):

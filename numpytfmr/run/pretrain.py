@@ -39,12 +39,13 @@ import numpy as np
 from ..classical import bits_per_byte, ngram_bits_per_byte
 from .checkpoint import checkpoint_file, load_checkpoint, resumed_settings, save_checkpoint
 from .corpus import default_corpus, split_text
+from .data import tokenizer_from_dict
 from .loop import STREAM_INIT, TrainSettings, step_rng, train_loop
 from .progress import Progress
 
 __all__ = [
     "PRETRAIN_DEFAULTS", "PRETRAIN_MODEL", "PRETRAIN_SETTINGS", "TOKENIZERS", "SAMPLE_PROMPTS",
-    "DEFAULT_SOURCE", "TextCharTokenizer", "make_tokenizer", "text_tokenizer_from_dict",
+    "DEFAULT_SOURCE", "TextCharTokenizer", "make_tokenizer",
     "token_byte_lengths", "encode_text", "text_windows", "text_nats", "evaluate_text",
     "ngram_baselines",
     "complete_text", "is_text_checkpoint", "load_text_model", "pretrain",
@@ -150,18 +151,6 @@ def make_tokenizer(kind, text, vocab_size=None):
     vocab, merges = train_bpe(text, PRETRAIN_DEFAULTS["vocab_size"] if vocab_size is None
                               else vocab_size)
     return BPETokenizer(vocab, merges)
-
-
-def text_tokenizer_from_dict(d):
-    """Rebuild the tokenizer of a text checkpoint from its ``to_dict()``."""
-    from .bpe import BPETokenizer
-    kind = d.get("type") if isinstance(d, dict) else None
-    if kind == "bpe":
-        return BPETokenizer.from_dict(d)
-    if kind == "text-char":
-        return TextCharTokenizer.from_dict(d)
-    raise ValueError(f"text_tokenizer_from_dict: got {str(d)[:80]!r}; expected a dict with "
-                     "'type' 'bpe' or 'text-char'")
 
 
 def token_byte_lengths(tokenizer):
@@ -325,7 +314,7 @@ def load_text_model(path):
                          "pretrain' (its task is not 'text')")
     try:
         cfg = GPTConfig.from_dict(ck["config"])
-        tok = text_tokenizer_from_dict(ck.get("tokenizer"))
+        tok = tokenizer_from_dict(ck.get("tokenizer"))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"load_text_model: the config or tokenizer of {json_path} is invalid: "
                          f"{exc}") from None

@@ -249,6 +249,6 @@ def add_command(sub):
     p.add_argument("--scaling", action="store_true",
                    help="instead of the rest: time the fast training step as d_model, n_layers, "
                    "seq_len and batch grow, with the log-log slopes beside the FLOP and memory "
-                   "counts of cost.train_step_cost (a minute or two)")
+                   "counts of cost.train_step_cost (under a minute)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bench)

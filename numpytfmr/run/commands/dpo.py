@@ -38,8 +38,8 @@ The model runs on the fast path (``numpytfmr.fast.posttrain``: the same numbers 
 import time
 
 from numpytfmr.run.commands.lora import (add_adapter_options, add_base_options, add_run_options,
-                                     adapter_settings, base_model, check_post_args, parse_targets,
-                                     save_adapted, snapshot, train_adapters, unchanged)
+                                     adapter_settings, save_adapted, snapshot, start_adapter_run,
+                                     train_adapters, unchanged)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
 from numpytfmr.run.commands.train import finish, out_dir
 
@@ -127,16 +127,11 @@ def cmd_dpo(args):
     from numpytfmr.fast.posttrain import completion_kl, dpo_loss_and_grads
     from numpytfmr.posttrain import add_lora, lora_parameter_counts, merge_lora
     from numpytfmr.preference import dpo_loss_forward
-    from numpytfmr.run.blas import limit_blas_threads
     from numpytfmr.run.loop import STREAM_DATA, STREAM_INIT, STREAM_TEST, step_rng
     from numpytfmr.run.tasks import task_record
 
     where = "dpo"
-    check_post_args(args, where)
-    targets = parse_targets(args.targets)
-    limit_blas_threads(args.threads)
-    start = time.perf_counter()
-    base = base_model(args, where=where)
+    targets, start, base = start_adapter_run(args, where)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     prefer, max_len = args.prefer, base["max_len"]
     min_len = max(2, base["min_len"])          # one digit has no order to prefer

@@ -190,11 +190,18 @@ def unchanged(params, before):
                for k in before) and set(params) == set(before)
 
 
-def check_post_args(args, where):
-    """What the argument types cannot see, checked before any work: the targets and an
-    --out that would replace a previous run (without --force)."""
-    parse_targets(args.targets)
+def start_adapter_run(args, where):
+    """The start shared by ``lora`` and ``dpo``: check what the argument types cannot see
+    before any work (the targets, an --out that would replace a previous run without
+    --force), set the BLAS threads, and load or train the base model.
+    Returns (targets, start time, base)."""
+    from numpytfmr.run.blas import limit_blas_threads
+
+    targets = parse_targets(args.targets)
     check_out(args, where)
+    limit_blas_threads(args.threads)
+    start = time.perf_counter()
+    return targets, start, base_model(args, where=where)
 
 
 # ---------------------------------------------------------------------------------------
@@ -207,17 +214,12 @@ def cmd_lora(args):
     from numpytfmr.run.data import make_task
     from numpytfmr.fast.posttrain import gpt_lora_loss
     from numpytfmr.posttrain import add_lora, lora_parameter_counts, merge_lora, unmerge_lora
-    from numpytfmr.run.blas import limit_blas_threads
     from numpytfmr.run.checkpoint import load_model
     from numpytfmr.run.loop import STREAM_INIT, STREAM_TEST, step_rng
     from numpytfmr.run.tasks import IGNORE, evaluate_gpt, gpt_task_data, task_record
 
     where = "lora"
-    check_post_args(args, where)
-    targets = parse_targets(args.targets)
-    limit_blas_threads(args.threads)
-    start = time.perf_counter()
-    base = base_model(args, where=where)
+    targets, start, base = start_adapter_run(args, where)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     task = args.task or RELATED_TASKS.get(base["task"])
     if task is None:
