@@ -492,7 +492,7 @@ def completion_logprobs_backward(dlogp, cache):
 
 def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_chosen=None,
                        ref_rejected=None, rank_stabilized=False, loss_type="sigmoid",
-                       label_smoothing=0.0, nll_weight=0.0):
+                       label_smoothing=0.0, nll_weight=0.0, logprobs=None):
     """One DPO step (003 §9.2, eq. 9.1) for LoRA adapters: ``(loss, grads, metrics)``.
 
         pc, pr = log pi_theta(y_c|x), log pi_theta(y_r|x)     policy = base + adapters
@@ -511,7 +511,11 @@ def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_
     the chosen answers likely. 0 (default) is eq. 9.1 alone.
     grads: dict with the keys of ``adapters``; metrics: ``dpo_metrics`` plus
     "logps/chosen", "logps/rejected" (policy means) and "nll".
+    logprobs: None (the pair completion_logprobs_forward/_backward above), or another pair
+    with their signatures (the fast path passes its own).
     """
+    logprobs_forward, logprobs_backward = logprobs or (completion_logprobs_forward,
+                                                       completion_logprobs_backward)
     ci, cm = np.asarray(batch["chosen_ids"]), np.asarray(batch["chosen_mask"])
     ri, rm = np.asarray(batch["rejected_ids"]), np.asarray(batch["rejected_mask"])
     if ci.shape != ri.shape:
@@ -520,10 +524,10 @@ def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_
     n = ci.shape[0]
     ids, mask = np.concatenate([ci, ri]), np.concatenate([cm, rm])
     if ref_chosen is None or ref_rejected is None:
-        ref, _ = completion_logprobs_forward(params, None, ids, mask, config=config)
+        ref, _ = logprobs_forward(params, None, ids, mask, config=config)
         ref_chosen, ref_rejected = ref[:n], ref[n:]
-    logp, cache = completion_logprobs_forward(params, adapters, ids, mask, config=config,
-                                              alpha=alpha, rank_stabilized=rank_stabilized)
+    logp, cache = logprobs_forward(params, adapters, ids, mask, config=config, alpha=alpha,
+                                   rank_stabilized=rank_stabilized)
     dtype = logp.dtype
     loss, dcache = dpo_loss_forward(logp[:n], logp[n:], np.asarray(ref_chosen, dtype=dtype),
                                     np.asarray(ref_rejected, dtype=dtype), beta=beta,
@@ -536,7 +540,7 @@ def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_
         nll = -float(np.sum(logp[:n])) / n_tok
         d_pc = d_pc - (nll_weight / n_tok)
         loss = loss + nll_weight * nll
-    grads = completion_logprobs_backward(np.concatenate([d_pc, d_pr]), cache)
+    grads = logprobs_backward(np.concatenate([d_pc, d_pr]), cache)
     metrics = dpo_metrics(dcache)
     metrics.update({"logps/chosen": float(np.mean(logp[:n])),
                     "logps/rejected": float(np.mean(logp[n:])), "nll": nll})

@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from .. import transformer
 from ..gpt import GPTConfig, gpt_param_shapes
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -19,38 +20,13 @@ def check_config(config, where):
 
 
 def check_params(params, config, where):
-    """Every key of ``gpt_param_shapes(config)`` with its shape, one float dtype.
+    """The reference's entry check of the parameters (``transformer.check_params``: every key
+    of ``gpt_param_shapes(config)`` with its shape, no other key, one float dtype).
 
     Returns (params as a dict of ndarrays, dtype)."""
     shapes = gpt_param_shapes(config)
-    if not isinstance(params, dict):
-        raise TypeError(f"{where}: params is a {type(params).__name__}; expected a dict of arrays")
-    missing = [k for k in shapes if k not in params]
-    if missing:
-        more = " ..." if len(missing) > 5 else ""
-        raise ValueError(f"{where}: params is missing {missing[:5]}{more}; expected the keys of "
-                         "init_gpt for this config")
-    extra = [k for k in params if k not in shapes]
-    if extra:
-        raise ValueError(f"{where}: params has unexpected keys {extra[:5]}; they do not belong "
-                         "to a model with this config")
-    out, dtypes = {}, set()
-    for k, shape in shapes.items():
-        p = params[k]
-        if not isinstance(p, np.ndarray):
-            p = np.asarray(p)
-        if p.dtype not in FLOATS:
-            raise TypeError(f"{where}: params[{k!r}] has dtype {p.dtype}; expected float32 or "
-                            "float64")
-        if p.shape != shape:
-            raise ValueError(f"{where}: params[{k!r}] has shape {p.shape}; expected {shape} for "
-                             "this config")
-        dtypes.add(p.dtype)
-        out[k] = p
-    if len(dtypes) > 1:
-        raise TypeError(f"{where}: params mix dtypes {sorted(map(str, dtypes))}; expected one "
-                        "float dtype for every parameter")
-    return out, dtypes.pop()
+    dtype = transformer.check_params(params, shapes, where)
+    return {k: np.asarray(params[k]) for k in shapes}, dtype
 
 
 def check_ids(ids, name, vocab_size, where):

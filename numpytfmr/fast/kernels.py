@@ -20,6 +20,8 @@ of a new 4 MB array costs about as much as a third of a matrix product that fill
 """
 import numpy as np
 
+from ..activations import erfc
+
 
 class Workspace:
     """Named arrays kept from one call to the next.
@@ -170,86 +172,13 @@ def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate, ws=FRESH):
 
 
 # ---------------------------------------------------------------------------------------
-# The error function (float64 exact GELU): Cody's rational approximations
-# (W. J. Cody, Math. Comp. 23 (1969) 631; coefficients of SPECFUN's CALERF)
+# The error function of the float64 exact GELU: the reference's erfc (Cody's rational
+# approximations, activations.erfc); training runs float32 and takes the Mills-ratio path.
 # ---------------------------------------------------------------------------------------
 
-_ERF_SMALL = 0.46875
-_P1 = (0.185777706184603153, 3.1611237438705656, 113.864154151050156,
-       377.485237685302021, 3209.37758913846947)
-_Q1 = (1.0, 23.6012909523441209, 244.024637934444173, 1282.61652607737228,
-       2844.23683343917062)
-_P2 = (2.15311535474403846e-8, 0.564188496988670089, 8.88314979438837594,
-       66.1191906371416295, 298.635138197400131, 881.95222124176909,
-       1712.04761263407058, 2051.07837782607147, 1230.33935479799725)
-_Q2 = (1.0, 15.7449261107098347, 117.693950891312499, 537.181101862009858,
-       1621.38957456669019, 3290.79923573345963, 4362.61909014324716,
-       3439.36767414372164, 1230.33935480374942)
-_P3 = (0.0163153871373020978, 0.305326634961232344, 0.360344899949804439,
-       0.125781726111229246, 0.0160837851487422766, 6.58749161529837803e-4)
-_Q3 = (1.0, 2.56852019228982242, 1.87295284992346047, 0.527905102951428412,
-       0.0605183413124413191, 0.00233520497626869185)
-_INV_SQRT_PI = 0.56418958354775628695
 _INV_SQRT_2 = 0.70710678118654752440
 _INV_SQRT_2PI = 0.39894228040143267794
 _MINUS_HALF_LOG2_E = -0.72134752044448170368          # -log2(e) / 2: exp(-t/2) = 2^(-t log2(e)/2)
-
-
-def _horner(coeffs, y):
-    acc = np.full_like(y, coeffs[0])
-    for c in coeffs[1:]:
-        acc *= y
-        acc += c
-    return acc
-
-
-def _exp_minus_square(y):
-    """exp(-y^2) with y = a + (y - a), a = y rounded down to 1/16 (a*a exact)."""
-    a = y * 16.0
-    np.trunc(a, out=a)
-    a /= 16.0
-    rest = a - y
-    rest *= y + a
-    np.exp(rest, out=rest)
-    a *= a
-    np.negative(a, out=a)
-    np.exp(a, out=a)
-    a *= rest
-    return a
-
-
-def erfc(x):
-    """erfc(x) elementwise for a float64 array, relative error near 1e-16."""
-    flat = x.ravel()
-    out = np.empty_like(flat)
-    y = np.abs(flat)
-    small = np.flatnonzero(y <= _ERF_SMALL)
-    mid = np.flatnonzero((y > _ERF_SMALL) & (y <= 4.0))
-    big = np.flatnonzero(~(y <= 4.0))                 # y > 4 and NaN
-    xs = flat[small]
-    x2 = xs * xs
-    r = _horner(_P1, x2)
-    r /= _horner(_Q1, x2)
-    r *= xs
-    out[small] = 1.0 - r
-    ym = y[mid]
-    r = _horner(_P2, ym)
-    r /= _horner(_Q2, ym)
-    r *= _exp_minus_square(ym)
-    out[mid] = r
-    yb = np.minimum(y[big], 28.0)
-    z = 1.0 / (yb * yb)
-    r = _horner(_P3, z)
-    r /= _horner(_Q3, z)
-    r *= -z
-    r += _INV_SQRT_PI
-    r /= yb
-    r *= _exp_minus_square(yb)
-    out[big] = r
-    neg = np.flatnonzero(flat[np.concatenate([mid, big])] < 0)
-    tail = np.concatenate([mid, big])[neg]
-    out[tail] = 2.0 - out[tail]                       # erfc(-y) = 2 - erfc(y)
-    return out.reshape(x.shape)
 
 
 # ---------------------------------------------------------------------------------------

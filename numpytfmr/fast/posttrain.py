@@ -13,8 +13,8 @@ gradient ``mask_t (onehot(y_t) - p_t)`` is written into the logits' buffer.
 """
 import numpy as np
 
+from .. import posttrain as reference
 from ..lora import lora_scale
-from ..preference import dpo_loss_backward, dpo_loss_forward, dpo_metrics
 from . import checks
 from .gpt import generate, gpt_backward, gpt_forward, gpt_loss
 
@@ -167,35 +167,13 @@ def completion_logprobs_backward(dlogp, cache):
 def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_chosen=None,
                        ref_rejected=None, rank_stabilized=False, loss_type="sigmoid",
                        label_smoothing=0.0, nll_weight=0.0):
-    """As ``numpytfmr.posttrain.dpo_loss_and_grads``: (loss, grads, metrics)."""
-    ci, cm = np.asarray(batch["chosen_ids"]), np.asarray(batch["chosen_mask"])
-    ri, rm = np.asarray(batch["rejected_ids"]), np.asarray(batch["rejected_mask"])
-    if ci.shape != ri.shape:
-        raise ValueError(f"dpo_loss_and_grads: rejected_ids has shape {ri.shape} but chosen_ids "
-                         f"has shape {ci.shape}; expected the same (B, T)")
-    n = ci.shape[0]
-    ids, mask = np.concatenate([ci, ri]), np.concatenate([cm, rm])
-    if ref_chosen is None or ref_rejected is None:
-        ref, _ = completion_logprobs_forward(params, None, ids, mask, config=config)
-        ref_chosen, ref_rejected = ref[:n], ref[n:]
-    logp, cache = completion_logprobs_forward(params, adapters, ids, mask, config=config,
-                                              alpha=alpha, rank_stabilized=rank_stabilized)
-    dtype = logp.dtype
-    loss, dcache = dpo_loss_forward(logp[:n], logp[n:], np.asarray(ref_chosen, dtype=dtype),
-                                    np.asarray(ref_rejected, dtype=dtype), beta=beta,
-                                    loss_type=loss_type, label_smoothing=label_smoothing)
-    d_pc, d_pr, _, _ = dpo_loss_backward(1.0, dcache)
-    nll = 0.0
-    if nll_weight:
-        n_tok = max(int(cm[:, 1:].sum()), 1)
-        nll = -float(np.sum(logp[:n])) / n_tok
-        d_pc = d_pc - (nll_weight / n_tok)
-        loss = loss + nll_weight * nll
-    grads = completion_logprobs_backward(np.concatenate([d_pc, d_pr]), cache)
-    metrics = dpo_metrics(dcache)
-    metrics.update({"logps/chosen": float(np.mean(logp[:n])),
-                    "logps/rejected": float(np.mean(logp[n:])), "nll": nll})
-    return float(loss), grads, metrics
+    """As ``numpytfmr.posttrain.dpo_loss_and_grads``: (loss, grads, metrics), the same DPO
+    step with the log-probabilities of this module."""
+    return reference.dpo_loss_and_grads(
+        params, adapters, batch, config=config, alpha=alpha, beta=beta, ref_chosen=ref_chosen,
+        ref_rejected=ref_rejected, rank_stabilized=rank_stabilized, loss_type=loss_type,
+        label_smoothing=label_smoothing, nll_weight=nll_weight,
+        logprobs=(completion_logprobs_forward, completion_logprobs_backward))
 
 
 def complete_prompts(params, ids, prompt_lengths, *, config, max_new_tokens, temperature=0.0,
