@@ -548,7 +548,7 @@ def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_
 
 
 def complete_prompts(params, ids, prompt_lengths, *, config, max_new_tokens, temperature=0.0,
-                     top_k=None, rng=None, batch_size=256, eos_id=2, pad_id=0):
+                     top_k=None, rng=None, batch_size=256, eos_id=2, pad_id=0, decode=None):
     """Continue the prompts ``ids[i, :L_i]`` until ``<eos>`` (``generate`` with the KV cache):
     greedy by default, or sampled with ``temperature``/``top_k`` and ``rng``.
 
@@ -560,8 +560,11 @@ def complete_prompts(params, ids, prompt_lengths, *, config, max_new_tokens, tem
     mask of the completion tokens up to and including the first ``<eos>`` (all
     ``max_new_tokens`` of them when none came) -- the layout that
     :func:`completion_logprobs_forward` and :func:`completion_kl` read.
+    decode: None (``generate``), or a function with ``generate``'s signature (the fast path
+    passes its own).
     """
     where = "complete_prompts"
+    decode = decode or generate
     batch_size = count(batch_size, "batch_size", where)
     ids, prompt_lengths = np.asarray(ids), np.asarray(prompt_lengths)
     if ids.ndim != 2 or prompt_lengths.shape != (ids.shape[0],):
@@ -574,8 +577,8 @@ def complete_prompts(params, ids, prompt_lengths, *, config, max_new_tokens, tem
     for L in np.unique(prompt_lengths).tolist():      # generate takes prompts of one length
         rows = np.flatnonzero(prompt_lengths == L)
         for idx in (rows[i:i + batch_size] for i in range(0, rows.size, batch_size)):
-            out = generate(params, ids[idx, :L], config=config, max_new_tokens=max_new_tokens,
-                           temperature=temperature, top_k=top_k, rng=rng, eos_id=eos_id)
+            out = decode(params, ids[idx, :L], config=config, max_new_tokens=max_new_tokens,
+                         temperature=temperature, top_k=top_k, rng=rng, eos_id=eos_id)
             new = out[:, L:]
             # keep the tokens up to and including the first <eos>
             is_eos = new == eos_id

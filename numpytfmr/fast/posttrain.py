@@ -179,31 +179,10 @@ def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_
 def complete_prompts(params, ids, prompt_lengths, *, config, max_new_tokens, temperature=0.0,
                      top_k=None, rng=None, batch_size=256, eos_id=2, pad_id=0):
     """As ``numpytfmr.posttrain.complete_prompts``: (seqs, mask), with the fast generate."""
-    where = "complete_prompts"
-    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)) \
-            or batch_size < 1:
-        raise ValueError(f"{where}: batch_size is {batch_size!r}; expected an integer >= 1")
-    ids, prompt_lengths = np.asarray(ids), np.asarray(prompt_lengths)
-    if ids.ndim != 2 or prompt_lengths.shape != (ids.shape[0],):
-        raise ValueError(f"{where}: ids has shape {ids.shape} and prompt_lengths "
-                         f"{prompt_lengths.shape}; expected (n, T) and (n,)")
-    n = ids.shape[0]
-    width = int(prompt_lengths.max()) + max_new_tokens
-    seqs = np.full((n, width), pad_id, dtype=np.int64)
-    mask = np.zeros((n, width), dtype=bool)
-    for L in np.unique(prompt_lengths).tolist():
-        rows = np.flatnonzero(prompt_lengths == L)
-        for idx in (rows[i:i + batch_size] for i in range(0, rows.size, batch_size)):
-            out = generate(params, ids[idx, :L], config=config, max_new_tokens=max_new_tokens,
-                           temperature=temperature, top_k=top_k, rng=rng, eos_id=eos_id)
-            new = out[:, L:]
-            is_eos = new == eos_id
-            first = np.where(is_eos.any(axis=1), is_eos.argmax(axis=1), new.shape[1] - 1)
-            keep = np.arange(new.shape[1]) <= first[:, None]
-            seqs[idx, :L] = ids[idx, :L]
-            seqs[idx, L:L + new.shape[1]] = np.where(keep, new, pad_id)
-            mask[idx, L:L + new.shape[1]] = keep
-    return seqs, mask
+    return reference.complete_prompts(
+        params, ids, prompt_lengths, config=config, max_new_tokens=max_new_tokens,
+        temperature=temperature, top_k=top_k, rng=rng, batch_size=batch_size, eos_id=eos_id,
+        pad_id=pad_id, decode=generate)
 
 
 def _log_softmax64(z):
