@@ -33,6 +33,7 @@ import threading
 import numpy as np
 
 from ..positional import rope_frequencies
+from ..transformer import next_token   # once per token: the reference's sampling serves
 from . import checks
 from .kernels import (FRESH, Workspace, activation, causal_bias_t, causal_softmax_t, column_sums,
                       cross_entropy_fused, layernorm, layernorm_backward_into, rmsnorm,
@@ -591,31 +592,6 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
 # Generation (000 §2.5, 003 §6.1-6.2)
 # ---------------------------------------------------------------------------------------
 
-def _next_token(logits, *, temperature, top_k, top_p, rng):
-    """Greedy (temperature 0 or top_k 1) or sampled from softmax(logits / temperature)
-    restricted to the top_k largest and to the top_p nucleus, by inverse-CDF sampling (the
-    reference's draws)."""
-    if temperature == 0.0 or top_k == 1:
-        return np.argmax(logits, axis=-1)
-    z = logits.astype(np.float64) / temperature
-    if top_k is not None and top_k < z.shape[-1]:
-        kth = np.partition(z, -top_k, axis=-1)[:, -top_k][:, None]
-        z = np.where(z >= kth, z, -np.inf)
-    z = z - z.max(axis=-1, keepdims=True)
-    pr = np.exp(z)
-    pr /= pr.sum(axis=-1, keepdims=True)
-    if top_p is not None and top_p < 1.0:
-        order = np.argsort(-pr, axis=-1, kind="stable")          # most likely first
-        ranked = np.take_along_axis(pr, order, axis=-1)
-        keep = np.empty(pr.shape, dtype=bool)
-        np.put_along_axis(keep, order, np.cumsum(ranked, axis=-1) - ranked < top_p, axis=-1)
-        pr = np.where(keep, pr, 0.0)
-        pr /= pr.sum(axis=-1, keepdims=True)
-    u = rng.random((pr.shape[0], 1))
-    idx = np.sum(np.cumsum(pr, axis=-1) <= u, axis=-1)
-    return np.minimum(idx, pr.shape[-1] - 1)
-
-
 def _decoding_weights(p, c):
     """The parameters plus the fused projections of every layer ([Wq Wk Wv] and its bias),
     made once per generate call instead of once per token."""
@@ -759,7 +735,7 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
             logits, _ = _forward(p, out[:, :n], c, dtype, None, 0, None, False, False)
         last = logits[:, -1]
         steps.append(last)
-        token = _next_token(last, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
+        token = next_token(last, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
         if eos_id is not None:
             token = np.where(done, eos_id, token)
             done = done | (token == eos_id)

@@ -42,6 +42,7 @@ from .corpus import default_corpus, split_text
 from .data import tokenizer_from_dict
 from .loop import STREAM_INIT, TrainSettings, step_rng, train_loop
 from .progress import Progress
+from .tasks import token_budget
 
 __all__ = [
     "PRETRAIN_DEFAULTS", "PRETRAIN_MODEL", "PRETRAIN_SETTINGS", "TOKENIZERS", "SAMPLE_PROMPTS",
@@ -255,17 +256,7 @@ def complete_text(params, config, tokenizer, prompt, *, max_new_tokens=None, tem
     T = ids.shape[1]
     if T == 0:
         raise ValueError(f"{where}: the prompt is empty; expected at least one character")
-    if config.positional == "learned":
-        room = config.max_len - T + 1                # generate reads at most max_len positions
-        if room < 1:
-            raise ValueError(f"{where}: the prompt is {T} tokens long but the model reads at most "
-                             f"max_len={config.max_len} positions")
-        max_new_tokens = room if max_new_tokens is None else max_new_tokens
-        if max_new_tokens > room:
-            raise ValueError(f"{where}: max_new_tokens is {max_new_tokens} but a prompt of {T} "
-                             f"tokens leaves room for {room} (max_len={config.max_len})")
-    elif max_new_tokens is None:
-        max_new_tokens = 64
+    max_new_tokens = token_budget(config, T, max_new_tokens, where)
     out = generate(params, ids, config=config, max_new_tokens=max_new_tokens,
                    temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
                    use_cache=use_cache)

@@ -26,7 +26,8 @@ from .progress import Progress
 
 __all__ = [
     "IGNORE", "GPT_TASK_DEFAULTS", "gpt_task_data", "gpt_task_loss", "evaluate_gpt", "train_gpt",
-    "task_symbols", "task_record", "split_special", "unknown_words", "encode_prompt", "complete",
+    "task_symbols", "task_record", "split_special", "unknown_words", "encode_prompt", "token_budget",
+    "complete",
     "SEQ2SEQ_DEFAULTS", "SEQ2SEQ_SETTINGS", "evaluate_seq2seq", "train_seq2seq", "translate",
     "alignment_table",
 ]
@@ -240,6 +241,24 @@ def encode_prompt(tokenizer, prompt, *, raw=False):
     return ids.astype(np.int64)[None, :]
 
 
+def token_budget(config, T, max_new_tokens, where, *, prompt_note=""):
+    """How many tokens to generate after a prompt of ``T`` tokens: ``max_new_tokens``, or
+    None = fill the context (learned positions: generate reads at most max_len positions)
+    or 64 tokens; a ValueError when the prompt leaves no room or too little."""
+    if config.positional != "learned":
+        return 64 if max_new_tokens is None else max_new_tokens
+    room = config.max_len - T + 1
+    if room < 1:
+        raise ValueError(f"{where}: the prompt is {T} tokens long{prompt_note} but the model "
+                         f"reads at most max_len={config.max_len} positions")
+    if max_new_tokens is None:
+        return room
+    if max_new_tokens > room:
+        raise ValueError(f"{where}: max_new_tokens is {max_new_tokens} but a prompt of {T} "
+                         f"tokens leaves room for {room} (max_len={config.max_len})")
+    return max_new_tokens
+
+
 def complete(params, config, tokenizer, prompt, *, max_new_tokens=None, temperature=0.0,
              top_k=None, rng=None, use_cache=True, raw=False):
     """The completion of one prompt by a GPT, decoded until ``<eos>``: ``(text, ids)``.
@@ -250,18 +269,8 @@ def complete(params, config, tokenizer, prompt, *, max_new_tokens=None, temperat
     from ..fast import generate
     ids = encode_prompt(tokenizer, prompt, raw=raw)
     T = ids.shape[1]
-    if config.positional == "learned":
-        room = config.max_len - T + 1          # generate reads at most max_len positions
-        if room < 1:
-            raise ValueError(f"complete: the prompt is {T} tokens long (with <bos> and <sep>) but "
-                             f"the model reads at most max_len={config.max_len} positions")
-        if max_new_tokens is None:
-            max_new_tokens = room
-        elif max_new_tokens > room:
-            raise ValueError(f"complete: max_new_tokens is {max_new_tokens} but a prompt of {T} "
-                             f"tokens leaves room for {room} (max_len={config.max_len})")
-    elif max_new_tokens is None:
-        max_new_tokens = 64
+    max_new_tokens = token_budget(config, T, max_new_tokens, "complete",
+                                  prompt_note=" (with <bos> and <sep>)")
     out = generate(params, ids, config=config, max_new_tokens=max_new_tokens,
                    temperature=temperature, top_k=top_k, rng=rng, use_cache=use_cache,
                    eos_id=EOS_ID)
