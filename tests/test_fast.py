@@ -339,6 +339,31 @@ def test_adamw_equals_the_reference(dtype):
                 assert _f32_close(a, b), k
 
 
+def test_adamw_with_a_zero_learning_rate_only_moves_the_moments():
+    rng = np.random.default_rng(3)
+    p = {"w": rng.standard_normal((4, 5)), "b": rng.standard_normal(5)}
+    g = {k: rng.standard_normal(v.shape) for k, v in p.items()}
+    ref_p, ref_s = R.adamw_step(p, g, adamw_init(p), lr=0.0, weight_decay=0.1)
+    fast_p, fast_s = fast.adamw_step(p, g, adamw_init(p), lr=0.0, weight_decay=0.1)
+    for k in p:
+        assert np.array_equal(fast_p[k], p[k]) and np.array_equal(ref_p[k], p[k])
+        assert _err(fast_s["m/" + k], ref_s["m/" + k]) <= 1e-12
+        assert _err(fast_s["v/" + k], ref_s["v/" + k]) <= 1e-12
+
+
+@pytest.mark.parametrize("counts", [(1,) * 30, (2, 9, 1, 40, 8, 3), (200,), (9, 9, 9)])
+def test_scatter_add_rows_accumulates_every_repeat(counts):
+    """Ids repeated up to and beyond the kernel's levels, in a shuffled order."""
+    rng = np.random.default_rng(len(counts))
+    ids = rng.permutation(np.repeat(rng.permutation(60)[:len(counts)], counts))
+    rows = rng.standard_normal((ids.size, 7))
+    want = np.zeros((60, 7))
+    np.add.at(want, ids, rows)
+    got = np.zeros((60, 7))
+    kernels.scatter_add_rows(got, ids, rows)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
 def test_adamw_rejects_mismatched_inputs():
     p = {"w": np.zeros((2, 3))}
     with pytest.raises(ValueError, match="grads keys"):

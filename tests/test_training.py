@@ -63,6 +63,41 @@ def test_blas_threads_restores_the_previous_number():
         limit_blas_threads(0)
 
 
+def test_blas_kernel_sets_switch_compute_the_same_products_and_are_restored(monkeypatch):
+    from numpytfmr.run import blas
+    first = blas.blas_kernels()
+    if first is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS with several kernel sets here")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 48)), rng.standard_normal((48, 32))
+    want = a @ b
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    for name in (first,) + blas._ALTERNATIVES.get(first, ()):
+        with blas.tuned_blas(1):
+            blas.set_blas_kernels(name)
+            assert blas.blas_kernels().lower() == name.lower()
+            np.testing.assert_allclose(a @ b, want, rtol=1e-12, atol=1e-12)
+        assert blas.blas_kernels() == first                  # as it was, on the way out
+    with pytest.raises(ValueError, match="name is 'Prescott'"):
+        blas.set_blas_kernels("Prescott")                    # not offered: never switched to
+    assert blas.blas_kernels() == first
+
+
+def test_blas_kernel_rule_picks_avx2_on_zen4_only(monkeypatch):
+    from numpytfmr.run import blas
+    if blas.blas_kernels() is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS with several kernel sets here")
+    chosen = blas.blas_kernels()
+    monkeypatch.setattr(blas, "_cpu", lambda: ("GenuineIntel", 6))
+    assert blas.preferred_blas_kernels() == chosen
+    monkeypatch.setattr(blas, "_cpu", lambda: ("AuthenticAMD", 25))
+    want = "Haswell" if chosen in blas._ALTERNATIVES else chosen
+    assert blas.preferred_blas_kernels() == want
+    monkeypatch.setenv("OPENBLAS_CORETYPE", chosen)          # the user's choice stands
+    report = blas.choose_blas_kernels()
+    assert report["used"] == blas.blas_kernels() == chosen
+
+
 def test_batches_are_a_function_of_seed_and_step():
     a = gpt_task_data("sort", 5, seed=1, batch_size=8, min_len=1, max_len=4)
     b = gpt_task_data("sort", 5, seed=1, batch_size=8, min_len=1, max_len=4)

@@ -80,14 +80,11 @@ def _sinusoids(n, d, dtype):
 
 
 def _rope_tables(c, n_past, T, dtype):
-    """cos, sin (T, d_head/2) of theta = position * alpha_k, and the same times the score
-    scale (for the queries, which are scaled as they are rotated)."""
+    """cos, sin (T, d_head/2) of theta = position * alpha_k."""
     def make():
         alpha = rope_frequencies(c.d_head, base=c.rope_base, scaling=c.rope_scaling)
         theta = np.arange(n_past, n_past + T, dtype=np.float64)[:, None] * alpha
-        cos, sin = np.cos(theta).astype(dtype), np.sin(theta).astype(dtype)
-        scale = 1.0 / math.sqrt(c.d_head)
-        return cos, sin, cos * scale, sin * scale
+        return np.cos(theta).astype(dtype), np.sin(theta).astype(dtype)
     scaling = None if c.rope_scaling is None else tuple(sorted(c.rope_scaling.items()))
     return _remember(("rope", c.d_head, c.rope_base, scaling, n_past, T, np.dtype(dtype)), make)
 
@@ -106,6 +103,26 @@ class _Layout:
 # ---------------------------------------------------------------------------------------
 # Sublayers
 # ---------------------------------------------------------------------------------------
+
+def _fused_qkv(p, pre, c, ws=FRESH):
+    """[Wq / sqrt(d_head)  Wk  Wv] (d, hd + 2 kvd) and its bias [bq / sqrt(d_head)  bk  bv]
+    (None without biases): ONE product gives the three projections, the queries already
+    scaled for the scores (the scale costs a pass over Wq instead of one over Q)."""
+    Wq, Wk, Wv = p[pre + "Wq"], p[pre + "Wk"], p[pre + "Wv"]
+    hd, kvd = Wq.shape[1], Wk.shape[1]
+    scale = 1.0 / math.sqrt(c.d_head)
+    W = ws.take(pre + "Wqkv", (Wq.shape[0], hd + 2 * kvd), Wq.dtype)
+    np.multiply(Wq, scale, out=W[:, :hd])
+    W[:, hd:hd + kvd] = Wk
+    W[:, hd + kvd:] = Wv
+    if not c.bias:
+        return W, None
+    b = ws.take(pre + "bqkv", (hd + 2 * kvd,), Wq.dtype)
+    np.multiply(p[pre + "bq"], scale, out=b[:hd])
+    b[hd:hd + kvd] = p[pre + "bk"]
+    b[hd + kvd:] = p[pre + "bv"]
+    return W, b
+
 
 def _norm(x, p, key, c, ws=FRESH):
     """N(x) with the weights under ``key``: returns h and the backward's pieces."""
@@ -174,35 +191,39 @@ def query_blocks(T):
 def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
     """Masked multi-head (GQA) self-attention of the normed rows h (N, d).
 
-    The queries, scaled (and rotated), are stored (B, Hkv, T, G, d_head): the G query
+    The queries come out of the fused projection already scaled (``_fused_qkv``). Rotated
+    (RoPE) or shared by G > 1 heads they are copied as (B, Hkv, T, G, d_head): the G query
     heads that share a key/value head are stacked as the T G rows of one matrix (row
-    t G + g), so every product is one batched product over (B, Hkv).
+    t G + g), so every product is one batched product over (B, Hkv); otherwise the
+    products read them in place, a strided view of the projection.
     Returns out (N, d) and the cache {Qs, K, V, At (per query block), concat, ...}."""
     B, T, Hkv, G, dh, hd, kvd = L.B, L.T, L.Hkv, L.G, L.dh, L.hd, L.kvd
     dt = h.dtype
-    Wqkv = p.get(pre + "Wqkv")                                   # fused once by generate
+    Wqkv, bqkv = p.get(pre + "Wqkv"), p.get(pre + "bqkv")        # fused once by generate
     if Wqkv is None:
-        Wqkv = np.concatenate([p[pre + "Wq"], p[pre + "Wk"], p[pre + "Wv"]], axis=1,
-                              out=ws.take(pre + "Wqkv", (h.shape[1], hd + 2 * kvd), dt))
+        Wqkv, bqkv = _fused_qkv(p, pre, c, ws)
     qkv = np.matmul(h, Wqkv, out=ws.take(pre + "qkv", (L.N, hd + 2 * kvd), dt))
     if c.bias:
-        bqkv = p.get(pre + "bqkv")
-        qkv += np.concatenate([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]]) if bqkv is None \
-            else bqkv
-    Q = qkv[:, :hd].reshape(B, T, Hkv, G, dh)
+        qkv += bqkv
+    Q = qkv[:, :hd].reshape(B, T, Hkv, G, dh)                    # Q / sqrt(d_head)
     K = qkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh)
     V = qkv[:, hd + kvd:].reshape(B, T, Hkv, dh)
-    Qs = ws.take(pre + "Qs", (B, Hkv, T, G, dh), dt)
-    Qs_bt = Qs.transpose(0, 2, 1, 3, 4)                          # (B, T, Hkv, G, dh) view
     rope = None
+    if c.positional == "rope" or G > 1:
+        Qs = ws.take(pre + "Qs", (B, Hkv, T, G, dh), dt)
+        Qs_bt = Qs.transpose(0, 2, 1, 3, 4)                      # (B, T, Hkv, G, dh) view
+        Qm = Qs.reshape(B, Hkv, T * G, dh)
+    else:
+        Qm = Q.reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)      # (B, H, T, dh) view
     if c.positional == "rope":
-        cos, sin, cos_s, sin_s = _rope_tables(c, L.n_past, T, dt)
-        rope = (cos, sin)
-        rope_rotate(Q, Qs_bt, cos_s[:, None, None, :], sin_s[:, None, None, :], c.rope_layout)
+        rope = _rope_tables(c, L.n_past, T, dt)
+        cos, sin = rope
+        rope_rotate(Q, Qs_bt, cos[:, None, None, :], sin[:, None, None, :], c.rope_layout)
         Kn = ws.take(pre + "Kn", (B, Hkv, T, dh), dt)
         rope_rotate(K, Kn.transpose(0, 2, 1, 3), cos[:, None, :], sin[:, None, :], c.rope_layout)
     else:
-        np.multiply(Q, L.scale, out=Qs_bt)                       # Q / sqrt(d_head)
+        if G > 1:
+            np.copyto(Qs_bt, Q)
         Kn = K.transpose(0, 2, 1, 3)                             # (B, Hkv, T, dh) views
     Vn = V.transpose(0, 2, 1, 3)
     if past is not None and "k_buf" in past:
@@ -216,7 +237,6 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
         V_all = np.concatenate([past["v"], Vn], axis=2)
     else:
         K_all, V_all = Kn, Vn
-    Qm = Qs.reshape(B, Hkv, T * G, dh)
     concat = ws.take(pre + "concat", (L.N, hd), dt)
     if G == 1:   # the heads' outputs go straight into their columns of concat
         out_m = concat.reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
@@ -229,7 +249,7 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
             n_k = L.n_past + b                                   # keys these queries may see
             np.matmul(K_all[s, :, :n_k], Qm[s, :, a * G:b * G].swapaxes(-1, -2), out=St[s])
             # (one query, as in a decoding step, may see every key: no mask)
-            At = causal_softmax_t(St[s], causal_bias_t(n_k, b - a, G, dt) if b - a > 1 else None)
+            At = causal_softmax_t(St[s], causal_bias_t(b - a, G, dt) if b - a > 1 else None)
             np.matmul(At.swapaxes(-1, -2), V_all[s, :, :n_k], out=out_m[s, :, a * G:b * G])
     if G > 1:
         concat.reshape(B, T, Hkv, G, dh)[...] = out_m.reshape(B, Hkv, T, G, dh).transpose(
@@ -256,7 +276,9 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
     dqkv = ws.take("d.qkv", (L.N, hd + 2 * kvd), dt)
     dK_h = dqkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)   # (B, Hkv, T, dh)
     dV_h = dqkv[:, hd + kvd:].reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
-    dQm = ws.take("d.Qm", (B, Hkv, T * G, dh), dt)
+    direct = ac["rope"] is None and G == 1         # dQ written straight into dqkv's columns
+    dQm = (dqkv[:, :hd].reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3) if direct
+           else ws.take("d.Qm", (B, Hkv, T * G, dh), dt))
     # dK, dV of every key the queries saw (the new ones are dqkv's columns)
     dK_all = dK_h if n_past == 0 else ws.take("d.K_all", (B, Hkv, n_past + T, dh), dt)
     dV_all = dV_h if n_past == 0 else ws.take("d.V_all", (B, Hkv, n_past + T, dh), dt)
@@ -282,26 +304,29 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
             else:
                 dK_all[s, :, :n_k] += np.matmul(dSt, Qm[s, :, rows],
                                                 out=ws.take(f"d.K{i}", (nb, Hkv, n_k, dh), dt))
-            np.matmul(dSt.swapaxes(-1, -2), K[s, :, :n_k], out=dQm[s, :, rows])  # dQ / scale
+            np.matmul(dSt.swapaxes(-1, -2), K[s, :, :n_k], out=dQm[s, :, rows])  # dS K
     if n_past:
         dK_h[...] = dK_all[:, :, n_past:]
         dV_h[...] = dV_all[:, :, n_past:]
-    dQ_bt = dqkv[:, :hd].reshape(B, T, Hkv, G, dh)
-    dQ5 = dQm.reshape(B, Hkv, T, G, dh).transpose(0, 2, 1, 3, 4)  # (B, T, Hkv, G, dh)
-    if ac["rope"] is not None:                                   # R(theta)^T = R(-theta)
-        cos, sin = ac["rope"]
-        rope_rotate(dQ5, dQ_bt, cos[:, None, None, :] * L.scale, -sin[:, None, None, :] * L.scale,
-                    c.rope_layout)
-        dK = dqkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh)
-        rope_rotate(dK, dK, cos[:, None, :], -sin[:, None, :], c.rope_layout)
-    else:
-        np.multiply(dQ5, L.scale, out=dQ_bt)                     # dQ = dS K scale
+    if not direct:
+        dQ_bt = dqkv[:, :hd].reshape(B, T, Hkv, G, dh)
+        dQ5 = dQm.reshape(B, Hkv, T, G, dh).transpose(0, 2, 1, 3, 4)  # (B, T, Hkv, G, dh)
+        if ac["rope"] is not None:                               # R(theta)^T = R(-theta)
+            cos, sin = ac["rope"]
+            rope_rotate(dQ5, dQ_bt, cos[:, None, None, :], -sin[:, None, None, :], c.rope_layout)
+            dK = dqkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh)
+            rope_rotate(dK, dK, cos[:, None, :], -sin[:, None, :], c.rope_layout)
+        else:
+            np.copyto(dQ_bt, dQ5)
+    # [Q/sqrt(d_head) K V] = h [Wq/sqrt(d_head) Wk Wv] + [bq/sqrt(d_head) bk bv]
     h = ac["h"]
-    grads[pre + "Wq"] = h.T @ dqkv[:, :hd]                       # [Q K V] = h [Wq Wk Wv] + b
+    dWq = grads[pre + "Wq"] = h.T @ dqkv[:, :hd]
+    dWq *= L.scale
     grads[pre + "Wk"] = h.T @ dqkv[:, hd:hd + kvd]
     grads[pre + "Wv"] = h.T @ dqkv[:, hd + kvd:]
     if c.bias:
         db = column_sums(dqkv)
+        db[:hd] *= L.scale
         grads[pre + "bq"], grads[pre + "bk"], grads[pre + "bv"] = (
             db[:hd], db[hd:hd + kvd], db[hd + kvd:])
     # dh: both paths summed
@@ -593,14 +618,13 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
 # ---------------------------------------------------------------------------------------
 
 def _decoding_weights(p, c):
-    """The parameters plus the fused projections of every layer ([Wq Wk Wv] and its bias),
-    made once per generate call instead of once per token."""
+    """The parameters plus the fused projections of every layer ([Wq Wk Wv] and its bias,
+    the query columns scaled: ``_fused_qkv``), made once per generate call instead of once
+    per token."""
     p = dict(p)
     for l in range(c.n_layers):
         pre = f"h{l}.attn."
-        p[pre + "Wqkv"] = np.concatenate([p[pre + "Wq"], p[pre + "Wk"], p[pre + "Wv"]], axis=1)
-        if c.bias:
-            p[pre + "bqkv"] = np.concatenate([p[pre + "bq"], p[pre + "bk"], p[pre + "bv"]])
+        p[pre + "Wqkv"], p[pre + "bqkv"] = _fused_qkv(p, pre, c)
         if c.activation == "swiglu":
             pre = f"h{l}.mlp."
             p[pre + "W_gu"] = np.concatenate([p[pre + "W_gate"], p[pre + "W_up"]], axis=1)
@@ -619,7 +643,7 @@ def _attention_step(h, p, pre, c, kv, n_past, rope):
     """Self-attention of ONE new position per sequence (a decoding step), h (B, d), against
     generate's preallocated cache, whose row n_past this step writes:
 
-        [q k v] = h [Wq Wk Wv] + b;   K[n_past], V[n_past] = k, v
+        [q/sqrt(d_head) k v] = h [Wq/sqrt(d_head) Wk Wv] + b;   K[n_past], V[n_past] = k, v
         a = softmax(q K[:n_past+1]^T / sqrt(d_head)),   out = concat(a V) Wo + bo
 
     No mask: the new position may see every cached one."""
@@ -628,16 +652,14 @@ def _attention_step(h, p, pre, c, kv, n_past, rope):
     qkv = h @ p[pre + "Wqkv"]                                    # (B, hd + 2 kvd)
     if c.bias:
         qkv += p[pre + "bqkv"]
-    q = qkv[:, :hd].reshape(B, Hkv, G, dh)
+    qs = qkv[:, :hd].reshape(B, Hkv, G, dh)                      # q / sqrt(d_head)
     kb, vb = kv["k_buf"], kv["v_buf"]
     if rope is not None:                                         # rotate to position n_past
-        cos, sin, cos_s, sin_s = rope
-        qs = np.empty_like(q)
-        rope_rotate(q, qs, cos_s[n_past], sin_s[n_past], c.rope_layout)
+        cos, sin = rope
+        rope_rotate(qs, qs, cos[n_past], sin[n_past], c.rope_layout)
         rope_rotate(qkv[:, hd:hd + kvd].reshape(B, Hkv, dh), kb[:, :, n_past], cos[n_past],
                     sin[n_past], c.rope_layout)
     else:
-        qs = q * (1.0 / math.sqrt(dh))                           # q / sqrt(d_head)
         kb[:, :, n_past] = qkv[:, hd:hd + kvd].reshape(B, Hkv, dh)
     vb[:, :, n_past] = qkv[:, hd + kvd:].reshape(B, Hkv, dh)
     n_k = n_past + 1

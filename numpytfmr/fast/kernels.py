@@ -351,20 +351,21 @@ def activation(name, a, bias, need_grad=True, ws=FRESH, key=""):
 _BIAS_CACHE = {}
 
 
-def causal_bias_t(n_k, n_q, group, dtype):
-    """Key-major additive causal mask (n_k, n_q * group): 0 where key k <= n_past + q, else
-    -inf, with n_past = n_k - n_q.
+def causal_bias_t(n_q, group, dtype):
+    """Key-major additive causal mask of the LAST n_q keys against n_q queries at the same
+    positions, (n_q, n_q * group): 0 where key k <= query q, else -inf (the keys before
+    them are seen by every query and need no mask).
 
     Column q * group + g is query q of the g-th head of a group (the rows of the stacked
     queries, see ``numpytfmr.fast.gpt``).
     """
-    key = (n_k, n_q, group, np.dtype(dtype))
+    key = (n_q, group, np.dtype(dtype))
     b = _BIAS_CACHE.get(key)
     if b is None:
         if len(_BIAS_CACHE) > 64:
             _BIAS_CACHE.clear()
-        k = np.arange(n_k)[:, None]
-        q = np.arange(n_q)[None, :] + (n_k - n_q)
+        k = np.arange(n_q)[:, None]
+        q = np.arange(n_q)[None, :]
         one = np.where(k <= q, 0.0, -np.inf).astype(dtype)
         b = np.ascontiguousarray(np.repeat(one, group, axis=1))
         b.setflags(write=False)
@@ -377,10 +378,11 @@ def causal_softmax_t(St, bias_t):
 
         A_qk = exp(S_qk - m_q) / sum_k' exp(S_qk' - m_q)  over allowed keys k <= n_past + q
 
-    Every query sees at least key 0, so no row is empty. ``bias_t`` None: no key is masked.
+    ``bias_t`` (n_q, n_cols) masks the last n_q keys (``causal_bias_t``); None: no key is
+    masked. Every query sees at least key 0, so no row is empty.
     """
     if bias_t is not None:
-        St += bias_t                                   # masked keys: -inf
+        St[..., St.shape[-2] - bias_t.shape[0]:, :] += bias_t   # masked keys: -inf
     # max over the keys of each query: fmax (NaN-ignoring) reduces 2.5x faster than max, and
     # a NaN score still spreads through exp and the sum below
     m = np.fmax.reduce(St, axis=-2, keepdims=True)
@@ -433,13 +435,29 @@ def rope_rotate(src, dst, cos, sin, layout):
 # Embedding gradient: scatter-add of rows
 # ---------------------------------------------------------------------------------------
 
+# Rows of an id's first SCATTER_LEVELS occurrences are added level by level (one fancy
+# add per level: within a level every id appears once); the rest of a frequent id's rows
+# are summed as one segment.
+SCATTER_LEVELS = 8
+
+
 def scatter_add_rows(table_grad, ids, rows):
     """table_grad[ids[n]] += rows[n] for every n (repeated ids accumulate)."""
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
-    sums = np.add.reduceat(rows[order], starts, axis=0)
-    table_grad[sorted_ids[starts]] += sums
+    counts = np.diff(np.append(starts, ids.size))
+    uniq = sorted_ids[starts]
+    srows = rows[order]
+    for k in range(min(SCATTER_LEVELS, int(counts.max()))):
+        seen = counts > k                              # ids with a (k+1)-th occurrence
+        table_grad[uniq[seen]] += srows[starts[seen] + k]
+    if counts.max() > SCATTER_LEVELS:                  # the rest, summed per id
+        rank = np.arange(ids.size) - np.repeat(starts, counts)
+        rest = rank >= SCATTER_LEVELS
+        rest_ids = sorted_ids[rest]
+        first = np.flatnonzero(np.concatenate(([True], rest_ids[1:] != rest_ids[:-1])))
+        table_grad[rest_ids[first]] += np.add.reduceat(srows[rest], first, axis=0)
 
 
 # ---------------------------------------------------------------------------------------

@@ -60,7 +60,11 @@ def _checked(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_decay
 
 def _update(p, g, m, v, out, t, lr, beta1, beta2, eps, decay):
     """One parameter: writes theta, m_t, v_t into ``out`` = (p', m', v', tmp), which may be
-    (p, m, v, tmp) for an update in place (every operation is elementwise)."""
+    (p, m, v, tmp) for an update in place (every operation is elementwise).
+
+    The step is eta m_hat / (sqrt(v_hat) + eps) = m_t / ((sqrt(v_t) + eps') / c) with
+    c = eta sqrt(1 - beta2^t) / (1 - beta1^t) and eps' = eps sqrt(1 - beta2^t): the bias
+    corrections and the learning rate fold into two scalars (one pass less)."""
     p2, m2, v2, tmp = out
     np.multiply(m, beta1, out=m2)
     np.multiply(g, 1.0 - beta1, out=tmp)
@@ -69,11 +73,15 @@ def _update(p, g, m, v, out, t, lr, beta1, beta2, eps, decay):
     np.multiply(g, g, out=tmp)
     tmp *= 1.0 - beta2
     v2 += tmp                                      # v_t = beta2 v + (1 - beta2) g^2
-    np.sqrt(v2, out=tmp)
-    tmp *= 1.0 / math.sqrt(1.0 - beta2 ** t)
-    tmp += eps                                     # sqrt(v_hat) + eps
-    np.divide(m2, tmp, out=tmp)
-    tmp *= lr / (1.0 - beta1 ** t)                 # eta m_hat / (sqrt(v_hat) + eps)
+    root = math.sqrt(1.0 - beta2 ** t)
+    c = lr * root / (1.0 - beta1 ** t)
+    if c == 0.0:                                   # lr = 0: no step, only the decay (none)
+        tmp.fill(0.0)
+    else:
+        np.sqrt(v2, out=tmp)
+        tmp += eps * root
+        tmp *= 1.0 / c
+        np.divide(m2, tmp, out=tmp)                # eta m_hat / (sqrt(v_hat) + eps)
     if decay:
         np.multiply(p, 1.0 - lr * decay, out=p2)   # theta (1 - eta lambda)
         p2 -= tmp

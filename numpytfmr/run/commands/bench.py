@@ -75,6 +75,12 @@ def report_lines(s):
                  f"(NumPy BLAS set: {'yes' if th['numpy_blas_set'] else 'no'}), {m['cpu_count']} "
                  f"CPUs, {m['platform']}" + ("   [--quick: figures not meaningful]"
                                               if s["quick"] else ""))
+    kb = s.get("blas") or {}
+    if kb:
+        lines.append(f"NumPy's BLAS: OpenBLAS kernels {kb['used']} (OpenBLAS chose "
+                     f"{kb['chosen_by_openblas']}" + "".join(
+                         f"; {name} {1e3 * t:.2f} ms" for name, t in kb["seconds"].items())
+                     + (" on the test products)" if kb["seconds"] else ")"))
     lines.append(f"times: {clock}, minimum over the repeats; memory: "
                  f"{s.get('memory', {}).get('allocator', 'allocator unchanged')}")
     md = tr["model"]
@@ -200,7 +206,8 @@ def cmd_bench(args):
                                   use_torch=not args.skip_torch, attention_n=args.attention_n,
                                   block_size=args.block_size, window=args.window,
                                   repeat=repeat, profile=args.profile, scaling=args.scaling,
-                                  keep_memory=args.keep_freed_memory, on_stage=on_stage)
+                                  keep_memory=args.keep_freed_memory, blas=args.blas_kernels,
+                                  on_stage=on_stage)
     if not args.quiet and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
     if args.scaling:
@@ -246,6 +253,11 @@ def add_command(sub):
                    help="ask glibc to keep freed memory in the process (for NumPy and PyTorch "
                    "alike), so a step does not page-fault in again what the previous step "
                    "returned to the system; by default the allocator is left as users have it")
+    p.add_argument("--blas-kernels", choices=("auto", "openblas"), default="auto",
+                   help="which of OpenBLAS's kernel sets NumPy's products run: 'auto' (default, "
+                   "as the training commands): the one for this CPU (on AMD Zen 4 the AVX2 set, "
+                   "faster there than the AVX-512 one OpenBLAS picks); 'openblas': the one "
+                   "OpenBLAS picked when it loaded. Both are timed and reported")
     p.add_argument("--scaling", action="store_true",
                    help="instead of the rest: time the fast training step as d_model, n_layers, "
                    "seq_len and batch grow, with the log-log slopes beside the FLOP and memory "

@@ -193,13 +193,14 @@ def unchanged(params, before):
 def start_adapter_run(args, where):
     """The start shared by ``lora`` and ``dpo``: check what the argument types cannot see
     before any work (the targets, an --out that would replace a previous run without
-    --force), set the BLAS threads, and load or train the base model.
-    Returns (targets, start time, base)."""
-    from numpytfmr.run.blas import limit_blas_threads
+    --force), set the BLAS threads and kernels (for the rest of the process), and load or
+    train the base model. Returns (targets, start time, base)."""
+    from numpytfmr.run.blas import choose_blas_kernels, limit_blas_threads
 
     targets = parse_targets(args.targets)
     check_out(args, where)
     limit_blas_threads(args.threads)
+    choose_blas_kernels()
     start = time.perf_counter()
     return targets, start, base_model(args, where=where)
 
