@@ -83,8 +83,9 @@ def test_fast_and_reference_steps_train_the_same_way():
     ids, targets = (rng.integers(0, c.vocab_size, (2, 6)) for _ in range(2))
     fp, fs = {k: v.copy() for k, v in p.items()}, adamw_init(p)
     rp, rs = p, adamw_init(p)
+    grads = None                            # the first step's new arrays, then reused
     for _ in range(3):
-        fp, fs, fl = bench._numpy_step(fp, fs, ids, targets, c, 1e-2)
+        fp, fs, fl, grads = bench._numpy_step(fp, fs, ids, targets, c, 1e-2, grads=grads)
         rp, rs, rl = bench._reference_step(rp, rs, ids, targets, c, 1e-2)
         assert fl == pytest.approx(rl, rel=1e-5)
     for k in p:

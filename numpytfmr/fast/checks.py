@@ -108,3 +108,51 @@ def real(v, name, where, *, low=None, high=None):
     if (low is not None and v < low) or (high is not None and v > high):
         raise ValueError(f"{where}: {name} is {v}; expected a value in [{low}, {high}]")
     return v
+
+
+def check_grads_out(out, params, where):
+    """None, or a dict of arrays to write the gradients into: one per parameter, each of its
+    parameter's shape and dtype, writeable, sharing memory with no parameter and no other
+    gradient (the backward writes them while it still reads the parameters)."""
+    if out is None:
+        return None
+    if not isinstance(out, dict):
+        raise TypeError(f"{where}: out is a {type(out).__name__}; expected None or a dict of "
+                        "gradient arrays with the keys of params")
+    if set(out) != set(params):
+        missing, extra = sorted(set(params) - set(out)), sorted(set(out) - set(params))
+        raise ValueError(f"{where}: out has the wrong keys (missing {missing}; unexpected "
+                         f"{extra}); expected the keys of params")
+    for k, p in params.items():
+        g = out[k]
+        if (not isinstance(g, np.ndarray) or g.shape != p.shape or g.dtype != p.dtype
+                or not g.flags.writeable):
+            got = (f"a {type(g).__name__}" if not isinstance(g, np.ndarray) else
+                   f"an array of shape {g.shape} and dtype {g.dtype}"
+                   + ("" if g.flags.writeable else ", read-only"))
+            raise ValueError(f"{where}: out[{k!r}] is {got}; expected a writeable array of "
+                             f"shape {p.shape} and dtype {p.dtype} like params[{k!r}]")
+    # overlapping memory, in one sweep over the arrays' byte ranges sorted by start
+    spans = sorted((*_byte_bounds(a), k, is_out) for is_out, d in ((False, params), (True, out))
+                   for k, a in d.items() if a.size)
+    end_all, (end_out, last_out) = 0, (0, None)
+    for lo, hi, k, is_out in spans:
+        if lo < (end_all if is_out else end_out):
+            raise ValueError(f"{where}: out[{k if is_out else last_out!r}] shares memory with a "
+                             "parameter or another gradient; expected arrays of their own (e.g. "
+                             "the previous step's gradients)")
+        end_all = max(end_all, hi)
+        if is_out and hi > end_out:
+            end_out, last_out = hi, k
+    return out
+
+
+def _byte_bounds(a):
+    """(first byte, one past the last byte) of an array's memory."""
+    lo = hi = a.__array_interface__["data"][0]
+    for n, st in zip(a.shape, a.strides):
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return lo, hi + a.itemsize

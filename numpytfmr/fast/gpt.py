@@ -141,14 +141,14 @@ def _norm_backward(dh, nc, p, c, grads, dx=None, ws=FRESH):
     gamma = p[key + ".gamma"]
     if c.norm_type == "layernorm":
         has_beta = key + ".beta" in p
-        dgamma, dbeta, out = layernorm_backward_into(dh, xhat, r, gamma, dx,
-                                                     accumulate=dx is not None, has_beta=has_beta,
-                                                     ws=ws)
+        dgamma, dbeta, out = layernorm_backward_into(
+            dh, xhat, r, gamma, dx, accumulate=dx is not None, has_beta=has_beta, ws=ws,
+            dgamma=grads.get(key + ".gamma"), dbeta=grads.get(key + ".beta"))
         if has_beta:
             grads[key + ".beta"] = dbeta
     else:
         dgamma, _, out = rmsnorm_backward_into(dh, xhat, r, gamma, dx, accumulate=dx is not None,
-                                               ws=ws)
+                                               ws=ws, dgamma=grads.get(key + ".gamma"))
     grads[key + ".gamma"] = dgamma
     return out
 
@@ -179,6 +179,20 @@ def batch_chunks(B):
     """Slices of the batch axis, BATCH_CHUNK sequences each."""
     step = BATCH_CHUNK or B
     return [slice(i, min(i + step, B)) for i in range(0, B, step)]
+
+
+def scores_buffer(ws, name, n_k, nb, Hkv, cols, dtype):
+    """Key-major scores of ``nb`` sequences' heads side by side: an (n_k, C + pad) array,
+    C = nb Hkv cols, whose row k holds key k's score against every query column of every
+    head, and the (nb, Hkv, n_k, cols) view the products write. The softmax's reductions
+    over the keys then run down whole rows of C numbers (one NumPy loop, however many
+    heads), and the pad (64 bytes, kept at 0) keeps the rows off multiples of 4 KiB, where
+    the heads' columns would share cache sets."""
+    C = nb * Hkv * cols
+    pad = max(1, 64 // np.dtype(dtype).itemsize)
+    buf = ws.take(name, (n_k, C + pad), dtype)
+    buf[:, C:] = 0.0
+    return buf, buf[:, :C].reshape(n_k, nb, Hkv, cols).transpose(1, 2, 0, 3)
 
 
 def query_blocks(T):
@@ -242,15 +256,19 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
         out_m = concat.reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
     else:
         out_m = ws.take(pre + "out_m", (B, Hkv, T * G, dh), dt)
-    blocks = [ws.take(f"{pre}St{i}", (B, Hkv, L.n_past + b, (b - a) * G), dt)
-              for i, (a, b) in enumerate(query_blocks(T))]
-    for s in batch_chunks(B):      # a few sequences at a time: their scores stay in cache
-        for (a, b), St in zip(query_blocks(T), blocks):
+    blocks = []          # blocks[j][i]: chunk j's A^T of query block i (buffer, 4-d view)
+    for j, s in enumerate(batch_chunks(B)):   # a few sequences at a time: scores in cache
+        nb = s.stop - s.start
+        blocks.append([])
+        for i, (a, b) in enumerate(query_blocks(T)):
             n_k = L.n_past + b                                   # keys these queries may see
-            np.matmul(K_all[s, :, :n_k], Qm[s, :, a * G:b * G].swapaxes(-1, -2), out=St[s])
+            St, St4 = scores_buffer(ws, f"{pre}St{i}.{j}", n_k, nb, Hkv, (b - a) * G, dt)
+            np.matmul(K_all[s, :, :n_k], Qm[s, :, a * G:b * G].swapaxes(-1, -2), out=St4)
             # (one query, as in a decoding step, may see every key: no mask)
-            At = causal_softmax_t(St[s], causal_bias_t(b - a, G, dt) if b - a > 1 else None)
-            np.matmul(At.swapaxes(-1, -2), V_all[s, :, :n_k], out=out_m[s, :, a * G:b * G])
+            causal_softmax_t(St, causal_bias_t(b - a, G, nb * Hkv, St.shape[1], dt)
+                             if b - a > 1 else None)
+            np.matmul(St4.swapaxes(-1, -2), V_all[s, :, :n_k], out=out_m[s, :, a * G:b * G])
+            blocks[j].append((St, St4))
     if G > 1:
         concat.reshape(B, T, Hkv, G, dh)[...] = out_m.reshape(B, Hkv, T, G, dh).transpose(
             0, 2, 1, 3, 4)
@@ -267,9 +285,10 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
     """Gradients of the attention sublayer into ``grads``; returns dh (N, d)."""
     B, T, Hkv, G, dh, hd, kvd, n_past = L.B, L.T, L.Hkv, L.G, L.dh, L.hd, L.kvd, L.n_past
     dt = dout.dtype
-    grads[pre + "Wo"] = ac["concat"].T @ dout                    # out = concat Wo + bo
+    grads[pre + "Wo"] = np.matmul(ac["concat"].T, dout,        # out = concat Wo + bo
+                                  out=grads.get(pre + "Wo"))
     if c.bias:
-        grads[pre + "bo"] = column_sums(dout)
+        grads[pre + "bo"] = column_sums(dout, grads.get(pre + "bo"))
     dconcat = np.matmul(dout, p[pre + "Wo"].T, out=ws.take("d.concat", (L.N, hd), dt))
     dO = dconcat.reshape(B, T, Hkv, G, dh).transpose(0, 2, 1, 3, 4).reshape(B, Hkv, T * G, dh)
     Qm, K, V = ac["Qs"], ac["K"], ac["V"]
@@ -282,23 +301,22 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
     # dK, dV of every key the queries saw (the new ones are dqkv's columns)
     dK_all = dK_h if n_past == 0 else ws.take("d.K_all", (B, Hkv, n_past + T, dh), dt)
     dV_all = dV_h if n_past == 0 else ws.take("d.V_all", (B, Hkv, n_past + T, dh), dt)
-    blocks = list(zip(query_blocks(T), ac["At"]))
-    for s in batch_chunks(B):      # a few sequences at a time: their scores stay in cache
-        for i in reversed(range(len(blocks))):
+    qb = query_blocks(T)
+    for j, s in enumerate(batch_chunks(B)):   # a few sequences at a time: scores in cache
+        nb = s.stop - s.start
+        for i in reversed(range(len(qb))):
             # the last block sees every key: it writes dK, dV; the earlier ones add to theirs
-            (a, b), At = blocks[i]
-            At = At[s]
+            (a, b), (Ab, At) = qb[i], ac["At"][j][i]
             n_k, rows = n_past + b, slice(a * G, b * G)
-            dO_j, last = dO[s, :, rows], i == len(blocks) - 1
-            nb = At.shape[0]
+            dO_j, last = dO[s, :, rows], i == len(qb) - 1
             if last:
                 np.matmul(At, dO_j, out=dV_all[s])               # dV = A^T dO
             else:
                 dV_all[s, :, :n_k] += np.matmul(At, dO_j,
                                                 out=ws.take(f"d.V{i}", (nb, Hkv, n_k, dh), dt))
-            dSt = np.matmul(V[s, :, :n_k], dO_j.swapaxes(-1, -2),   # dA^T = V dO^T
-                            out=ws.take(f"d.St{i}", At.shape, dt))
-            softmax_backward_t(dSt, At)                          # dS^T
+            dSb, dSt = scores_buffer(ws, f"d.St{i}", n_k, nb, Hkv, (b - a) * G, dt)
+            np.matmul(V[s, :, :n_k], dO_j.swapaxes(-1, -2), out=dSt)   # dA^T = V dO^T
+            softmax_backward_t(dSb, Ab)                          # dS^T, every head at once
             if last:
                 np.matmul(dSt, Qm[s, :, rows], out=dK_all[s])    # dK = dS^T (Q scale)
             else:
@@ -320,15 +338,15 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
             np.copyto(dQ_bt, dQ5)
     # [Q/sqrt(d_head) K V] = h [Wq/sqrt(d_head) Wk Wv] + [bq/sqrt(d_head) bk bv]
     h = ac["h"]
-    dWq = grads[pre + "Wq"] = h.T @ dqkv[:, :hd]
-    dWq *= L.scale
-    grads[pre + "Wk"] = h.T @ dqkv[:, hd:hd + kvd]
-    grads[pre + "Wv"] = h.T @ dqkv[:, hd + kvd:]
+    for name, cols in (("q", slice(0, hd)), ("k", slice(hd, hd + kvd)),
+                       ("v", slice(hd + kvd, hd + 2 * kvd))):
+        W, b = pre + "W" + name, pre + "b" + name
+        grads[W] = np.matmul(h.T, dqkv[:, cols], out=grads.get(W))
+        if c.bias:
+            grads[b] = column_sums(dqkv[:, cols], grads.get(b))
+    grads[pre + "Wq"] *= L.scale           # the fused projection's query columns were scaled
     if c.bias:
-        db = column_sums(dqkv)
-        db[:hd] *= L.scale
-        grads[pre + "bq"], grads[pre + "bk"], grads[pre + "bv"] = (
-            db[:hd], db[hd:hd + kvd], db[hd + kvd:])
+        grads[pre + "bq"] *= L.scale
     # dh: both paths summed
     return np.matmul(dqkv, ac["Wqkv"].T, out=ws.take("d.h", (L.N, h.shape[1]), dt))
 
@@ -363,7 +381,8 @@ def _mlp_backward(dout, mc, p, pre, c, grads, ws=FRESH):
     h = mc["h"]
     N, d, dt = h.shape[0], h.shape[1], h.dtype
     if c.activation == "swiglu":
-        grads[pre + "W_down"] = mc["hid"].T @ dout               # out = hid W_down
+        grads[pre + "W_down"] = np.matmul(mc["hid"].T, dout,    # out = hid W_down
+                                          out=grads.get(pre + "W_down"))
         dhid = dout @ p[pre + "W_down"].T
         d_ff = dhid.shape[1]
         dgu = np.empty((dhid.shape[0], 2 * d_ff), dhid.dtype)
@@ -374,17 +393,18 @@ def _mlp_backward(dout, mc, p, pre, c, grads, ws=FRESH):
         local += 1.0
         local *= mc["s"]
         np.multiply(dhid, local, out=dg)
-        grads[pre + "W_gate"] = h.T @ dg
-        grads[pre + "W_up"] = h.T @ du
+        grads[pre + "W_gate"] = np.matmul(h.T, dg, out=grads.get(pre + "W_gate"))
+        grads[pre + "W_up"] = np.matmul(h.T, du, out=grads.get(pre + "W_up"))
         return np.matmul(dgu, mc["W_gu"].T, out=ws.take("d.h", (N, d), dt))
-    grads[pre + "W2"] = mc["hid"].T @ dout                       # out = hid W2 + b2
+    grads[pre + "W2"] = np.matmul(mc["hid"].T, dout,           # out = hid W2 + b2
+                                  out=grads.get(pre + "W2"))
     if c.bias:
-        grads[pre + "b2"] = column_sums(dout)
+        grads[pre + "b2"] = column_sums(dout, grads.get(pre + "b2"))
     dz = np.matmul(dout, p[pre + "W2"].T, out=ws.take("d.z", mc["hid"].shape, dt))
     dz *= mc["local"]                                            # hid = act(z)
-    grads[pre + "W1"] = h.T @ dz                                 # z = h W1 + b1
+    grads[pre + "W1"] = np.matmul(h.T, dz, out=grads.get(pre + "W1"))   # z = h W1 + b1
     if c.bias:
-        grads[pre + "b1"] = column_sums(dz)
+        grads[pre + "b1"] = column_sums(dz, grads.get(pre + "b1"))
     return np.matmul(dz, p[pre + "W1"].T, out=ws.take("d.h", (N, d), dt))
 
 
@@ -440,17 +460,20 @@ def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad, ws=FRESH):
     return logits.reshape(B, T, -1), cache
 
 
-def _backward(dlogits, cache):
+def _backward(dlogits, cache, out=None):
+    """The gradients, a dict with the keys of the parameters: new arrays, or the arrays of
+    ``out`` (checked by the caller) written in place."""
     c, p, L, ws = cache["config"], cache["params"], cache["layout"], cache["ws"]
-    grads = {}
+    # every gradient is computed with out=grads.get(key): the caller's array, or None (new)
+    grads = {} if out is None else dict(out)
     dl = dlogits.reshape(L.N, -1)
     xf = cache["xf"]
     dx = ws.take("dx", xf.shape, xf.dtype)
     if c.tie_embeddings:                                         # logits = x E^T
-        dwte = dl.T @ xf
+        dwte = np.matmul(dl.T, xf, out=grads.get("wte"))
         np.matmul(dl, p["wte"], out=dx)
     else:
-        grads["lm_head.W"] = xf.T @ dl
+        grads["lm_head.W"] = np.matmul(xf.T, dl, out=grads.get("lm_head.W"))
         np.matmul(dl, p["lm_head.W"].T, out=dx)
     if c.norm == "pre":
         dx = _norm_backward(dx, cache["norm_f"], p, c, grads, ws=ws)   # x = N_f(x)
@@ -474,17 +497,22 @@ def _backward(dlogits, cache):
             dx += _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads, ws)
     if cache["drop_embed"] is not None:
         dx *= cache["drop_embed"]
-    if c.tie_embeddings:
-        scatter_add_rows(dwte, cache["ids"], dx)                 # E gets both contributions
-    else:
-        dwte = np.zeros_like(p["wte"])
-        scatter_add_rows(dwte, cache["ids"], dx)
+    if not c.tie_embeddings:
+        dwte = _zeros(grads.get("wte"), p["wte"])
+    scatter_add_rows(dwte, cache["ids"], dx)                     # E gets both contributions
     grads["wte"] = dwte
     if c.positional == "learned":
-        dwpe = np.zeros_like(p["wpe"])
-        dwpe[L.n_past:L.n_past + L.T] = dx.reshape(L.B, L.T, -1).sum(axis=0)
-        grads["wpe"] = dwpe
+        dwpe = grads["wpe"] = _zeros(grads.get("wpe"), p["wpe"])
+        np.add.reduce(dx.reshape(L.B, L.T, -1), axis=0, out=dwpe[L.n_past:L.n_past + L.T])
     return {k: grads[k] for k in p}
+
+
+def _zeros(dest, like):
+    """``dest`` set to 0, or a new array of zeros like ``like``."""
+    if dest is None:
+        return np.zeros_like(like)
+    dest.fill(0)
+    return dest
 
 
 class _AttentionWeights:
@@ -499,10 +527,13 @@ class _AttentionWeights:
 
     def __getitem__(self, l):
         L = self._L
-        A = np.zeros((L.B, L.Hkv, L.G, L.T, L.n_k), self._layers[l]["attn"]["At"][0].dtype)
-        for (a, b), At in zip(query_blocks(L.T), self._layers[l]["attn"]["At"]):
-            n_k = L.n_past + b
-            A[:, :, :, a:b, :n_k] = At.reshape(L.B, L.Hkv, n_k, b - a, L.G).transpose(0, 1, 4, 3, 2)
+        chunks = self._layers[l]["attn"]["At"]
+        A = np.zeros((L.B, L.Hkv, L.G, L.T, L.n_k), chunks[0][0][0].dtype)
+        for s, blocks in zip(batch_chunks(L.B), chunks):
+            for (a, b), (_, At) in zip(query_blocks(L.T), blocks):
+                n_k = L.n_past + b
+                A[s, :, :, a:b, :n_k] = At.reshape(-1, L.Hkv, n_k, b - a, L.G).transpose(
+                    0, 1, 4, 3, 2)
         return A.reshape(L.B, L.H, L.T, L.n_k)
 
     def __iter__(self):
@@ -536,11 +567,13 @@ def gpt_forward(params, ids, *, config, kv_cache=None, rng=None, train=False):
     return logits, cache
 
 
-def gpt_backward(dlogits, cache):
-    """Backward of :func:`gpt_forward`: a dict of gradients with the keys of ``params``."""
+def gpt_backward(dlogits, cache, *, out=None):
+    """Backward of :func:`gpt_forward`: a dict of gradients with the keys of ``params``
+    (written into the arrays of ``out`` when given, see :func:`gpt_loss`)."""
     where = "fast.gpt_backward"
     if not isinstance(cache, dict) or "xf" not in cache:
         raise TypeError(f"{where}: cache is not the cache of numpytfmr.fast.gpt_forward")
+    out = checks.check_grads_out(out, cache["params"], where)
     L = cache["layout"]
     want = (L.B, L.T, cache["config"].vocab_size)
     dlogits = np.asarray(dlogits)
@@ -549,7 +582,7 @@ def gpt_backward(dlogits, cache):
                          f"shape {want}")
     if dlogits.dtype.kind != "f":
         raise TypeError(f"{where}: dlogits has dtype {dlogits.dtype}; expected floats")
-    return _backward(dlogits.astype(cache["dtype"], copy=False), cache)   # read, never written
+    return _backward(dlogits.astype(cache["dtype"], copy=False), cache, out)   # read, never written
 
 
 _LOCAL = threading.local()
@@ -566,15 +599,19 @@ def loss_workspace():
 
 
 def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
-             label_smoothing=0.0, rng=None, train=False, workspace=None):
+             label_smoothing=0.0, rng=None, train=False, workspace=None, out=None):
     """Mean next-token cross-entropy and its gradients, ``(loss, grads)``, as
     ``numpytfmr.gpt_loss``; the softmax and the cross-entropy run fused on the logits.
 
     Nothing of the forward pass leaves this function, so its activations and the backward's
-    temporaries live in a :class:`Workspace`, the same memory from one call to the next (a
-    training step then touches no fresh pages; the returned gradients are new arrays):
+    temporaries live in a :class:`Workspace`, the same memory from one call to the next:
     ``workspace``, or by default this thread's :func:`loss_workspace`. Calls that alternate
-    between shapes should each pass their own."""
+    between shapes should each pass their own.
+
+    The gradients are new arrays, or, with ``out`` (a dict of arrays shaped like the
+    parameters, e.g. the previous step's gradients), written into those: a training loop
+    that passes the same dict every step then touches no fresh pages at all (a new 1 MB
+    array costs its page faults, about a fifth of a matrix product that fills it)."""
     where = "fast.gpt_loss"
     c = checks.check_config(config, where)
     p, dtype = checks.check_params(params, c, where)
@@ -599,6 +636,7 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
     if workspace is not None and not isinstance(workspace, Workspace):
         raise TypeError(f"{where}: workspace is a {type(workspace).__name__}; expected None or a "
                         "numpytfmr.fast.Workspace")
+    out = checks.check_grads_out(out, p, where)
     ws = loss_workspace() if workspace is None else workspace
     logits, cache = _forward(p, ids, c, dtype, None, 0, rng, train, True, ws)
     z = logits.reshape(-1, c.vocab_size)
@@ -610,7 +648,7 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
         n_valid = int(v.sum())
         t = np.where(v, t, 0)
     loss = cross_entropy_fused(z, t, v, n_valid, eps)            # z becomes dlogits
-    return loss, _backward(logits, cache)
+    return loss, _backward(logits, cache, out)
 
 
 # ---------------------------------------------------------------------------------------

@@ -64,9 +64,10 @@ FRESH = _Fresh()
 # ---------------------------------------------------------------------------------------
 
 
-def column_sums(g):
-    """sum_n g[n, :] for g (N, d): the vector-matrix product 1^T G (gradient of a bias)."""
-    return np.ones(g.shape[0], g.dtype) @ g
+def column_sums(g, out=None):
+    """sum_n g[n, :] for g (N, d): the vector-matrix product 1^T G (gradient of a bias),
+    written into ``out`` when given."""
+    return np.matmul(np.ones(g.shape[0], g.dtype), g, out=out)
 
 
 _MEAN_VECTORS = {}
@@ -92,9 +93,9 @@ else:                                         # pragma: no cover - NumPy 1.x
         return np.einsum("nj,nj->n", a, b)
 
 
-def column_dots(a, b):
-    """sum_n a[n, j] b[n, j], shape (d,): the gradient of a gain gamma."""
-    return np.einsum("nj,nj->j", a, b)
+def column_dots(a, b, out=None):
+    """sum_n a[n, j] b[n, j], shape (d,): the gradient of a gain gamma (into ``out``)."""
+    return np.einsum("nj,nj->j", a, b, out=out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -118,16 +119,18 @@ def layernorm(x, gamma, beta, eps, ws=FRESH, name=""):
     return h, xhat, rstd
 
 
-def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=True, ws=FRESH):
+def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=True, ws=FRESH,
+                            dgamma=None, dbeta=None):
     """The gradients of :func:`layernorm` given dh (overwritten): returns (dgamma, dbeta or
-    None, dx), dx added into ``dx`` when ``accumulate`` (a residual stream's gradient).
+    None, dx), dx added into ``dx`` when ``accumulate`` (a residual stream's gradient);
+    dgamma and dbeta written into the arrays given, if any.
 
         dgamma = sum_n dh xhat,  dbeta = sum_n dh,  dxhat = dh gamma,
         dx = (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / sigma
     """
     d = xhat.shape[1]
-    dgamma = column_dots(dh, xhat)
-    dbeta = column_sums(dh) if has_beta else None
+    dgamma = column_dots(dh, xhat, dgamma)
+    dbeta = column_sums(dh, dbeta) if has_beta else None
     dh *= gamma                                       # dxhat
     a = row_means(dh)                                 # mean(dxhat)
     b = row_dots(dh, xhat)
@@ -155,10 +158,10 @@ def rmsnorm(x, gamma, eps, ws=FRESH, name=""):
     return h, xhat, rrms
 
 
-def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate, ws=FRESH):
+def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate, ws=FRESH, dgamma=None):
     """The gradients of :func:`rmsnorm` given dh (overwritten): returns (dgamma, None, dx),
     dx = (dxhat - xhat mean(dxhat xhat)) / rms added into ``dx`` when ``accumulate``."""
-    dgamma = column_dots(dh, xhat)
+    dgamma = column_dots(dh, xhat, dgamma)
     dh *= gamma
     b = row_dots(dh, xhat)
     b *= 1.0 / xhat.shape[1]
@@ -351,53 +354,55 @@ def activation(name, a, bias, need_grad=True, ws=FRESH, key=""):
 _BIAS_CACHE = {}
 
 
-def causal_bias_t(n_q, group, dtype):
-    """Key-major additive causal mask of the LAST n_q keys against n_q queries at the same
-    positions, (n_q, n_q * group): 0 where key k <= query q, else -inf (the keys before
-    them are seen by every query and need no mask).
+def causal_bias_t(n_q, group, heads, width, dtype):
+    """Key-major additive causal mask of the LAST n_q keys, for a scores buffer of
+    ``heads`` blocks of n_q * group query columns side by side (and pad columns up to
+    ``width``): (n_q, width), 0 where key k <= query q (and in the pad), else -inf. The
+    keys before the last n_q are seen by every query and need no mask.
 
-    Column q * group + g is query q of the g-th head of a group (the rows of the stacked
-    queries, see ``numpytfmr.fast.gpt``).
+    Column q * group + g of a block is query q of the g-th head of a group (the rows of
+    the stacked queries, see ``numpytfmr.fast.gpt``).
     """
-    key = (n_q, group, np.dtype(dtype))
+    key = (n_q, group, heads, width, np.dtype(dtype))
     b = _BIAS_CACHE.get(key)
     if b is None:
         if len(_BIAS_CACHE) > 64:
             _BIAS_CACHE.clear()
         k = np.arange(n_q)[:, None]
         q = np.arange(n_q)[None, :]
-        one = np.where(k <= q, 0.0, -np.inf).astype(dtype)
-        b = np.ascontiguousarray(np.repeat(one, group, axis=1))
+        one = np.repeat(np.where(k <= q, 0.0, -np.inf), group, axis=1)
+        b = np.zeros((n_q, width), dtype)
+        b[:, :heads * n_q * group] = np.tile(one, heads)
         b.setflags(write=False)
         _BIAS_CACHE[key] = b
     return b
 
 
 def causal_softmax_t(St, bias_t):
-    """In place: St (..., n_k, n_cols) key-major scores -> attention weights A^T.
+    """In place: St (n_k, n_cols) key-major scores, one column per query (of every head
+    side by side) -> attention weights A^T.
 
         A_qk = exp(S_qk - m_q) / sum_k' exp(S_qk' - m_q)  over allowed keys k <= n_past + q
 
     ``bias_t`` (n_q, n_cols) masks the last n_q keys (``causal_bias_t``); None: no key is
-    masked. Every query sees at least key 0, so no row is empty.
+    masked. Every query sees at least key 0, so no column is empty.
     """
     if bias_t is not None:
-        St[..., St.shape[-2] - bias_t.shape[0]:, :] += bias_t   # masked keys: -inf
-    # max over the keys of each query: fmax (NaN-ignoring) reduces 2.5x faster than max, and
-    # a NaN score still spreads through exp and the sum below
-    m = np.fmax.reduce(St, axis=-2, keepdims=True)
+        St[St.shape[0] - bias_t.shape[0]:] += bias_t     # masked keys: -inf
+    # max over the keys of each query: a NaN score still spreads through exp and the sum
+    m = np.fmax.reduce(St, axis=0)
     St -= m
     np.exp(St, out=St)
-    s = np.ones(St.shape[-2], St.dtype) @ St           # sum over the keys: 1^T A^T (BLAS)
+    s = np.ones(St.shape[0], St.dtype) @ St            # sum over the keys: 1^T A^T (BLAS)
     np.divide(1.0, s, out=s)
-    St *= s[..., None, :]
+    St *= s
     return St
 
 
 def softmax_backward_t(dAt, At):
-    """In place: dS^T = A^T * (dA^T - sum_k dA_k A_k) (the softmax Jacobian-vector product)."""
-    rs = np.einsum("...kq,...kq->...q", dAt, At)[..., None, :]
-    dAt -= rs
+    """In place: dS^T = A^T * (dA^T - sum_k dA_k A_k) (the softmax Jacobian-vector product),
+    key-major (n_k, n_cols) as :func:`causal_softmax_t`."""
+    dAt -= np.einsum("kq,kq->q", dAt, At)
     dAt *= At
     return dAt
 

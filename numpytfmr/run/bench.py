@@ -302,14 +302,16 @@ def bench_config(model, max_len=None):
                      max_len=max_len or model["seq_len"])
 
 
-def _numpy_step(params, state, ids, targets, config, lr, workspace=None):
+def _numpy_step(params, state, ids, targets, config, lr, workspace=None, grads=None):
     """One training step on the fast path: forward, backward (``fast.gpt_loss``, its
-    activations in ``workspace`` or this thread's) and an AdamW update in place
-    (``fast.adamw_step_``; the parameters and moments are the caller's own copies, as a
-    training loop's are)."""
-    loss, grads = fast.gpt_loss(params, ids, targets, config=config, workspace=workspace)
+    activations in ``workspace`` or this thread's, the gradients written into ``grads``,
+    the previous step's, when given) and an AdamW update in place (``fast.adamw_step_``;
+    the parameters and moments are the caller's own copies, as a training loop's are).
+    Returns (params, state, loss, grads)."""
+    loss, grads = fast.gpt_loss(params, ids, targets, config=config, workspace=workspace,
+                                out=grads)
     fast.adamw_step_(params, grads, state, lr=lr, weight_decay=0.01)
-    return params, state, loss
+    return params, state, loss, grads
 
 
 def _reference_step(params, state, ids, targets, config, lr):
@@ -418,12 +420,13 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
     torch = _torch_or_none() if use_torch else None
 
     runners = {}
-    state = {"params": {k: p.copy() for k, p in params.items()}, "opt": adamw_init(params)}
+    state = {"params": {k: p.copy() for k, p in params.items()}, "opt": adamw_init(params),
+             "grads": None}
     ref_state = {"params": params, "opt": adamw_init(params)}
 
     def numpy_run():
-        state["params"], state["opt"], loss = _numpy_step(state["params"], state["opt"], ids,
-                                                          targets, config, lr)
+        state["params"], state["opt"], loss, state["grads"] = _numpy_step(
+            state["params"], state["opt"], ids, targets, config, lr, grads=state["grads"])
         return float(loss)
 
     def reference_run():
@@ -880,8 +883,8 @@ def _step_runner(model, seed):
     state = adamw_init(params)
     ids = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
     targets = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
-    ws = fast.Workspace()
-    return (lambda: _numpy_step(params, state, ids, targets, config, 1e-3, ws),
+    ws, grads = fast.Workspace(), {k: np.empty_like(p) for k, p in params.items()}
+    return (lambda: _numpy_step(params, state, ids, targets, config, 1e-3, ws, grads),
             lambda: _numpy_step(params, state, ids, targets, config, 1e-3, fast.Workspace()))
 
 
@@ -954,11 +957,11 @@ def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     ids = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
     targets = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
     opt = adamw_init(params)
-    params, opt, _ = _numpy_step(params, opt, ids, targets, config, 1e-3)     # warm-up
+    params, opt, _, grads = _numpy_step(params, opt, ids, targets, config, 1e-3)   # warm-up
     prof = cProfile.Profile(CLOCKS[clock])
     prof.enable()
     for _ in range(steps):
-        params, opt, _ = _numpy_step(params, opt, ids, targets, config, 1e-3)
+        params, opt, _, grads = _numpy_step(params, opt, ids, targets, config, 1e-3, grads=grads)
     prof.disable()
     st = pstats.Stats(prof)
     total = st.total_tt
