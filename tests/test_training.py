@@ -87,7 +87,8 @@ def test_blas_kernel_rule_picks_avx2_on_zen4_only(monkeypatch):
     from numpytfmr.run import blas
     if blas.blas_kernels() is None:
         pytest.skip("NumPy's BLAS is not an OpenBLAS with several kernel sets here")
-    chosen = blas.blas_kernels()
+    assert blas.blas_kernels() == blas.openblas_kernels()    # nothing left switched
+    chosen = blas.openblas_kernels()
     monkeypatch.setattr(blas, "_cpu", lambda: ("GenuineIntel", 6))
     assert blas.preferred_blas_kernels() == chosen
     monkeypatch.setattr(blas, "_cpu", lambda: ("AuthenticAMD", 25))

@@ -134,21 +134,22 @@ def _norm(x, p, key, c, ws=FRESH):
     return h, (key, xhat, r)
 
 
-def _norm_backward(dh, nc, p, c, grads, dx=None, ws=FRESH):
+def _norm_backward(dh, nc, p, c, grads, dx=None, ws=FRESH, consume=False):
     """Gradients of N into ``grads``; returns dx (accumulated into ``dx`` when given).
-    ``dh`` is overwritten."""
+    ``dh`` is overwritten, and with ``consume`` the cached xhat too."""
     key, xhat, r = nc
     gamma = p[key + ".gamma"]
     if c.norm_type == "layernorm":
         has_beta = key + ".beta" in p
         dgamma, dbeta, out = layernorm_backward_into(
             dh, xhat, r, gamma, dx, accumulate=dx is not None, has_beta=has_beta, ws=ws,
-            dgamma=grads.get(key + ".gamma"), dbeta=grads.get(key + ".beta"))
+            dgamma=grads.get(key + ".gamma"), dbeta=grads.get(key + ".beta"), consume=consume)
         if has_beta:
             grads[key + ".beta"] = dbeta
     else:
         dgamma, _, out = rmsnorm_backward_into(dh, xhat, r, gamma, dx, accumulate=dx is not None,
-                                               ws=ws, dgamma=grads.get(key + ".gamma"))
+                                               ws=ws, dgamma=grads.get(key + ".gamma"),
+                                               consume=consume)
     grads[key + ".gamma"] = dgamma
     return out
 
@@ -466,6 +467,7 @@ def _backward(dlogits, cache, out=None):
     c, p, L, ws = cache["config"], cache["params"], cache["layout"], cache["ws"]
     # every gradient is computed with out=grads.get(key): the caller's array, or None (new)
     grads = {} if out is None else dict(out)
+    consume = cache.get("consume", False)          # gpt_loss: the cache is read only once
     dl = dlogits.reshape(L.N, -1)
     xf = cache["xf"]
     dx = ws.take("dx", xf.shape, xf.dtype)
@@ -476,23 +478,23 @@ def _backward(dlogits, cache, out=None):
         grads["lm_head.W"] = np.matmul(xf.T, dl, out=grads.get("lm_head.W"))
         np.matmul(dl, p["lm_head.W"].T, out=dx)
     if c.norm == "pre":
-        dx = _norm_backward(dx, cache["norm_f"], p, c, grads, ws=ws)   # x = N_f(x)
+        dx = _norm_backward(dx, cache["norm_f"], p, c, grads, ws=ws, consume=consume)
     for l in reversed(range(c.n_layers)):
         pre, lc = f"h{l}.", cache["layers"][l]
         if c.norm == "pre":
             # x = x + drop(ffn(N2(x))): dx flows on and through the FFN
             dout = dx if lc["d2"] is None else dx * lc["d2"]
             dh = _mlp_backward(dout, lc["mlp"], p, pre + "mlp.", c, grads, ws)
-            _norm_backward(dh, lc["n2"], p, c, grads, dx, ws)
+            _norm_backward(dh, lc["n2"], p, c, grads, dx, ws, consume)
             dout = dx if lc["d1"] is None else dx * lc["d1"]
             dh = _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads, ws)
-            _norm_backward(dh, lc["n1"], p, c, grads, dx, ws)
+            _norm_backward(dh, lc["n1"], p, c, grads, dx, ws, consume)
         else:
             # x = N2(s), s = x + drop(ffn(x))
-            ds = _norm_backward(dx, lc["n2"], p, c, grads, ws=ws)
+            ds = _norm_backward(dx, lc["n2"], p, c, grads, ws=ws, consume=consume)
             dout = ds if lc["d2"] is None else ds * lc["d2"]
             ds += _mlp_backward(dout, lc["mlp"], p, pre + "mlp.", c, grads, ws)
-            dx = _norm_backward(ds, lc["n1"], p, c, grads, ws=ws)
+            dx = _norm_backward(ds, lc["n1"], p, c, grads, ws=ws, consume=consume)
             dout = dx if lc["d1"] is None else dx * lc["d1"]
             dx += _attention_backward(dout, lc["attn"], p, pre + "attn.", c, L, grads, ws)
     if cache["drop_embed"] is not None:
@@ -648,6 +650,7 @@ def gpt_loss(params, ids, targets, *, config, loss_mask=None, ignore_index=None,
         n_valid = int(v.sum())
         t = np.where(v, t, 0)
     loss = cross_entropy_fused(z, t, v, n_valid, eps)            # z becomes dlogits
+    cache["consume"] = True                                      # nobody else sees it
     return loss, _backward(logits, cache, out)
 
 

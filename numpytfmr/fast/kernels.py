@@ -120,10 +120,11 @@ def layernorm(x, gamma, beta, eps, ws=FRESH, name=""):
 
 
 def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=True, ws=FRESH,
-                            dgamma=None, dbeta=None):
+                            dgamma=None, dbeta=None, consume=False):
     """The gradients of :func:`layernorm` given dh (overwritten): returns (dgamma, dbeta or
     None, dx), dx added into ``dx`` when ``accumulate`` (a residual stream's gradient);
-    dgamma and dbeta written into the arrays given, if any.
+    dgamma and dbeta written into the arrays given, if any. ``consume``: xhat is not read
+    again and serves as the scratch array (still in cache, unlike a scratch of its own).
 
         dgamma = sum_n dh xhat,  dbeta = sum_n dh,  dxhat = dh gamma,
         dx = (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / sigma
@@ -135,7 +136,8 @@ def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=T
     a = row_means(dh)                                 # mean(dxhat)
     b = row_dots(dh, xhat)
     b *= 1.0 / d                                      # mean(dxhat xhat)
-    t = np.multiply(xhat, b[:, None], out=ws.take("norm.t", xhat.shape, xhat.dtype))
+    t = np.multiply(xhat, b[:, None],
+                    out=xhat if consume else ws.take("norm.t", xhat.shape, xhat.dtype))
     dh -= t
     dh -= a[:, None]
     dh *= rstd
@@ -158,14 +160,17 @@ def rmsnorm(x, gamma, eps, ws=FRESH, name=""):
     return h, xhat, rrms
 
 
-def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate, ws=FRESH, dgamma=None):
+def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate, ws=FRESH, dgamma=None,
+                          consume=False):
     """The gradients of :func:`rmsnorm` given dh (overwritten): returns (dgamma, None, dx),
-    dx = (dxhat - xhat mean(dxhat xhat)) / rms added into ``dx`` when ``accumulate``."""
+    dx = (dxhat - xhat mean(dxhat xhat)) / rms added into ``dx`` when ``accumulate``
+    (``consume`` as in :func:`layernorm_backward_into`)."""
     dgamma = column_dots(dh, xhat, dgamma)
     dh *= gamma
     b = row_dots(dh, xhat)
     b *= 1.0 / xhat.shape[1]
-    t = np.multiply(xhat, b[:, None], out=ws.take("norm.t", xhat.shape, xhat.dtype))
+    t = np.multiply(xhat, b[:, None],
+                    out=xhat if consume else ws.take("norm.t", xhat.shape, xhat.dtype))
     dh -= t
     dh *= rrms
     if accumulate:

@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 
-__all__ = ["limit_blas_threads", "blas_threads", "blas_kernels", "choose_blas_kernels",
-           "preferred_blas_kernels", "set_blas_kernels", "tuned_blas"]
+__all__ = ["limit_blas_threads", "blas_threads", "blas_kernels", "openblas_kernels",
+           "choose_blas_kernels", "preferred_blas_kernels", "set_blas_kernels", "tuned_blas"]
 
 
 def _openblas_libraries():
@@ -130,6 +130,12 @@ def blas_kernels():
     return None if lib is None else lib.gotoblas_corename().decode()
 
 
+def openblas_kernels():
+    """The kernel set OpenBLAS chose when it loaded (None without a DYNAMIC_ARCH OpenBLAS)."""
+    lib = _kernel_library()
+    return None if lib is None else _CHOSEN_BY_OPENBLAS.get(lib._name, blas_kernels())
+
+
 def set_blas_kernels(name):
     """Make OpenBLAS use the kernel set ``name`` from now on; returns the set it used before.
 
@@ -188,7 +194,7 @@ def preferred_blas_kernels():
     lib = _kernel_library()
     if lib is None:
         return None
-    chosen = _CHOSEN_BY_OPENBLAS.get(lib._name, blas_kernels())
+    chosen = openblas_kernels()
     if _cpu() == ("AuthenticAMD", 25) and "Haswell" in _ALTERNATIVES.get(chosen, ()):
         return "Haswell"
     return chosen
@@ -205,7 +211,7 @@ def choose_blas_kernels(*, measure=False):
     lib = _kernel_library()
     if lib is None:
         return None
-    first = _CHOSEN_BY_OPENBLAS.get(lib._name, blas_kernels())
+    first = openblas_kernels()
     report = {"chosen_by_openblas": first, "used": blas_kernels(), "seconds": {}}
     if measure:
         rng = np.random.default_rng(0)

@@ -38,8 +38,8 @@ The model runs on the fast path (``numpytfmr.fast.posttrain``: the same numbers 
 import time
 
 from numpytfmr.run.commands.lora import (add_adapter_options, add_base_options, add_run_options,
-                                     adapter_settings, save_adapted, snapshot, start_adapter_run,
-                                     train_adapters, unchanged)
+                                         adapter_command, adapter_settings, save_adapted, snapshot,
+                                         start_adapter_run, train_adapters, unchanged)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
 from numpytfmr.run.commands.train import finish, out_dir
 
@@ -120,6 +120,7 @@ def _logprobs(params, adapters, ids, mask, *, config, alpha, batch=512):
                            for i in range(0, ids.shape[0], batch)])
 
 
+@adapter_command
 def cmd_dpo(args):
     import numpy as np
 

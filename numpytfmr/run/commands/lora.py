@@ -193,14 +193,10 @@ def unchanged(params, before):
 def start_adapter_run(args, where):
     """The start shared by ``lora`` and ``dpo``: check what the argument types cannot see
     before any work (the targets, an --out that would replace a previous run without
-    --force), set the BLAS threads and kernels (for the rest of the process), and load or
-    train the base model. Returns (targets, start time, base)."""
-    from numpytfmr.run.blas import choose_blas_kernels, limit_blas_threads
-
+    --force), and load or train the base model (the BLAS threads and kernels are set by
+    ``adapter_command``). Returns (targets, start time, base)."""
     targets = parse_targets(args.targets)
     check_out(args, where)
-    limit_blas_threads(args.threads)
-    choose_blas_kernels()
     start = time.perf_counter()
     return targets, start, base_model(args, where=where)
 
@@ -209,6 +205,18 @@ def start_adapter_run(args, where):
 # numpytfmr lora
 # ---------------------------------------------------------------------------------------
 
+def adapter_command(run):
+    """The command ``run(args)`` with ``--threads`` BLAS threads and the preferred kernels
+    (``tuned_blas``), both as they were afterwards."""
+    def command(args):
+        from numpytfmr.run.blas import tuned_blas
+        with tuned_blas(args.threads):
+            return run(args)
+    command.__name__, command.__doc__ = run.__name__, run.__doc__
+    return command
+
+
+@adapter_command
 def cmd_lora(args):
     import numpy as np
 
