@@ -364,6 +364,28 @@ def test_scatter_add_rows_accumulates_every_repeat(counts):
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clip_grad_norm_in_place_equals_the_reference(max_norm, dtype):
+    rng = np.random.default_rng(5)
+    grads = {"a": rng.standard_normal((300, 700)).astype(dtype),     # more than one block
+             "b": rng.standard_normal(11).astype(dtype)}
+    want, want_norm = R.clip_grad_norm(grads, max_norm)
+    got = {k: g.copy() for k, g in grads.items()}
+    same, norm = fast.clip_grad_norm_(got, max_norm)
+    assert same is got and norm == pytest.approx(want_norm, rel=1e-13)
+    for k in grads:
+        assert got[k].dtype == dtype
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12 if dtype == np.float64 else 1e-6)
+    if max_norm > want_norm:                                          # no clipping: untouched
+        assert all(np.array_equal(got[k], grads[k]) for k in grads)
+    bad = {"a": np.ones(3), "b": np.array([1.0, np.nan])}
+    with pytest.raises(ValueError, match=r"grads\['b'\] holds non-finite"):
+        fast.clip_grad_norm_(bad, 1.0)
+    with pytest.raises(ValueError, match="max_norm"):
+        fast.clip_grad_norm_(got, 0.0)
+
+
 def test_adamw_rejects_mismatched_inputs():
     p = {"w": np.zeros((2, 3))}
     with pytest.raises(ValueError, match="grads keys"):

@@ -136,6 +136,12 @@ def test_train_loop_fits_a_least_squares_problem():
     assert params["w"].tolist() == [0.0, 0.0, 0.0]                # input not modified
     assert hist["step"] == 300 and len(hist["loss"]) == 300 and int(state["step"]) == 300
     assert [e["step"] for e in hist["evals"]] == [100, 200, 300] and len(evals) == 3
+    # continuing from the returned state updates the loop's own copies, not the caller's
+    before = {k: np.array(v, copy=True) for k, v in state.items()}
+    more = TrainSettings(steps=310, lr=0.1, warmup_steps=10, weight_decay=0.0, eval_every=100)
+    newer, state2, _ = train_loop(new, loss_and_grads, more, opt_state=state, history=hist)
+    assert all(np.array_equal(state[k], before[k]) for k in state)
+    assert int(state2["step"]) == 310 and not np.array_equal(newer["w"], new["w"])
 
 
 def test_train_loop_stops_on_a_diverged_loss():

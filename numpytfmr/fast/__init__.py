@@ -24,7 +24,7 @@ one-position step (no mask, no per-token checks).
 """
 from . import posttrain
 from .gpt import Workspace, generate, gpt_backward, gpt_forward, gpt_loss, loss_workspace
-from .optim import adamw_step, adamw_step_
+from .optim import adamw_step, adamw_step_, clip_grad_norm_
 
 __all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "adamw_step", "adamw_step_",
-           "Workspace", "loss_workspace"]
+           "clip_grad_norm_", "Workspace", "loss_workspace"]

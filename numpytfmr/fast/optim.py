@@ -11,10 +11,11 @@ parameters and the moments in place (a training loop that owns them allocates no
 """
 import math
 import numbers
+import threading
 
 import numpy as np
 
-__all__ = ["adamw_step", "adamw_step_"]
+__all__ = ["adamw_step", "adamw_step_", "clip_grad_norm_"]
 
 
 def _checked(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_decay, where):
@@ -89,6 +90,18 @@ def _update(p, g, m, v, out, t, lr, beta1, beta2, eps, decay):
         np.subtract(p, tmp, out=p2)
 
 
+_LOCAL = threading.local()
+
+
+def _scratch(size, dtype):
+    """This thread's scratch array of at least ``size`` elements of ``dtype``, kept between
+    steps (a new 1 MB array every step would cost its page faults every step)."""
+    buf = getattr(_LOCAL, "scratch", None)
+    if buf is None or buf.size < size or buf.dtype != dtype:
+        buf = _LOCAL.scratch = np.empty(size, dtype)
+    return buf
+
+
 def adamw_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
                no_decay=None):
     """One AdamW step, as ``numpytfmr.optim.adamw_step``: returns (new_params, new_state)."""
@@ -110,8 +123,7 @@ def adamw_step_(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, w
     Returns (params, state), the same dicts."""
     t, exempt = _checked(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_decay,
                          "fast.adamw_step_")
-    tmp_buf = np.empty(max(p.size for p in params.values()),
-                       np.result_type(*params.values()))
+    tmp_buf = _scratch(max(p.size for p in params.values()), np.result_type(*params.values()))
     for k, p in params.items():
         tmp = tmp_buf[:p.size].reshape(p.shape) if tmp_buf.dtype == p.dtype else np.empty_like(p)
         m, v = state["m/" + k], state["v/" + k]
@@ -119,3 +131,50 @@ def adamw_step_(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, w
                 float(eps), 0.0 if k in exempt else float(weight_decay))
     state["step"] = np.array(t, dtype=np.int64)
     return params, state
+
+
+# sum of squares in float64 over blocks of this many elements (a float64 copy of a block,
+# not of the whole gradient)
+NORM_BLOCK = 1 << 16
+
+
+def clip_grad_norm_(grads, max_norm, *, eps=1e-6):
+    """``numpytfmr.optim.clip_grad_norm`` in place: the gradients are scaled by
+    min(1, max_norm / (N + eps)), N = sqrt(sum_k ||g_k||^2) accumulated in float64.
+
+    Returns (grads, N), the same dict and N before clipping. Non-finite gradients raise
+    the reference's ValueError, naming the first such gradient.
+    """
+    where = "fast.clip_grad_norm_"
+    if not isinstance(grads, dict):
+        raise TypeError(f"{where}: grads is a {type(grads).__name__}; expected a dict of arrays")
+    if isinstance(max_norm, (bool, np.bool_)) or not isinstance(max_norm, numbers.Real) \
+            or not math.isfinite(max_norm) or max_norm <= 0:
+        raise ValueError(f"{where}: max_norm is {max_norm!r}; expected a finite number > 0")
+    total = 0.0
+    for k, g in grads.items():
+        if not isinstance(g, np.ndarray) or g.dtype.kind != "f" or not g.flags.writeable:
+            raise TypeError(f"{where}: grads[{k!r}] is not a writeable float array")
+        flat = g.reshape(-1)
+        buf = _scratch64(min(flat.size, NORM_BLOCK))
+        for start in range(0, flat.size, NORM_BLOCK):
+            part = buf[:min(NORM_BLOCK, flat.size - start)]
+            np.copyto(part, flat[start:start + NORM_BLOCK])
+            total += float(part @ part)
+    if not math.isfinite(total):
+        bad = next(k for k, g in grads.items() if not np.all(np.isfinite(g)))
+        raise ValueError(f"{where}: grads[{bad!r}] holds non-finite values (nan or inf); "
+                         "expected finite gradients")
+    norm = math.sqrt(total)
+    coef = min(1.0, max_norm / (norm + eps))
+    if coef < 1.0:
+        for g in grads.values():
+            g *= coef
+    return grads, norm
+
+
+def _scratch64(size):
+    buf = getattr(_LOCAL, "scratch64", None)
+    if buf is None or buf.size < size:
+        buf = _LOCAL.scratch64 = np.empty(size, np.float64)
+    return buf

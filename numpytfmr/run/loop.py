@@ -14,8 +14,10 @@ state (weights, AdamW moments, step, loss history) is saved (``checkpoint.py``),
 stopped after ``k`` steps and resumed continues exactly -- bit for bit -- as if it had
 never stopped.
 
-The update is ``numpytfmr.fast.adamw_step``: the reference AdamW's numbers, with in-place
-temporaries (new arrays all the same: nothing passed in is modified).
+The clipping and the update are ``numpytfmr.fast.clip_grad_norm_`` and
+``numpytfmr.fast.adamw_step_``: the reference's numbers, computed in place on the loop's own
+copies of the weights and moments (made once at the start: nothing passed in is modified,
+and a step allocates nothing).
 """
 from dataclasses import asdict, dataclass, fields
 import json
@@ -24,8 +26,8 @@ import time
 
 import numpy as np
 
-from ..fast import adamw_step
-from ..optim import adamw_init, clip_grad_norm, decay_exempt_keys, lr_schedule
+from ..fast import adamw_step_, clip_grad_norm_
+from ..optim import adamw_init, decay_exempt_keys, lr_schedule
 
 __all__ = ["TrainSettings", "step_rng", "train_loop",
            "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT", "STREAM_TEST"]
@@ -133,7 +135,10 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
     Returns ``(params, opt_state, history)``; nothing passed in is modified.
     """
     history = _new_history() if history is None else json.loads(json.dumps(history))
-    opt_state = adamw_init(params) if opt_state is None else dict(opt_state)
+    # the loop's own arrays, updated in place from here on
+    params = {k: np.array(v, copy=True) for k, v in params.items()}
+    opt_state = (adamw_init(params) if opt_state is None else
+                 {k: np.array(v, copy=True) for k, v in opt_state.items()})
     no_decay = decay_exempt_keys(params)
     s = settings
     start_time = time.perf_counter()
@@ -145,12 +150,11 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
             if not math.isfinite(loss):
                 raise ValueError(f"train_loop: the loss is {loss} at step {step}; training "
                                  "diverged (try a smaller lr)")
-            grads, _ = clip_grad_norm(grads, s.clip_norm)      # ||g|| <= clip_norm
+            grads, _ = clip_grad_norm_(grads, s.clip_norm)     # ||g|| <= clip_norm
             lr = lr_schedule(step, base_lr=s.lr, warmup_steps=s.warmup_steps,
                              total_steps=s.steps, min_lr=s.min_lr)
-            new_params, new_state = adamw_step(params, grads, opt_state, lr=lr,
-                                               weight_decay=s.weight_decay, no_decay=no_decay)
-            params, opt_state = new_params, new_state
+            adamw_step_(params, grads, opt_state, lr=lr, weight_decay=s.weight_decay,
+                        no_decay=no_decay)
             history["loss"].append(float(loss))
             history["tokens"] += int(n_tokens)
             history["step"] = step + 1

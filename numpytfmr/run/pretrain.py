@@ -484,11 +484,13 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokenize
     def evaluate(p):
         return evaluate_text(p, config, val_ids, lengths, windows=spread)
 
+    grad_arrays = {}             # the previous step's gradients, written over by the next
+
     def batch_loss(p, step):
         x, y = get_batch(train_ids, settings.batch_size, context,
                          rng=step_rng(settings.seed, step))
-        loss, grads = gpt_loss(p, x, y, config=config)
-        return loss, grads, x.size
+        loss, grad_arrays["g"] = gpt_loss(p, x, y, config=config, out=grad_arrays.get("g"))
+        return loss, grad_arrays["g"], x.size
 
     def loss_and_grads(p, step):
         if deadline is not None and time.perf_counter() > deadline:

@@ -53,13 +53,14 @@ def gpt_task_data(task, step, *, seed, batch_size, min_len, max_len, tokenizer=N
     return inputs, np.where(label_mask, labels, IGNORE)
 
 
-def gpt_task_loss(params, inputs, labels, *, config, rng=None):
+def gpt_task_loss(params, inputs, labels, *, config, rng=None, out=None):
     """Mean cross-entropy over the answer tokens and its gradients: ``(loss, grads)``
     (``gpt_loss`` with the prompt and padding positions ignored; computed by the fast path,
-    ``numpytfmr.fast``, which gives the reference's numbers)."""
+    ``numpytfmr.fast``, which gives the reference's numbers; the gradients written into
+    ``out``, e.g. the previous step's, when given)."""
     from ..fast import gpt_loss
     return gpt_loss(params, inputs, labels, config=config, ignore_index=IGNORE, rng=rng,
-                    train=rng is not None)
+                    train=rng is not None, out=out)
 
 
 def evaluate_gpt(params, config, test_data, *, batch_size=256):
@@ -190,13 +191,16 @@ def train_gpt(*, config=None, settings=None, task=None, min_len=None, max_len=No
     test_data = _test_set(task, n_test, min_len, max_len, tokenizer)
     task_meta = task_record(task, min_len, max_len, n_test)
 
+    grad_arrays = {}             # the previous step's gradients, written over by the next
+
     def loss_and_grads(p, step):
         inputs, labels = gpt_task_data(task, step, seed=settings.seed,
                                        batch_size=settings.batch_size, min_len=min_len,
                                        max_len=max_len, tokenizer=tokenizer)
         rng = step_rng(settings.seed, step, STREAM_DROPOUT) if config.dropout > 0 else None
-        loss, grads = gpt_task_loss(p, inputs, labels, config=config, rng=rng)
-        return loss, grads, inputs.size
+        loss, grad_arrays["g"] = gpt_task_loss(p, inputs, labels, config=config, rng=rng,
+                                               out=grad_arrays.get("g"))
+        return loss, grad_arrays["g"], inputs.size
 
     def save(p, state, hist):
         save_checkpoint(out, kind="gpt", config=config.to_dict(), params=p, opt_state=state,
