@@ -202,6 +202,47 @@ def test_loss_workspace_is_reused_and_never_leaks_into_results(name):
         fast.gpt_loss(p, *batches[0], config=c, workspace={})
 
 
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_gradients_written_into_out_are_the_new_arrays_gradients(name):
+    """gpt_loss(out=...) and gpt_backward(out=...) write the same numbers into the caller's
+    arrays, whatever was in them (the previous step's gradients), and return those arrays."""
+    c, p, rng = _model(CONFIGS[name])
+    ids = rng.integers(0, c.vocab_size, (2, 7))
+    targets = rng.integers(0, c.vocab_size, (2, 7))
+    train = {"rng": np.random.default_rng(1), "train": True} if c.dropout else {}
+    loss, want = fast.gpt_loss(p, ids, targets, config=c, **train)
+    out = {k: rng.standard_normal(v.shape) for k, v in p.items()}     # stale contents
+    train = {"rng": np.random.default_rng(1), "train": True} if c.dropout else {}
+    loss2, got = fast.gpt_loss(p, ids, targets, config=c, out=out, **train)
+    assert loss2 == loss and set(got) == set(p)
+    assert all(got[k] is out[k] and np.array_equal(got[k], want[k]) for k in p)
+    logits, cache = fast.gpt_forward(p, ids, config=c)
+    dlogits = rng.standard_normal(logits.shape)
+    want = fast.gpt_backward(dlogits, cache)
+    got = fast.gpt_backward(dlogits, cache, out={k: np.full_like(v, 7.0) for k, v in p.items()})
+    assert all(np.array_equal(got[k], want[k]) for k in p)
+
+
+def test_out_arrays_are_checked():
+    c, p, rng = _model(CONFIGS["learned-pre-gelu-tied"])
+    ids = rng.integers(0, c.vocab_size, (2, 5))
+    good = {k: np.zeros_like(v) for k, v in p.items()}
+    bad_cases = [
+        ({k: v for k, v in good.items() if k != "wte"}, ValueError, "missing \\['wte'\\]"),
+        ({**good, "wte": good["wte"][:, :3]}, ValueError, r"out\['wte'\] is an array of shape"),
+        ({**good, "wte": good["wte"].astype(np.float32)}, ValueError, "dtype float32"),
+        ({**good, "wpe": p["wpe"]}, ValueError, "shares memory"),
+        ({**good, "h0.attn.Wk": good["h0.attn.Wq"]}, ValueError, "shares memory"),
+        ([1, 2], TypeError, "out is a list"),
+    ]
+    ro = np.zeros_like(p["wte"])
+    ro.setflags(write=False)
+    bad_cases.append(({**good, "wte": ro}, ValueError, "read-only"))
+    for out, err, match in bad_cases:
+        with pytest.raises(err, match=match):
+            fast.gpt_loss(p, ids, ids, config=c, out=out)
+
+
 def test_loss_in_float32_and_with_every_target_ignored():
     c, p, rng = _model(CONFIGS["rope-pre-gqa-swiglu"], np.float32)
     ids = rng.integers(0, c.vocab_size, (2, 8))

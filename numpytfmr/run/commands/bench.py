@@ -20,7 +20,7 @@ from numpytfmr.run.cli import output_file, positive_int
 
 # (label, summary key, target, "<=" or ">=", how to print the value)
 TARGETS = (
-    ("training step vs PyTorch eager", "train_step_ratio_vs_torch", 0.9, "<=", "{:.2f}x"),
+    ("training step vs PyTorch eager", "train_step_ratio_vs_torch", 0.9, "<=", "{:.3f}x"),
     ("reference step vs PyTorch eager", "reference_step_ratio_vs_torch", 2.0, "<=", "{:.2f}x"),
     ("step FLOP/s / NumPy matmul FLOP/s", "gemm_fraction", 0.6, ">=", "{:.0%}"),
     ("KV-cache speedup, 512 tokens", "kv_cache_speedup_512", 10.0, ">=", "{:.1f}x"),
