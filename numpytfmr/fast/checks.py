@@ -149,7 +149,9 @@ def check_grads_out(out, params, where):
 
 def _byte_bounds(a):
     """(first byte, one past the last byte) of an array's memory."""
-    lo = hi = a.__array_interface__["data"][0]
+    lo = hi = a.ctypes.data
+    if a.flags.c_contiguous:
+        return lo, lo + a.nbytes
     for n, st in zip(a.shape, a.strides):
         if st < 0:
             lo += (n - 1) * st
