@@ -5,10 +5,13 @@ the residual stream as one (N, d) matrix of rows, N = B T::
 
     x = E[ids] + P                                   one gather, one broadcast add
     per layer (pre-norm):
-        h = LN(x);  [Q K V] = h [Wq Wk Wv] + b       ONE product for the three projections
-        S^T = K (Q scale)^T + M^T                    key-major scores (n_k, n_q) per head,
+        h = LN(x);  [Q s K V] = h [Wq s Wk Wv] + b   ONE product for the three projections,
+                                                     s = 1/sqrt(d_head) in the weights
+        S^T = K (Q s)^T + M^T                        key-major scores (n_k, n_q) per head,
                                                      per block of queries: only the keys
-                                                     the block may see (causal)
+                                                     the block may see (causal); the heads
+                                                     side by side in one (n_k, heads n_q)
+                                                     array, the mask on the diagonal keys
         A^T = softmax over the keys, in place;  heads = A V written into the concat rows
         x += drop(concat Wo + bo)                    in place on the residual stream
         x += drop(act(LN(x) W1 + b1) W2 + b2)        GELU with its derivative, one blocked pass
@@ -23,7 +26,7 @@ reads (no callbacks).
 
 ``gpt_loss`` takes those arrays from a workspace kept between calls (``loss_workspace``):
 nothing of its forward pass leaves the call, so the next step writes into the same,
-already mapped memory. ``generate`` fuses [Wq Wk Wv] once, allocates the KV cache at its
+already mapped memory; with ``out`` its gradients go into the caller's arrays too. ``generate`` fuses [Wq Wk Wv] once, allocates the KV cache at its
 final length and runs each new token through ``_decode_step``: one position, no mask,
 no per-token checks.
 """
