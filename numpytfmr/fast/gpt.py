@@ -36,7 +36,7 @@ import threading
 import numpy as np
 
 from ..positional import rope_frequencies
-from ..transformer import next_token   # once per token: the reference's sampling serves
+from ..transformer import check_sampling, next_token, token_count, token_id
 from . import checks
 from .kernels import (FRESH, Workspace, activation, causal_bias_t, causal_softmax_t, column_sums,
                       cross_entropy_fused, layernorm, layernorm_backward_into, rmsnorm,
@@ -751,32 +751,11 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     c = checks.check_config(config, where)
     p, dtype = checks.check_params(params, c, where)
     prompt_ids = checks.check_ids(prompt_ids, "prompt_ids", c.vocab_size, where)
-    if (isinstance(max_new_tokens, (bool, np.bool_))
-            or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0):
-        raise ValueError(f"{where}: max_new_tokens is {max_new_tokens!r}; expected an integer >= 0")
-    max_new_tokens = int(max_new_tokens)
-    temperature = checks.real(temperature, "temperature", where, low=0.0)
-    if top_k is not None and (isinstance(top_k, (bool, np.bool_))
-                              or not isinstance(top_k, (int, np.integer)) or top_k < 1):
-        raise ValueError(f"{where}: top_k is {top_k!r}; expected None or an integer >= 1")
-    if top_p is not None:
-        top_p = checks.real(top_p, "top_p", where, low=0.0, high=1.0)
-        if top_p == 0.0:
-            raise ValueError(f"{where}: top_p is 0.0; expected a value in (0, 1] (the nucleus "
-                             "keeps at least the most likely token)")
-    greedy = temperature == 0.0 or top_k == 1
-    if not greedy:
-        if rng is None:
-            raise ValueError(f"{where}: rng is None but sampling needs randomness (temperature="
-                             f"{temperature}, top_k={top_k}); pass rng=np.random.default_rng(seed),"
-                             " or use greedy decoding with top_k=1 or temperature=0")
-        checks.check_rng(rng, where)
+    # the reference's checks of the generation options (once per call)
+    max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
+    temperature, top_k, top_p = check_sampling(temperature, top_k, rng, where, top_p=top_p)
     if eos_id is not None:
-        e = np.asarray(eos_id)
-        if e.shape != () or e.dtype.kind not in "iu" or not 0 <= int(e) < c.vocab_size:
-            raise ValueError(f"{where}: eos_id is {eos_id!r}; expected an integer id in "
-                             f"[0, {c.vocab_size})")
-        eos_id = int(e)
+        eos_id = token_id(eos_id, "eos_id", c.vocab_size, where)
     B, T = prompt_ids.shape
     if c.positional == "learned" and T + max_new_tokens - 1 > c.max_len:
         raise ValueError(f"{where}: T + max_new_tokens - 1 = {T + max_new_tokens - 1} positions "

@@ -459,10 +459,11 @@ def scatter_add_rows(table_grad, ids, rows):
     counts = np.diff(np.append(starts, ids.size))
     uniq = sorted_ids[starts]
     srows = rows[order]
-    for k in range(min(SCATTER_LEVELS, int(counts.max()))):
+    most = int(counts.max())
+    for k in range(min(SCATTER_LEVELS, most)):
         seen = counts > k                              # ids with a (k+1)-th occurrence
         table_grad[uniq[seen]] += srows[starts[seen] + k]
-    if counts.max() > SCATTER_LEVELS:                  # the rest, summed per id
+    if most > SCATTER_LEVELS:                          # the rest, summed per id
         rank = np.arange(ids.size) - np.repeat(starts, counts)
         rest = rank >= SCATTER_LEVELS
         rest_ids = sorted_ids[rest]

@@ -94,11 +94,13 @@ _LOCAL = threading.local()
 
 
 def _scratch(size, dtype):
-    """This thread's scratch array of at least ``size`` elements of ``dtype``, kept between
-    steps (a new 1 MB array every step would cost its page faults every step)."""
-    buf = getattr(_LOCAL, "scratch", None)
-    if buf is None or buf.size < size or buf.dtype != dtype:
-        buf = _LOCAL.scratch = np.empty(size, dtype)
+    """This thread's scratch array of at least ``size`` elements of ``dtype`` (one per
+    dtype), kept between steps (a new 1 MB array every step would cost its page faults
+    every step)."""
+    kept = _LOCAL.__dict__.setdefault("scratch", {})
+    buf = kept.get(np.dtype(dtype))
+    if buf is None or buf.size < size:
+        buf = kept[np.dtype(dtype)] = np.empty(size, dtype)
     return buf
 
 
@@ -156,7 +158,7 @@ def clip_grad_norm_(grads, max_norm, *, eps=1e-6):
         if not isinstance(g, np.ndarray) or g.dtype.kind != "f" or not g.flags.writeable:
             raise TypeError(f"{where}: grads[{k!r}] is not a writeable float array")
         flat = g.reshape(-1)
-        buf = _scratch64(min(flat.size, NORM_BLOCK))
+        buf = _scratch(min(flat.size, NORM_BLOCK), np.float64)
         for start in range(0, flat.size, NORM_BLOCK):
             part = buf[:min(NORM_BLOCK, flat.size - start)]
             np.copyto(part, flat[start:start + NORM_BLOCK])
@@ -171,10 +173,3 @@ def clip_grad_norm_(grads, max_norm, *, eps=1e-6):
         for g in grads.values():
             g *= coef
     return grads, norm
-
-
-def _scratch64(size):
-    buf = getattr(_LOCAL, "scratch64", None)
-    if buf is None or buf.size < size:
-        buf = _LOCAL.scratch64 = np.empty(size, np.float64)
-    return buf

@@ -3,6 +3,7 @@ the notebooks and ``numpytfmr bench`` use it; see :func:`limit_blas_threads`) an
 OpenBLAS, which of its kernel sets does the products (:func:`choose_blas_kernels`)."""
 from contextlib import contextmanager
 import ctypes
+import functools
 import os
 import time
 
@@ -113,8 +114,10 @@ def _cpu():
     return vendor, family
 
 
+@functools.lru_cache(maxsize=1)
 def _kernel_library():
-    """The loaded OpenBLAS whose kernel set can be changed (DYNAMIC_ARCH), or None."""
+    """The loaded OpenBLAS whose kernel set can be changed (DYNAMIC_ARCH), or None; looked
+    up once (NumPy, imported above, has loaded its BLAS for good)."""
     for lib in _openblas_libraries():
         if all(hasattr(lib, f) for f in ("gotoblas_corename", "gotoblas_dynamic_init",
                                           "gotoblas_dynamic_quit")):

@@ -22,6 +22,7 @@ is harder for a low-rank update (about 75 % with the defaults, 85 % adding the F
 Training and evaluation run on the fast path (``numpytfmr.fast.posttrain``: the same
 numbers as ``numpytfmr.posttrain``).
 """
+import functools
 import time
 
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, positive_float,
@@ -208,11 +209,11 @@ def start_adapter_run(args, where):
 def adapter_command(run):
     """The command ``run(args)`` with ``--threads`` BLAS threads and the preferred kernels
     (``tuned_blas``), both as they were afterwards."""
+    @functools.wraps(run)
     def command(args):
         from numpytfmr.run.blas import tuned_blas
         with tuned_blas(args.threads):
             return run(args)
-    command.__name__, command.__doc__ = run.__name__, run.__doc__
     return command
 
 
