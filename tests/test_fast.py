@@ -480,6 +480,38 @@ def test_float32_gelu_is_the_exact_gelu_to_float32_precision():
     assert np.all(out[xs < -15] == 0.0)
 
 
+@pytest.mark.parametrize("rows", [70, 1000])   # one block, and several
+def test_float32_gelu_kernel_writes_over_its_input_and_takes_transposed_input(rows):
+    """The output is the input array (contiguous: no new output array), and a transposed
+    (non-contiguous) pre-activation with a bias gives what its contiguous copy gives."""
+    x = np.random.default_rng(5).standard_normal((rows, 50)).astype(np.float32)
+    bias = np.linspace(-1.0, 1.0, rows).astype(np.float32)
+    a = np.ascontiguousarray(x.T)
+    out, dydx = kernels.gelu_float32(a, bias)
+    assert np.shares_memory(out, a) and out.shape == (50, rows)
+    out_t, dydx_t = kernels.gelu_float32(x.T, bias)
+    np.testing.assert_array_equal(out_t, out)
+    np.testing.assert_array_equal(dydx_t, dydx)
+    want, want_d, _ = _exact_gelu((x.T + bias).astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dydx, want_d, rtol=1e-6, atol=1e-7)
+
+
+def test_float32_gelu_rational_is_the_mills_ratio_to_its_stated_error():
+    """P(y) / Q(y), the float32 GELU's Mills ratio Phi(-y) / phi(y), evaluated in float64
+    against math.erfc: relative error under 5e-8 for y < 1 and 3.5e-8 (1 + y^2) up to
+    y = 12.5 (the bounds its comment states), and within 2e-5 out to 14."""
+    y = np.linspace(0.0, 14.0, 28_001)
+    erfc = np.vectorize(math.erfc)
+    mills = 0.5 * erfc(y / math.sqrt(2.0)) / (np.exp(-0.5 * y * y) / math.sqrt(2.0 * math.pi))
+    P = np.polynomial.polynomial.polyval(y, kernels._MILLS_P)
+    Q = np.polynomial.polynomial.polyval(y, kernels._MILLS_Q + (1.0,))
+    rel = np.abs(P / Q / mills - 1.0)
+    assert rel[y < 1].max() < 5e-8
+    assert np.all(rel[y <= 12.5] <= 3.5e-8 * (1.0 + y[y <= 12.5] ** 2))
+    assert rel.max() < 2e-5
+
+
 def test_float64_gelu_kernel_matches_math_erfc():
     x = np.linspace(-40, 40, 4001)
     out, dydx = kernels.gelu_float64(x.copy())
