@@ -497,6 +497,23 @@ def test_float32_gelu_kernel_writes_over_its_input_and_takes_transposed_input(ro
     np.testing.assert_allclose(dydx, want_d, rtol=1e-6, atol=1e-7)
 
 
+def test_float32_gelu_kernel_at_huge_and_tiny_inputs():
+    """Huge inputs give x (and slope 1) or 0 (and slope 0), tiny ones x/2 (slope 1/2),
+    with no invalid operation inside (the rational's y is capped before it could overflow)."""
+    x = np.array([3e38, -3e38, 1e20, -1e20, 1e13, -1e13, 1e10, -1e10, 50.0, -50.0, 16.5,
+                  -16.5, 1e-30, -1e-30, 0.0, -0.0], np.float32)
+    with np.errstate(all="raise"):
+        out, dydx = kernels.gelu_float32(x.copy(), None)
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(dydx))
+    big = np.abs(x) > 10
+    np.testing.assert_array_equal(out[big & (x > 0)], x[big & (x > 0)])
+    np.testing.assert_array_equal(out[big & (x < 0)], 0.0)
+    np.testing.assert_array_equal(dydx[big], (x[big] > 0).astype(np.float32))
+    tiny = ~big
+    np.testing.assert_allclose(out[tiny], x[tiny] / 2, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(dydx[tiny], 0.5, rtol=1e-6)
+
+
 def test_float32_gelu_rational_is_the_mills_ratio_to_its_stated_error():
     """P(y) / Q(y), the float32 GELU's Mills ratio Phi(-y) / phi(y), evaluated in float64
     against math.erfc: relative error under 5e-8 for y < 1 and 3.5e-8 (1 + y^2) up to

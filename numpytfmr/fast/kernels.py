@@ -199,11 +199,13 @@ _MINUS_HALF_LOG2_E = -0.72134752044448170368          # -log2(e) / 2: exp(-t/2) 
 # weighted by 1 / (1 + y^2) on 0 <= y <= 12.5 (GELU's own condition number grows as y^2):
 # under 5e-8 for y < 1 (0.4 float32 eps), 3.5e-8 (1 + y^2) beyond, and 1.2e-5 at y = 14,
 # where the float32 eps times that condition number is 2.3e-5; past 14, Phi(-y) < 1e-44 is
-# a few float32 subnormals. Coefficients from the constant term up.
+# a few float32 subnormals, and y is capped at 16 (phi(x) is 0 there, and P and Q stay far
+# from overflowing). Coefficients from the constant term up.
 _MILLS_P = (35.960962004785536, 24.302593230867885, 7.620480136786871, 0.9995930869134799)
 _MILLS_Q = (28.692697355066446, 42.28405680209187, 25.47244910625568, 7.607651774006055)
-# elements per block: a block of x (then the output), dydx and the four scratch arrays (24
-# bytes an element, 770 KB) stay in a 1 MB L2 cache through the 27 passes of the formula
+_MILLS_Y_CAP = 16.0
+# elements per block: a block of x (then the output), dydx and the five scratch arrays (28
+# bytes an element, 900 KB) stay in a 1 MB L2 cache through the 28 passes of the formula
 GELU_BLOCK = 1 << 15
 
 
@@ -232,6 +234,7 @@ def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
         tiled = np.tile(bias, min(rows, a.shape[0]))
     n = min(flat.size, step)
     s_buf, e_buf, r_buf, q_buf = (np.empty(n, np.float32) for _ in range(4))
+    cap = np.full(n, _MILLS_Y_CAP, np.float32)   # (an array: np.minimum is slow with a scalar)
     p0, p1, p2, p3 = _MILLS_P
     q0, q1, q2, q3 = _MILLS_Q
     with np.errstate(over="ignore", under="ignore"):
@@ -242,14 +245,15 @@ def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
             if bias is not None:
                 xb += tiled[:k]
             s, e, r, q = (buf[:k] if k < n else buf for buf in (s_buf, e_buf, r_buf, q_buf))
-            np.abs(xb, out=s)                              # y
+            np.abs(xb, out=s)
+            np.minimum(s, cap[:k], out=s)                  # y = min(|x|, 16)
             np.multiply(s, p3, out=r)                      # P(y) = ((p3 y + p2) y + p1) y + p0
             r += p2
             r *= s
             r += p1
             r *= s
             r += p0
-            np.add(s, q3, out=q)                           # Q(y) = (((y + q3) y + q2) y + q1) y + q0
+            np.add(s, q3, out=q)                # Q(y) = (((y + q3) y + q2) y + q1) y + q0
             q *= s
             q += q2
             q *= s
