@@ -15,6 +15,8 @@ import threading
 
 import numpy as np
 
+from ..contract import real
+
 __all__ = ["adamw_step", "adamw_step_", "clip_grad_norm_"]
 
 
@@ -150,9 +152,7 @@ def clip_grad_norm_(grads, max_norm, *, eps=1e-6):
     where = "fast.clip_grad_norm_"
     if not isinstance(grads, dict):
         raise TypeError(f"{where}: grads is a {type(grads).__name__}; expected a dict of arrays")
-    if isinstance(max_norm, (bool, np.bool_)) or not isinstance(max_norm, numbers.Real) \
-            or not math.isfinite(max_norm) or max_norm <= 0:
-        raise ValueError(f"{where}: max_norm is {max_norm!r}; expected a finite number > 0")
+    max_norm = real(max_norm, "max_norm", where, low=0.0, low_open=True)
     total = 0.0
     for k, g in grads.items():
         if not isinstance(g, np.ndarray) or g.dtype.kind != "f" or not g.flags.writeable:

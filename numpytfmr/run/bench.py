@@ -85,7 +85,7 @@ from ..gpt import GPTConfig, gpt_loss, init_gpt
 from ..mha import mha_forward
 from ..optim import adamw_init, adamw_step
 from ..contract import count
-from .blas import blas_kernels, choose_blas_kernels, limit_blas_threads, set_blas_kernels
+from .blas import choose_blas_kernels, kept_blas_kernels, limit_blas_threads
 
 __all__ = ["DEFAULT_MODEL", "QUICK_MODEL", "REQUIRED_KEYS", "set_threads", "resolve_clock",
            "time_interleaved", "time_calls", "torch_gpt_step", "bench_config", "gemm_only_seconds",
@@ -1046,30 +1046,28 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
     if blas not in ("auto", "openblas"):
         raise ValueError(f"run_bench: blas is {blas!r}; expected 'auto' or 'openblas'")
     torch_threads = None if torch is None else torch.get_num_threads()
-    kernels_before = blas_kernels()
-    summary = {"quick": bool(quick), "machine": _machine(),
-               "threads": set_threads(threads, use_torch=use_torch), "clock": clock,
-               "blas": (choose_blas_kernels(measure=True) if blas == "auto" else
-                        {"chosen_by_openblas": kernels_before, "used": kernels_before,
-                         "seconds": {}}),
-               "memory": (keep_freed_memory() if keep_memory else
-                          {"allocator": "system default (freed memory may go back to the "
-                           "system)", "kept": False})}
-    try:
-        if scaling:
-            summary["scaling"] = bench_scaling(
-                QUICK_SCALING_BASE if quick else SCALING_BASE,
-                QUICK_SCALING_AXES if quick else SCALING_AXES,
-                repeat=2 if quick else 5, clock=clock, progress=lambda: tick("scaling"))
-        else:
-            _run_all(summary, quick=quick, clock=clock, use_torch=use_torch,
-                     attention_n=attention_n, block_size=block_size, window=window, n_new=n_new,
-                     repeat=repeat, profile=profile, tick=tick)
-    finally:
-        if torch_threads is not None:
-            torch.set_num_threads(torch_threads)      # as it was (e.g. inside a test run)
-        if kernels_before is not None and blas_kernels() != kernels_before:
-            set_blas_kernels(kernels_before)
+    with kept_blas_kernels() as kernels_before:
+        summary = {"quick": bool(quick), "machine": _machine(),
+                   "threads": set_threads(threads, use_torch=use_torch), "clock": clock,
+                   "blas": (choose_blas_kernels(measure=True) if blas == "auto" else
+                            {"chosen_by_openblas": kernels_before, "used": kernels_before,
+                             "seconds": {}}),
+                   "memory": (keep_freed_memory() if keep_memory else
+                              {"allocator": "system default (freed memory may go back to the "
+                               "system)", "kept": False})}
+        try:
+            if scaling:
+                summary["scaling"] = bench_scaling(
+                    QUICK_SCALING_BASE if quick else SCALING_BASE,
+                    QUICK_SCALING_AXES if quick else SCALING_AXES,
+                    repeat=2 if quick else 5, clock=clock, progress=lambda: tick("scaling"))
+            else:
+                _run_all(summary, quick=quick, clock=clock, use_torch=use_torch,
+                         attention_n=attention_n, block_size=block_size, window=window,
+                         n_new=n_new, repeat=repeat, profile=profile, tick=tick)
+        finally:
+            if torch_threads is not None:
+                torch.set_num_threads(torch_threads)      # as it was (e.g. inside a test run)
     summary["seconds"] = time.perf_counter() - start
     return summary
 

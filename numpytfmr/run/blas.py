@@ -10,7 +10,8 @@ import time
 import numpy as np
 
 __all__ = ["limit_blas_threads", "blas_threads", "blas_kernels", "openblas_kernels",
-           "choose_blas_kernels", "preferred_blas_kernels", "set_blas_kernels", "tuned_blas"]
+           "choose_blas_kernels", "preferred_blas_kernels", "set_blas_kernels", "kept_blas_kernels",
+           "tuned_blas"]
 
 
 def _openblas_libraries():
@@ -229,14 +230,21 @@ def choose_blas_kernels(*, measure=False):
 
 
 @contextmanager
+def kept_blas_kernels():
+    """``with kept_blas_kernels() as before: ...``: whatever the block does to OpenBLAS's
+    kernel set, it is ``before`` again afterwards (None without a DYNAMIC_ARCH OpenBLAS)."""
+    before = blas_kernels()
+    try:
+        yield before
+    finally:
+        if before is not None and blas_kernels() != before:
+            set_blas_kernels(before)
+
+
+@contextmanager
 def tuned_blas(threads):
     """``with tuned_blas(1): ...``: ``threads`` BLAS threads and the preferred kernel set
     (:func:`choose_blas_kernels`) inside the block; both as they were afterwards. Yields the
     report of the kernel choice."""
-    before = blas_kernels()
-    with blas_threads(threads):
-        try:
-            yield choose_blas_kernels()
-        finally:
-            if before is not None and blas_kernels() != before:
-                set_blas_kernels(before)
+    with blas_threads(threads), kept_blas_kernels():
+        yield choose_blas_kernels()
