@@ -94,7 +94,8 @@ def test_a_class_is_graded_in_parallel_into_a_csv_and_results_and_resumes(tmp_pa
         rows = {r["student"]: r for r in csv.DictReader(f)}
     header = list(next(csv.reader(open(grades))))
     assert header == ["student", "score", "max_score", "softmax_forward", "softmax_backward",
-                      "relu_forward", "relu_backward", "status", "seconds", "submission", "message"]
+                      "relu_forward", "relu_backward", "status", "isolation", "seconds", "submission",
+                      "message"]
     assert list(rows) == ["alice", "bob", "carol", "dave", "erin", "frank"]
     assert {r["max_score"] for r in rows.values()} == {"10.00"}
     assert rows["alice"]["score"] == "10.00" and rows["alice"]["status"] == "graded"

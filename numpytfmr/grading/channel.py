@@ -1,35 +1,39 @@
 """The grader's side of a submission process: start it, send requests, read answers, kill it.
 
 Student code never runs in the grading process. Each :class:`Submission` process is
-``python -I child.py`` (isolated mode: no current directory, user site or PYTHON* variables),
-run from a copy of child.py in a fresh temporary working directory, in a new session (its own
-process group, so a kill reaches everything it started), with limits on CPU time, address
-space and file size and a minimal environment, optionally as another (unprivileged) user.
-Before the submission loads, the child installs its sandbox (an audit hook) over the paths
-the grader lists in ``protect``. Every wait has a wall-clock deadline; when it passes the
-whole process group is killed.
+``python -I -S`` running child.py's source, started by sandbox.py in the isolation chosen for
+the run (a bubblewrap sandbox, a user ID of its own, or, when asked, none), with limits on CPU
+time, address space, file size, open files and processes, and a minimal environment. Every
+wait has a wall-clock deadline; when it passes, the whole sandbox (or process group, and every
+process of the child's user ID) is killed.
 
-Requests and answers are length-prefixed ``.npz`` messages loaded with ``allow_pickle=False``;
-a missing, late or malformed answer raises :class:`ChildFailure`, which the grader counts as a
-failure of the test being run.
+The grader trusts nothing the child can touch. It reads no file the child could have written
+and follows no path in a folder the child can write: the submission's code goes to the child
+over a pipe, and its answers, its printed output and its errors come back over pipes the
+grader created, each read up to a byte cap, never blocking past a deadline. Answers are
+frames of uncompressed arrays (child.py's :func:`~.child.frame`) whose declared dtypes and
+shapes are checked against the cap before anything is allocated; a missing, late, oversized
+or malformed answer raises :class:`ChildFailure`, which the grader counts as a failure of the
+test being run.
 """
-import io
-import json
 import os
 import select
 import shutil
 import signal
 import struct
 import subprocess
-import sys
-import tempfile
 import time
 
 import numpy as np
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
-MAX_MESSAGE = 64 << 20
-STARTUP_SECONDS = 60.0          # to start the interpreter and import NumPy
+from . import sandbox
+from .child import MAX_HEADER, MAX_MESSAGE, frame, parse_header, split_body
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py"),
+          encoding="utf-8") as _f:
+    CHILD_SOURCE = _f.read()
+STARTUP_SECONDS = 60.0          # to start the sandbox, the interpreter and NumPy
+OUTPUT_CAP = 64 << 10           # bytes of the child's printed output kept (the last ones)
 
 
 class ChildFailure(Exception):
@@ -165,21 +169,25 @@ class Submission:
     chunks: list of {"filename", "source", "continue_on_error"} (see notebook.py)
     timeout: seconds allowed for loading the submission
     limits: dict with cpu_seconds, memory_bytes, file_bytes
-    protect: (path, why) pairs the child's sandbox keeps out of reach (see child.py)
-    user: run the child as this user (a name or uid; the grader must be root), with its
-        working directory given to that user: the reference and the grading config can then
-        be made unreadable to it by file permissions (the Gradescope bundle does)
-    After construction: ``load_error`` (dict or None), ``defined`` (names), ``warnings``.
+    protect: (path, why) pairs kept out of reach: absent from the bubblewrap sandbox, and
+        refused by the child's audit hook in every mode (see child.py)
+    isolation: a :class:`~.sandbox.Isolation` (default: the strongest that works here)
+    modules: what the submission may import beyond the standard library
+    After construction: ``load_error`` (dict or None), ``defined`` (names), ``warnings``,
+    ``start_seconds`` (to start the isolated Python and NumPy).
     """
 
-    def __init__(self, chunks, *, timeout, limits, protect=(), user=None):
-        self.workdir = tempfile.mkdtemp(prefix="numpytfmr-grade-")
+    def __init__(self, chunks, *, timeout, limits, protect=(), isolation=None, modules=("numpy",)):
+        self.isolation = isolation or sandbox.choose()
+        self.uid = sandbox.child_uid()
+        self.workdir = None
         self.proc = None
-        self._r = self._w = None
+        self._r = self._w = self._out = None
         self.returncode = None
-        self._output = None
+        self._output = bytearray()
+        start = time.monotonic()
         try:
-            self._start(chunks, protect, limits, user)
+            self._start(chunks, protect, limits, modules)
         except BaseException:
             self.kill()
             raise
@@ -187,6 +195,7 @@ class Submission:
         # Python and NumPy start-up is not the submission's time: the limit starts when the
         # process says it is about to run the submission.
         meta, _ = self._receive(time.monotonic() + STARTUP_SECONDS, "starting Python and NumPy")
+        self.start_seconds = time.monotonic() - start
         if meta.get("started"):
             meta, _ = self._receive(time.monotonic() + timeout, "loading the submission")
         self.warnings = meta.get("warnings") or []
@@ -195,41 +204,27 @@ class Submission:
         else:
             self.load_error = meta.get("error") or {"kind": "protocol", "message": "no answer"}
 
-    def _start(self, chunks, protect, limits, user):
-        # The child runs from a copy of child.py in its own folder: it never needs to read
-        # the package, which its sandbox (and, under ``user``, the file permissions) forbid.
-        script = os.path.join(self.workdir, "child.py")
-        shutil.copyfile(CHILD, script)
-        job = os.path.join(self.workdir, "submission.json")
-        with open(job, "w", encoding="utf-8") as f:
-            json.dump({"chunks": chunks, "protect": [[str(p), str(why)] for p, why in protect]}, f)
-        ids = {}
-        if user is not None:
-            uid, gid = user_ids(user)
-            for path in (self.workdir, script, job):
-                os.chown(path, uid, gid)
-            ids = {"user": uid, "group": gid, "extra_groups": []}
+    def _start(self, chunks, protect, limits, modules):
+        mode = self.isolation.mode
+        self.workdir = sandbox.private_folder(mode, self.uid)
         req_r, req_w = os.pipe()
         ans_r, ans_w = os.pipe()
-        self._output = open(os.path.join(self.workdir, "output.txt"), "wb")
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.workdir,
-               "TMPDIR": self.workdir, "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        out_r, out_w = os.pipe()
+        self._w, self._r, self._out = req_w, ans_r, out_r
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", script, str(req_r), str(ans_w)], cwd=self.workdir, env=env,
-                stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
-                pass_fds=(req_r, ans_w), start_new_session=True,
-                preexec_fn=_limiter(limits), **ids)
-        except BaseException:
-            for fd in (req_w, ans_r):
-                os.close(fd)
-            raise
+            kw = sandbox.launch(mode, ["-c", CHILD_SOURCE, str(req_r), str(ans_w)], uid=self.uid,
+                                limits=limits, protect=protect, modules=modules,
+                                workdir=self.workdir)
+            kw.setdefault("start_new_session", True)
+            self.proc = subprocess.Popen(**kw, stdin=subprocess.DEVNULL, stdout=out_w,
+                                         stderr=out_w, pass_fds=(req_r, ans_w))
         finally:
-            os.close(req_r)
-            os.close(ans_w)
-        self._w, self._r = req_w, ans_r
-        os.set_blocking(self._w, False)
+            for fd in (req_r, ans_w, out_w):
+                os.close(fd)
+        for fd in (self._w, self._r, self._out):
+            os.set_blocking(fd, False)
+        job = {"chunks": chunks, "protect": [[str(p), str(why)] for p, why in protect]}
+        self._send(frame(job), time.monotonic() + STARTUP_SECONDS, "sending the submission")
 
     # -- requests --------------------------------------------------------------------------
 
@@ -237,63 +232,74 @@ class Submission:
         """Send one request and return the answer ``(meta, arrays)``; ChildFailure otherwise."""
         if self.proc is None or self.returncode is not None:
             raise ChildFailure("died", "the submission process is not running")
-        buf = io.BytesIO()
-        np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
-                 **arrays)
-        data = buf.getvalue()
-        self._send(struct.pack("<Q", len(data)) + data, deadline, doing)
+        self._send(frame(meta, arrays), deadline, doing)
         return self._receive(deadline, doing)
+
+    def _wait(self, deadline, doing, write=False):
+        """Wait until the answer pipe is readable (or the request pipe writable), keeping the
+        last OUTPUT_CAP bytes of what the child prints meanwhile."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._fail("timeout", doing)
+            watch = [self._out] if self._out is not None else []
+            ready_r, ready_w, _ = select.select(watch + ([] if write else [self._r]),
+                                                [self._w] if write else [], [], left)
+            if self._out is not None and self._out in ready_r:
+                self._drain()
+            if ready_w or self._r in ready_r:
+                return
+
+    def _drain(self):
+        try:
+            b = os.read(self._out, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            b = b""
+        if not b:                                  # the child closed its output
+            os.close(self._out)
+            self._out = None
+            return
+        self._output += b
+        del self._output[:-OUTPUT_CAP]
 
     def _send(self, data, deadline, doing):
         view = memoryview(data)
         while len(view):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._fail("timeout", doing)
-            _, ready, _ = select.select([], [self._w], [], left)
-            if not ready:
-                continue
+            self._wait(deadline, doing, write=True)
             try:
                 n = os.write(self._w, view)
             except BlockingIOError:
                 continue
-            except (BrokenPipeError, OSError):
+            except OSError:
                 self._fail("died", doing)
             view = view[n:]
 
     def _read(self, n, deadline, doing):
-        chunks, got = [], 0
-        while got < n:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._fail("timeout", doing)
-            ready, _, _ = select.select([self._r], [], [], left)
-            if not ready:
+        buf = bytearray()
+        while len(buf) < n:
+            self._wait(deadline, doing)
+            try:
+                b = os.read(self._r, min(n - len(buf), 1 << 20))
+            except BlockingIOError:
                 continue
-            b = os.read(self._r, min(n - got, 1 << 20))
             if not b:
                 self._fail("died", doing)
-            chunks.append(b)
-            got += len(b)
-        return b"".join(chunks)
+            buf += b
+        return buf
 
     def _receive(self, deadline, doing):
-        (n,) = struct.unpack("<Q", self._read(8, deadline, doing))
-        if n > MAX_MESSAGE:
-            self._fail("corrupt", doing, f"the answer claims {n} bytes")
-        data = self._read(n, deadline, doing)
+        n_head, n_body = struct.unpack("<QQ", bytes(self._read(16, deadline, doing)))
+        if n_head > MAX_HEADER or n_body > MAX_MESSAGE:
+            self._fail("corrupt", doing, f"the answer claims {n_head} + {n_body} bytes")
         try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-            header = arrays.pop("__meta__")
-            if header.dtype != np.uint8 or header.ndim != 1:
-                raise ValueError("bad header")
-            meta = json.loads(header.tobytes().decode("utf-8"))
-            if not isinstance(meta, dict):
-                raise ValueError("bad header")
+            meta, specs = parse_header(bytes(self._read(n_head, deadline, doing)), n_body)
+        except ChildFailure:
+            raise
         except Exception as exc:  # noqa: BLE001 -- any malformed answer is a failure
             self._fail("corrupt", doing, f"{type(exc).__name__}: {exc}")
-        return meta, arrays
+        return meta, split_body(self._read(n_body, deadline, doing), specs)
 
     def _fail(self, kind, doing, detail=""):
         if kind == "timeout":
@@ -307,6 +313,10 @@ class Submission:
             self.returncode = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.returncode = None
+        end = time.monotonic() + 0.5                # what it printed last, if it comes soon
+        while self._out is not None and time.monotonic() < end:
+            if select.select([self._out], [], [], end - time.monotonic())[0]:
+                self._drain()
         how = describe_exit(self.returncode)
         tail = " ".join(self.output_tail(300).split())
         if tail:
@@ -321,24 +331,19 @@ class Submission:
         return self.proc is not None and self.returncode is None and self.proc.poll() is None
 
     def output_tail(self, n_chars=600):
-        try:
-            with open(os.path.join(self.workdir, "output.txt"), "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - n_chars))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return bytes(self._output[-n_chars:]).decode("utf-8", "replace")
 
     def kill(self):
-        """Kill the whole process group and remove the working directory."""
+        """Kill the sandbox (its PID namespace), the process group and, as root, every process
+        of the child's user ID; remove its private folder and what it left in shared ones."""
+        mode = self.isolation.mode
         if self.proc is not None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)   # the group: everything it started
             except (ProcessLookupError, PermissionError):
                 pass
             try:
-                self.proc.kill()                           # itself, in case it left the group
+                self.proc.kill()
             except (ProcessLookupError, OSError):
                 pass
             try:
@@ -347,16 +352,20 @@ class Submission:
                     self.returncode = rc
             except subprocess.TimeoutExpired:
                 pass
-        for fd in (self._r, self._w):
+        if os.geteuid() == 0 and mode != "none":
+            sandbox.kill_user(self.uid)
+            if mode == "user":
+                sandbox.remove_files_of(self.uid)
+        for fd in (self._r, self._w, self._out):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._r = self._w = None
-        if self._output is not None and not self._output.closed:
-            self._output.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        self._r = self._w = self._out = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)   # descriptor-based: no link followed
+            self.workdir = None
 
     close = kill
 
@@ -365,34 +374,3 @@ class Submission:
 
     def __exit__(self, *exc):
         self.kill()
-
-
-def user_ids(user):
-    """(uid, gid) of ``user`` (a name or a uid); ValueError if there is no such user."""
-    import pwd
-    try:
-        entry = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
-    except KeyError:
-        raise ValueError(f"there is no user {user!r} on this machine") from None
-    return entry.pw_uid, entry.pw_gid
-
-
-def _limiter(limits):
-    """A preexec_fn that sets the resource limits of the child (runs after fork)."""
-    import resource
-
-    def cap(which, soft, hard):
-        _, current = resource.getrlimit(which)
-        if current != resource.RLIM_INFINITY:
-            soft, hard = min(soft, current), min(hard, current)
-        resource.setrlimit(which, (soft, hard))
-
-    def apply():
-        cpu = int(limits["cpu_seconds"])
-        cap(resource.RLIMIT_CPU, cpu, cpu + 2)
-        mem = int(limits["memory_bytes"])
-        cap(resource.RLIMIT_AS, mem, mem)
-        size = int(limits["file_bytes"])
-        cap(resource.RLIMIT_FSIZE, size, size)
-        cap(resource.RLIMIT_CORE, 0, 0)
-    return apply

@@ -1,16 +1,19 @@
 """The process that runs a submission: loads it, calls its functions on request, answers.
 
-The grader copies this file into a fresh temporary directory and starts it there as
-``python -I child.py REQUEST_FD ANSWER_FD``, beside ``submission.json``: the code to run, in
+The grader starts this file's source as ``python -I -S -c SOURCE REQUEST_FD ANSWER_FD SETUP``
+(see sandbox.py for where: a bubblewrap sandbox, a user ID of its own, or neither). SETUP is
+JSON: the folders to put on ``sys.path`` (NumPy's) and, as root inside the sandbox, the user ID
+to drop to before anything is imported. The first request is the job: the code to run, in
 chunks (one for a .py file, one per code cell of a notebook), and the paths to protect. This
-file is a standalone script: it imports only the standard library and NumPy, never numpytfmr.
-Before the submission loads, it installs an audit hook (the sandbox, below) that keeps the
-reference, the grading configuration and escape hatches out of reach.
+file imports only the standard library and NumPy, never numpytfmr. Before the submission
+loads, it installs an audit hook (below) as defence in depth: the isolation that holds is the
+operating system's.
 
-Messages in both directions are an 8-byte little-endian length followed by an ``.npz``
-whose entry ``__meta__`` is a JSON header (uint8) and whose other entries are arrays. The
-grader loads answers with ``allow_pickle=False`` and judges everything itself: this process
-only runs student code and reports what came back (or what went wrong) honestly.
+Messages in both directions are frames (:func:`frame`): two little-endian 8-byte lengths, a
+JSON header (``meta`` and, per array, its key, dtype and shape), then the arrays' raw bytes.
+The grader checks the declared shapes and dtypes against its size cap before it allocates
+anything, and judges everything itself: this process only runs student code and reports what
+came back (or what went wrong).
 
 Student code can replace attributes of NumPy or ``builtins``; the values this script needs
 are saved before the submission is loaded and put back after each call, so a monkeypatch
@@ -27,7 +30,14 @@ import sys
 import time
 import traceback
 import types
-import zipfile
+
+if __name__ == "__main__":           # started by the grader: its set-up comes first
+    _SETUP = json.loads(sys.argv[-1])
+    sys.path[:0] = _SETUP["path"]
+    if _SETUP["drop"]:               # root inside the sandbox: this submission's own user ID
+        os.setgroups([])
+        os.setgid(_SETUP["drop"][1])
+        os.setuid(_SETUP["drop"][0])
 
 import numpy as np
 
@@ -46,7 +56,10 @@ AUTODIFF = ("torch", "functorch", "jax", "jaxlib", "flax", "autograd", "tensorfl
 ESCAPES = ("ctypes", "_ctypes", "cffi", "_cffi_backend", "_xxsubinterpreters", "_xxinterpchannels",
            "_posixsubprocess")
 BLOCKED = REFERENCE + AUTODIFF + ESCAPES
-MAX_MESSAGE = 64 << 20           # bytes; larger answers are refused
+MAX_MESSAGE = 64 << 20           # bytes of arrays in one message; larger answers are refused
+MAX_HEADER = 1 << 20             # bytes of one message's JSON header
+MAX_ARRAYS = 4096                # arrays in one message
+DTYPES = frozenset(np.dtype(c).str for c in "?bhilqBHILQefd")
 MAX_ELEMENTS = 4_000_000         # elements of one returned array
 STUDENT_MODULE = "submission"
 
@@ -99,7 +112,7 @@ def _install_blocker():
 # file, importing, compiling, starting a process, ctypes, ...); it cannot be removed, and an
 # exception it raises aborts the event. The hook below refuses:
 #   - reading, listing or compiling anything under a protected path: the reference package, the
-#     grading configuration's folder, other submissions (``protect`` in submission.json), and
+#     grading configuration's folder, other submissions (``protect`` in the job), and
 #     the installed automatic-differentiation libraries; opening a folder that holds one;
 #   - importing the blocked packages by name (by any route that imports by name);
 #   - writing, renaming, removing or linking files outside the working directory;
@@ -330,12 +343,7 @@ _SAVED = []
 
 
 def _save_modules():
-    npyio = sys.modules.get(np.savez.__module__)
-    mods = [builtins, np, np.lib.format, zipfile, io, json, os, struct, time, traceback,
-            linecache, types, inspect]
-    if npyio is not None:
-        mods.append(npyio)
-    for m in mods:
+    for m in (builtins, np, io, json, os, struct, time, traceback, linecache, types, inspect):
         _SAVED.append((m, dict(vars(m))))
 
 
@@ -362,30 +370,72 @@ def _write_all(fd, data):
         view = view[n:]
 
 
+def frame(meta, arrays=None):
+    """One message: lengths, the JSON header (``meta`` and each array's key, dtype, shape),
+    then the arrays' bytes in C order."""
+    specs, blobs = [], []
+    for key, a in (arrays or {}).items():
+        a = np.array(a, order="C")     # a copy (ascontiguousarray would make a 0-d array 1-d)
+        specs.append([key, a.dtype.str, list(a.shape)])
+        blobs.append(a.tobytes())
+    header = json.dumps({"meta": meta, "arrays": specs}).encode("utf-8")
+    body = b"".join(blobs)
+    return struct.pack("<QQ", _len(header), _len(body)) + header + body
+
+
+def parse_header(raw, n_body):
+    """(meta, [(key, dtype, shape, n_bytes)]) from a frame's header, checked before anything
+    is allocated: the declared arrays must be of plain numeric dtypes and fill the body's
+    ``n_body`` bytes exactly. ValueError otherwise."""
+    head = json.loads(raw.decode("utf-8"))
+    if _type(head) is not dict or _type(head.get("meta")) is not dict \
+            or _type(head.get("arrays")) is not list or _len(head["arrays"]) > MAX_ARRAYS:
+        raise ValueError("malformed header")
+    specs, total = [], 0
+    for spec in head["arrays"]:
+        if _type(spec) is not list or _len(spec) != 3:
+            raise ValueError("malformed array entry")
+        key, dtype, shape = spec
+        if _type(key) is not str or dtype not in DTYPES or _type(shape) is not list \
+                or _len(shape) > 32 or any(_type(d) is not int or d < 0 for d in shape):
+            raise ValueError(f"array entry {str(spec)[:80]} is not a plain numeric array")
+        n = np.dtype(dtype).itemsize
+        for d in shape:
+            n *= d
+        total += n
+        if total > n_body:
+            raise ValueError("the arrays declared are larger than the message")
+        specs.append((key, dtype, tuple(shape), n))
+    if total != n_body:
+        raise ValueError("the arrays declared do not fill the message")
+    return head["meta"], specs
+
+
+def split_body(body, specs):
+    """The arrays of a frame's body (a bytearray: the arrays are writable views of it)."""
+    arrays, at = {}, 0
+    for key, dtype, shape, n in specs:
+        arrays[key] = (np.frombuffer(body, dtype=dtype, count=n // np.dtype(dtype).itemsize,
+                                     offset=at).reshape(shape) if n else np.zeros(shape, dtype))
+        at += n
+    return arrays
+
+
 def _recv(fd):
-    (n,) = struct.unpack("<Q", _read_exact(fd, 8))
-    if n > MAX_MESSAGE:
+    n_head, n_body = struct.unpack("<QQ", _read_exact(fd, 16))
+    if n_head > MAX_HEADER or n_body > MAX_MESSAGE:
         raise ValueError("request too large")
-    with np.load(io.BytesIO(_read_exact(fd, n)), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    meta = json.loads(arrays.pop("__meta__").tobytes().decode("utf-8"))
-    return meta, arrays
+    meta, specs = parse_header(_read_exact(fd, n_head), n_body)
+    return meta, split_body(bytearray(_read_exact(fd, n_body)), specs)
 
 
 def _send(fd, meta, arrays=None):
-    buf = io.BytesIO()
-    header = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    np.savez(buf, __meta__=header, **(arrays or {}))
-    data = buf.getvalue()
+    data = frame(meta, arrays)
     if _len(data) > MAX_MESSAGE:
-        buf = io.BytesIO()
-        np.savez(buf, __meta__=np.frombuffer(json.dumps(
-            {"ok": False, "error": {"kind": "too_large",
-                                    "message": f"the answer is {_len(data)} bytes; at most "
-                                               f"{MAX_MESSAGE} are accepted"}}).encode("utf-8"),
-            dtype=np.uint8))
-        data = buf.getvalue()
-    _write_all(fd, struct.pack("<Q", _len(data)) + data)
+        data = frame({"ok": False, "error": {"kind": "too_large",
+                                             "message": f"the answer is {_len(data)} bytes; at "
+                                                        f"most {MAX_MESSAGE} are accepted"}})
+    _write_all(fd, data)
 
 
 # --- values in and out ------------------------------------------------------------------
@@ -781,8 +831,7 @@ def _protected(listed, workdir):
 def main(argv):
     fd_in, fd_out = int(argv[1]), int(argv[2])
     try:
-        with open("submission.json", encoding="utf-8") as f:
-            job = json.load(f)
+        job, _ = _recv(fd_in)                      # the first request: what to run
         chunks = job["chunks"]
         protected = _protected(job.get("protect", []), os.getcwd())
     except _BaseException as exc:

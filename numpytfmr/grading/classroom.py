@@ -29,11 +29,12 @@ import time
 
 from ..run.fileio import atomic_write_text, write_json
 from .grader import POINT_DECIMALS, grade
+from .sandbox import choose as choose_isolation
 
 __all__ = ["find_submissions", "grade_class", "ClassResult", "CSV_HEAD", "distribution"]
 
 CSV_HEAD = ["student", "score", "max_score"]       # then one column per function, then TAIL
-CSV_TAIL = ["status", "seconds", "submission", "message"]
+CSV_TAIL = ["status", "isolation", "seconds", "submission", "message"]
 _SUFFIXES = (".py", ".ipynb")
 
 
@@ -125,6 +126,7 @@ def _row(student, path, report, seconds):
     message = (report.load_error or "").splitlines()
     return {"student": student, "score": report.score, "max_score": report.max_score,
             "functions": functions, "status": _status(report), "seconds": round(seconds, 2),
+            "isolation": report.isolation, "start_seconds": round(report.start_seconds, 3),
             "submission": os.fspath(path),
             "message": " ".join(m.strip() for m in message[:3])[:300]}
 
@@ -134,10 +136,11 @@ def _grade_one(student, path, key, folder):
     state = _WORKER
     start = time.monotonic()
     try:
-        report = grade(path, plan=state["plan"], child_user=state["child_user"])
+        report = grade(path, plan=state["plan"], isolation=state["isolation"])
     except Exception as exc:  # noqa: BLE001 -- a grader failure on one submission ends nothing
         return {"student": student, "score": "", "max_score": "", "functions": {},
                 "status": "grader error", "seconds": round(time.monotonic() - start, 2),
+                "isolation": state["isolation"].mode,
                 "submission": os.fspath(path), "message": f"{type(exc).__name__}: {exc}"[:300]}
     seconds = time.monotonic() - start
     row = _row(student, path, report, seconds)
@@ -176,7 +179,8 @@ def _csv_text(rows, functions):
         graded = r["status"] != "grader error"
         w.writerow([r["student"], _fmt(r["score"]), _fmt(r["max_score"])]
                    + [_fmt(per.get(f, 0.0)) if graded else "" for f in functions]
-                   + [r["status"], r["seconds"], r["submission"], r["message"]])
+                   + [r["status"], "not isolated" if r.get("isolation") == "none"
+                      else r.get("isolation", ""), r["seconds"], r["submission"], r["message"]])
     return buf.getvalue()
 
 
@@ -241,6 +245,12 @@ class ClassResult:
     jobs: int
     distribution: dict = field(default_factory=dict)
 
+    @property
+    def start_seconds_per_submission(self):
+        """Mean seconds spent starting a submission's isolated processes (the sandbox's cost)."""
+        spent = [r["start_seconds"] for r in self.rows if "start_seconds" in r]
+        return statistics.fmean(spent) if spent else 0.0
+
     def summary(self):
         """The ``--summary`` JSON content."""
         statuses = {}
@@ -250,6 +260,8 @@ class ClassResult:
                 "graded_now": self.graded, "unchanged": self.reused, "jobs": self.jobs,
                 "max_score": self.max_score, "statuses": statuses,
                 "distribution": self.distribution, "csv": self.csv, "results": self.results,
+                "isolation": sorted({r.get("isolation", "") for r in self.rows}),
+                "start_seconds_per_submission": round(self.start_seconds_per_submission, 3),
                 "functions": self.functions}
 
 
@@ -259,7 +271,7 @@ def results_folder(csv_path):
     return root + "_results"
 
 
-def grade_class(submissions, csv_path, *, plan, jobs=None, child_user=None, force=False,
+def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force=False,
                 regrade=False, log=None):
     """Grade ``submissions`` (``[(student, path)]``, see :func:`find_submissions`) under ``plan``
     (which must name its items) with ``jobs`` worker processes; return a :class:`ClassResult`.
@@ -309,7 +321,11 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, child_user=None, forc
                 f"{row['seconds']:6.1f} s{note}")
 
     save()
-    _WORKER.update(plan=plan, child_user=child_user)
+    isolation = isolation or choose_isolation()
+    if isolation.mode != "bubblewrap":
+        os.makedirs(folder, exist_ok=True)       # the results: for the grader's user alone
+        os.chmod(folder, 0o700)
+    _WORKER.update(plan=plan, isolation=isolation)
     if jobs == 1 or len(todo) <= 1:
         for student, path, key, where in todo:
             done(_grade_one(student, path, key, where))
@@ -325,7 +341,7 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, child_user=None, forc
                         row = future.result()
                     except Exception as exc:  # noqa: BLE001 -- e.g. a worker killed
                         row = {"student": student, "score": "", "max_score": "", "functions": {},
-                               "status": "grader error", "seconds": 0.0,
+                               "status": "grader error", "seconds": 0.0, "isolation": isolation.mode,
                                "submission": os.fspath(path),
                                "message": f"{type(exc).__name__}: {exc}"[:300]}
                     done(row)

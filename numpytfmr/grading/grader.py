@@ -36,6 +36,7 @@ from ..registry import bind
 from .cases import (DEFAULTS, contract_names, input_names, items_from_config, load_config,
                     make_graded_cases, own_draw, resolve)
 from .channel import ChildFailure, Submission, decode_value, encode_call
+from .sandbox import DESCRIPTION, choose as choose_isolation
 from .compare import (check_value, diagnose_values, matching_variants, nonfinite_sentence,
                       option_variants, scaling_variants)
 from .mistakes import known_mistakes
@@ -109,6 +110,16 @@ class Report:
     elapsed: float = 0.0
     warnings: list = field(default_factory=list)
     load_error: object = None
+    isolation: str = "none"        # how the submission's processes were isolated (sandbox.py)
+    start_seconds: float = 0.0     # spent starting them (the isolation's cost)
+    processes: int = 0             # how many were started
+
+    @property
+    def isolation_line(self):
+        line = f"isolation: {DESCRIPTION[self.isolation]}"
+        if self.processes:
+            line += (f"; {self.processes} processes started in {self.start_seconds:.2f} s")
+        return line
 
     @property
     def score(self):
@@ -135,9 +146,20 @@ class Report:
         return (f"score {self.score:g} / {self.max_score:g} ({n_ok} of {len(self.tests)} tests "
                 f"passed) in {self.elapsed:.1f} s")
 
+    def visible_summary(self):
+        """The summary a student sees before the due date: the visible tests only, with no word
+        on how many hidden tests there are or how they went."""
+        shown = [t for t in self.tests if not t.hidden]
+        if len(shown) == len(self.tests):
+            return self.summary()
+        got = round(math.fsum(t.score for t in shown), POINT_DECIMALS)
+        most = round(math.fsum(t.max_score for t in shown), POINT_DECIMALS)
+        return (f"visible tests: {got:g} / {most:g} ({sum(t.passed for t in shown)} of "
+                f"{len(shown)} passed); hidden tests are graded too and shown after the due date")
+
     def gradescope(self):
         """The Gradescope ``results.json`` content (a dict)."""
-        out = [self.summary()]
+        out = [self.visible_summary(), self.isolation_line]
         if self.load_error:
             out.append(self.load_error)
         out += [f"warning: {w}" for w in self.warnings]
@@ -154,13 +176,16 @@ class Report:
                        "output": t.output(),
                        "visibility": "after_due_date" if t.hidden else "visible"} for t in self.tests],
             "extra_data": {"submission": self.submission, "seed": self.seed,
-                           "hidden_cases": self.hidden_seed is not None},
+                           "hidden_cases": self.hidden_seed is not None,
+                           "isolation": self.isolation, "start_seconds": round(self.start_seconds, 3),
+                           "processes": self.processes},
         }
 
     def table(self, details=True):
         """A readable report for the terminal."""
         lines = [f"grading {self.submission} (seed {self.seed}"
                  + (", with hidden cases" if self.hidden_seed is not None else "") + ")"]
+        lines.append(self.isolation_line)
         if self.load_error:
             lines.append(self.load_error)
         lines += [f"warning: {w}" for w in self.warnings]
@@ -424,7 +449,8 @@ class _ItemGrader:
             self.session = spare
             return spare
         session = Submission(self.ctx["chunks"], timeout=self.ctx["timeout"], limits=self.ctx["limits"],
-                             protect=self.ctx["protect"], user=self.ctx["user"])
+                             protect=self.ctx["protect"], isolation=self.ctx["isolation"])
+        self.ctx["start_seconds"].append(session.start_seconds)
         if session.load_error:
             session.close()
             short, lines = self.error_text("the submission, while loading,", session.load_error)
@@ -484,10 +510,16 @@ class _ItemGrader:
             groups.append(tuple(group))
         return groups
 
-    def run(self):
+    def run(self, hidden=False):
+        """Grade the visible cases (``hidden`` False) or the hidden ones, in a process of
+        their own; return the item's tests."""
         item = self.item
         defined = self.ctx["defined"]
-        for gc, tests in zip(self.cases, self.make_tests()):
+        if not self.tests:
+            self.groups = self.make_tests()
+        for gc, tests in zip(self.cases, self.groups):
+            if gc.hidden != hidden:
+                continue
             if self.ctx["load_error"]:
                 for t in tests:
                     t.set(False, "submission not loaded", self.ctx["load_error"].splitlines())
@@ -891,7 +923,7 @@ def _items_defined(names):
 
 
 def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, timeout=None,
-          memory_mb=None, log=None, protect=(), child_user=None, plan=None):
+          memory_mb=None, log=None, protect=(), isolation=None, plan=None):
     """Grade a submission (.py, .ipynb or a folder holding one); return a :class:`Report`.
 
     only:   names to grade (ops like "softmax", functions like "softmax_forward" or
@@ -902,7 +934,8 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     log:    a callable taking progress lines, or None
     protect: more (path, why) pairs the submission's process may not read (e.g. the other
             submissions of a class); the reference and the config's folder always are
-    child_user: run the submission's processes as this user (the grader must run as root)
+    isolation: a :class:`~.sandbox.Isolation` for the submission's processes (default: the
+            strongest this machine offers, see sandbox.py)
     plan:   a :class:`Plan` from :func:`make_plan` instead of only/config/seeds/limits/protect
 
     A submission that cannot be read or loaded still gets every test, at 0 of its points, with
@@ -927,11 +960,13 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     # real bound, this one catches what escapes it (e.g. threads).
     limits = {"cpu_seconds": int(float(s["timeout"]) * 40) + 5,
               "memory_bytes": int(s["memory_mb"]) << 20, "file_bytes": 16 << 20}
-    probe = None
+    isolation = isolation or choose_isolation()
+    probe, start_seconds = None, []
     if chunks is not None:
         try:
             probe = Submission(chunks, timeout=float(s["timeout"]), limits=limits,
-                               protect=plan.protect, user=child_user)
+                               protect=plan.protect, isolation=isolation)
+            start_seconds.append(probe.start_seconds)
             defined = set(probe.defined)
             warnings = [_cell_warning(w) for w in probe.warnings]
             if probe.load_error:
@@ -960,22 +995,28 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
         tests.append(t)
     ctx = {"chunks": chunks, "defined": defined, "timeout": float(s["timeout"]), "limits": limits,
            "memory_mb": s["memory_mb"], "load_error": load_error, "spare": probe,
-           "protect": plan.protect, "user": child_user}
+           "protect": plan.protect, "isolation": isolation, "start_seconds": start_seconds}
+    graders = [_ItemGrader(ctx, item, k, make_graded_cases(
+        item, seed=s["seed"], hidden_seed=s["hidden_seed"], float32_case=bool(s["float32_case"])))
+        for k, item in enumerate(items, start=1)]
     try:
-        for k, item in enumerate(items, start=1):
-            cases = make_graded_cases(item, seed=s["seed"], hidden_seed=s["hidden_seed"],
-                                      float32_case=bool(s["float32_case"]))
-            grader = _ItemGrader(ctx, item, k, cases)
-            item_tests = grader.run()
-            tests += item_tests
-            if log is not None:
-                ok = sum(t.passed for t in item_tests)
-                log(f"{item.name}: {ok} of {len(item_tests)} tests passed")
+        # Every visible case first; then the hidden ones, each item in fresh processes, so no
+        # process that saw a hidden input ever answers a visible test.
+        for hidden in (False, True):
+            for grader in graders:
+                grader.run(hidden)
     finally:
         if ctx.get("spare") is not None:
             ctx["spare"].close()
+    for grader in graders:
+        tests += grader.tests
+        if log is not None:
+            ok = sum(t.passed for t in grader.tests)
+            log(f"{grader.item.name}: {ok} of {len(grader.tests)} tests passed")
     return Report(submission=label, tests=tests, seed=s["seed"], hidden_seed=s["hidden_seed"],
-                  elapsed=time.monotonic() - start, warnings=warnings, load_error=load_error)
+                  elapsed=time.monotonic() - start, warnings=warnings, load_error=load_error,
+                  isolation=isolation.mode, start_seconds=math.fsum(start_seconds),
+                  processes=len(start_seconds))
 
 
 def _cell_warning(w):

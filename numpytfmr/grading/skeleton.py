@@ -21,6 +21,8 @@ import secrets
 import shutil
 import textwrap
 
+import numpy as np
+
 from ..run.fileio import atomic_write_text, write_json
 from .cases import DEFAULTS, load_config, make_graded_cases, resolve
 from .contracts import backward_doc, forward_doc, helper_doc, notes_for
@@ -265,7 +267,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     atomic_write_text(paths["skeleton"], script)
     atomic_write_text(paths["notebook"], json.dumps(notebook, indent=1) + "\n")
     write_json(paths["config"], config)
-    atomic_write_text(paths["setup"], _SETUP)
+    atomic_write_text(paths["setup"], _SETUP.format(numpy_version=np.__version__))
     atomic_write_text(paths["run"], _RUN.format(name=name))
     for key in ("setup", "run"):                   # scripts: executable wherever readable
         mode = os.stat(paths[key]).st_mode & 0o777  # (the mode the umask gave the new file)
@@ -282,52 +284,48 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
 _SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
 set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
 if ! command -v python3 > /dev/null; then
-    apt-get update -qq && apt-get install -y -qq python3 python3-pip
+    apt-get install -y -qq python3 python3-pip
 fi
-python3 -m pip install --quiet "numpy>=1.23" \\
-    || python3 -m pip install --quiet --break-system-packages "numpy>=1.23"
-# An unprivileged user for the students' code: run_autograder starts every submission process
-# as this user, to whom the reference and the grading config are unreadable.
-if ! id -u numpytfmr-student > /dev/null 2>&1; then
-    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \\
-        --user-group numpytfmr-student \\
-        || adduser --system --no-create-home --group --disabled-login numpytfmr-student
-fi
+# bubblewrap isolates every submission process (namespaces, a read-only filesystem without the
+# reference or the config, no network); without it, each runs as a user ID of its own.
+apt-get install -y -qq bubblewrap || echo "warning: bubblewrap could not be installed" >&2
+# NumPy as the bundle was made and tested with.
+python3 -m pip install --quiet "numpy=={numpy_version}" \\
+    || python3 -m pip install --quiet --break-system-packages "numpy=={numpy_version}"
+# Check now, not at the first submission, that a submission process can start here: this prints
+# the isolation it will use and fails the build, saying why, when none works.
+cd /autograder/source
+PYTHONPATH=/autograder/source python3 -m numpytfmr.grading --check
 """
 
 _RUN = """#!/usr/bin/env bash
 # Gradescope runs this, as root, for every submission. The grader runs the student's code in
-# separate, limited, sandboxed processes and writes /autograder/results/results.json itself
-# (atomically, after the student's code has finished, so a file forged by it is replaced).
-cd /autograder/source
-export PYTHONPATH=/autograder/source
-mkdir -p /autograder/results
-rm -f /autograder/results/results.json
-# Defence in depth, besides the sandbox inside each submission process: those processes run as
-# the unprivileged user numpytfmr-student (made by setup.sh), and everything under /autograder
-# -- the reference (a copy of numpytfmr in source/), grading.json with its hidden seed, the
-# submission, the results -- belongs to root with no access for anyone else. The grader (root)
-# reads the submission and hands its code to the process through a private temporary folder.
-as_user=()
+# separate processes, each in the operating system's sandbox (bubblewrap, or a user ID of its
+# own: setup.sh checked which works), and writes the results itself, atomically, after the
+# student's code has finished; nothing the student's processes wrote is ever read.
+root="${{NUMPYTFMR_AUTOGRADER_ROOT:-/autograder}}"
+cd "$root/source"
+export PYTHONPATH="$root/source"
+mkdir -p "$root/results"
+rm -f "$root/results/results.json"
+# Everything under the autograder's folder -- the reference (a copy of numpytfmr in source/),
+# grading.json with its hidden seed, the submission, the results -- belongs to root, with no
+# access for anyone else: a submission running as a user ID of its own cannot read it.
 if [ "$(id -u)" = 0 ]; then
-    chown -R root:root /autograder/source
-    chmod -R go-rwx /autograder/source /autograder/submission /autograder/results
-    chmod go-rwx /autograder
-    if id -u numpytfmr-student > /dev/null 2>&1; then
-        as_user=(--child-user numpytfmr-student)
-    else
-        echo "warning: no user numpytfmr-student (setup.sh makes it): the submission runs as root," \\
-             "inside the sandbox only" >&2
-    fi
+    chown -R root:root "$root/source"
+    chmod -R go-rwx "$root/source" "$root/submission" "$root/results"
+    chmod go-rwx "$root"
 fi
-python3 -m numpytfmr grade /autograder/submission --config /autograder/source/grading.json \\
-    --json /autograder/results/results.json "${{as_user[@]}}"
+python3 -m numpytfmr grade "$root/submission" --config "$root/source/grading.json" \\
+    --json "$root/results/results.json"
 status=$?
 # 0: all passed, 1: some failed; anything else is a grader error, whose results are not trusted
-if [ "$status" -gt 1 ] || [ ! -s /autograder/results/results.json ]; then
+if [ "$status" -gt 1 ] || [ ! -s "$root/results/results.json" ]; then
     echo '{{"score": 0, "output": "The grader failed (status '"$status"'); please contact the staff."}}' \\
-        > /autograder/results/results.json
+        > "$root/results/results.json"
 fi
 exit 0
 """

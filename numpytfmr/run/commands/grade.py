@@ -4,6 +4,7 @@
                                 [--config grading.json] [--hidden-seed N] [--memory-mb M]
     numpytfmr grade DIR_OR_GLOB --csv grades.csv [--config grading.json | --only NAMES]
                                 [--jobs N] [--summary FILE] [--force] [--regrade]
+    ... [--isolation auto|bubblewrap|user|none | --no-isolation]
 
 One submission: exit status 0 when every test passes, 1 when any fails. A class (``--csv``):
 0 when every submission was graded (whatever the scores), 1 when the grader failed on some.
@@ -77,19 +78,24 @@ def _plan(args, protect=()):
         raise UsageError(f"--config {args.config!r}: {exc}" if args.config else str(exc)) from None
 
 
-def _child_user(args):
-    if args.child_user is None:
-        return None
-    from numpytfmr.grading.channel import user_ids
+def _isolation(args, whole_class):
+    """The isolation of the run (see numpytfmr/grading/sandbox.py); UsageError when the one asked
+    for cannot work here, or when a class would be graded without any."""
+    from numpytfmr.grading.sandbox import SandboxUnavailable, choose
 
+    requested = "none" if args.no_isolation else args.isolation
     try:
-        user_ids(args.child_user)
-    except ValueError as exc:
-        raise UsageError(f"--child-user: {exc}") from None
-    if os.geteuid() != 0:
-        raise UsageError(f"--child-user {args.child_user}: running the submissions as another "
-                         "user needs the grader to run as root (as Gradescope's run_autograder does)")
-    return args.child_user
+        isolation = choose(requested)
+    except SandboxUnavailable as exc:
+        flag = "--isolation" if requested != "auto" else "NUMPYTFMR_REQUIRE_SANDBOX"
+        raise UsageError(f"{flag}: {exc}") from None
+    if whole_class and isolation.mode == "none" and requested != "none":
+        raise UsageError("--csv: the submissions of a class cannot be isolated from each other here "
+                         f"({isolation.reason}); install bubblewrap, or run as root, or give "
+                         "--no-isolation to grade them as your own user anyway")
+    if isolation.mode != "bubblewrap" and requested == "auto":
+        print(f"warning: {isolation.reason}; isolation: {isolation.description}", flush=True)
+    return isolation
 
 
 def _is_pattern(target):
@@ -110,9 +116,9 @@ def cmd_grade(args):
                          + "; expected a .py file, a .ipynb notebook or a folder")
     if os.path.isfile(target) and not os.access(target, os.R_OK):
         raise UsageError(f"{target!r} cannot be read (permission denied)")
-    user = _child_user(args)
+    isolation = _isolation(args, whole_class=bool(args.csv))
     if args.csv:
-        return _grade_class(args, target, user)
+        return _grade_class(args, target, isolation)
     for flag, value in (("--jobs", args.jobs), ("--force", args.force), ("--regrade", args.regrade)):
         if value:
             raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
@@ -120,7 +126,7 @@ def cmd_grade(args):
     from numpytfmr.grading import grade
 
     start = time.monotonic()
-    report = grade(target, plan=_plan(args), child_user=user, log=None)
+    report = grade(target, plan=_plan(args), isolation=isolation, log=None)
     print(report.table(details=not args.brief))
     if args.json:
         write_json(args.json, report.gradescope())
@@ -128,11 +134,13 @@ def cmd_grade(args):
     if args.summary:
         write_summary(args.summary, {"seconds": round(time.monotonic() - start, 2), "submissions": 1,
                                      "score": report.score, "max_score": report.max_score,
-                                     "passed": report.passed})
+                                     "passed": report.passed, "isolation": report.isolation,
+                                     "sandbox_start_seconds": round(report.start_seconds, 3),
+                                     "processes": report.processes})
     return 0 if report.passed else 1
 
 
-def _grade_class(args, target, user):
+def _grade_class(args, target, isolation):
     from numpytfmr.grading.classroom import (distribution_table, find_submissions, grade_class,
                                              results_folder)
     from numpytfmr.run.fileio import write_summary
@@ -158,7 +166,7 @@ def _grade_class(args, target, user):
         raise UsageError("--csv grades a class on the same functions for every student: give "
                          "--config grading.json or --only NAMES")
     try:
-        result = grade_class(submissions, csv_path, plan=plan, jobs=args.jobs, child_user=user,
+        result = grade_class(submissions, csv_path, plan=plan, jobs=args.jobs, isolation=isolation,
                              force=args.force, regrade=args.regrade,
                              log=lambda line: print(line, flush=True))
     except FileExistsError as exc:
@@ -166,6 +174,8 @@ def _grade_class(args, target, user):
     print()
     print(f"{len(result.rows)} submissions in {result.seconds:.1f} s ({result.graded} graded now, "
           f"{result.reused} unchanged since the last run; {result.jobs} jobs)")
+    print(f"isolation: {isolation.description}; starting the isolated processes took "
+          f"{result.start_seconds_per_submission:.2f} s per submission")
     print(distribution_table(result.distribution, result.max_score))
     print(f"grades: {result.csv}\nresults: {result.results}{os.sep}<student>{os.sep}results.json "
           "and report.txt")
@@ -219,8 +229,12 @@ def add_command(sub):
     p.add_argument("--regrade", action="store_true",
                    help="with --csv: grade every submission again, even those unchanged since the "
                         "last run")
-    p.add_argument("--child-user", metavar="USER", default=None,
-                   help="run the submissions' processes as this (unprivileged) user; the grader "
-                        "must run as root (Gradescope's run_autograder does this)")
+    p.add_argument("--isolation", choices=("auto", "bubblewrap", "user", "none"), default="auto",
+                   help="how each submission process is isolated (docs/instructor.md): bubblewrap "
+                        "(namespaces, a read-only filesystem without the reference), user (root "
+                        "only: a user ID of its own), none; default auto, the strongest that works")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="the same as --isolation none: needed to grade a class where neither "
+                        "bubblewrap nor root is available (reports then say 'not isolated')")
     p.set_defaults(func=cmd_grade)
     return p
