@@ -125,7 +125,8 @@ def test_make_assignment_writes_skeleton_notebook_config_and_gradescope_pair(tmp
         assert path.stat().st_mode & stat.S_IXUSR
         assert path.read_text().startswith("#!/usr/bin/env bash")
     run = (out / "autograder" / "run_autograder").read_text()
-    assert "numpytfmr grade /autograder/submission" in run and "results.json" in run
+    assert 'numpytfmr grade "$root/submission"' in run and "results.json" in run
+    assert 'root="${NUMPYTFMR_AUTOGRADER_ROOT:-/autograder}"' in run
     assert (out / "autograder" / "numpytfmr" / "grading" / "child.py").is_file()
     # grading a folder with the config finds hw1.py by the assignment's name
     report = grade(out, config=out / "autograder" / "grading.json", only=["causal_mask"])

@@ -7,8 +7,9 @@ is checked against finite differences of its own forward with ``check_gradients`
 feedback says whether the forward or the backward is at fault. The submission runs in
 separate, sandboxed processes (see :mod:`.channel` and child.py); everything is judged here.
 
-Each graded item (an op's pair, or a plain function) gets its own process. A function that
-times out or ends its process loses only its own remaining cases (and a forward its backward's,
+The visible cases of every item run first, in the process that loaded the submission; the
+hidden cases run afterwards in a fresh one (sandbox.py isolates each). A function that times
+out or ends its process loses only its own remaining cases (and a forward its backward's,
 which need its cache): the next case runs in a new process. A submission that cannot be read
 or loaded still gets every test, at 0 of its points. Test points are whole hundredths that
 add up to each item's weight exactly (:func:`split_points`).
@@ -417,7 +418,8 @@ def _plain_gradients(value, fn):
 # --- grading one item -----------------------------------------------------------------------------
 
 class _ItemGrader:
-    """Grades one item (an op or a helper) over its cases, in its own submission process.
+    """Grades one item (an op or a helper) over its cases, in the submission process of the
+    current phase (visible or hidden), which the items share.
 
     A function that times out, or whose process dies ``_MAX_CRASHES`` times, loses its remaining
     cases ("not run"), and so does a backward whose forward is lost (it needs the forward's
@@ -427,7 +429,6 @@ class _ItemGrader:
 
     def __init__(self, ctx, item, number, cases):
         self.ctx, self.item, self.number, self.cases = ctx, item, number, cases
-        self.session = None
         self.crashes = {}          # function -> process deaths while it ran
         self.skips = {}            # function -> why its remaining cases are not run
         self.tests = []
@@ -440,14 +441,19 @@ class _ItemGrader:
 
     # -- the process ---------------------------------------------------------------------
 
+    @property
+    def session(self):
+        """The process of the current phase, shared by the items (see :func:`grade`)."""
+        return self.ctx["session"]
+
+    @session.setter
+    def session(self, value):
+        self.ctx["session"] = value
+
     def _ensure_session(self):
         if self.session is not None and self.session.alive:
             return self.session
         self.session = None
-        spare = self.ctx.pop("spare", None)      # the process that loaded the submission first
-        if spare is not None and spare.alive:
-            self.session = spare
-            return spare
         session = Submission(self.ctx["chunks"], timeout=self.ctx["timeout"], limits=self.ctx["limits"],
                              protect=self.ctx["protect"], isolation=self.ctx["isolation"])
         self.ctx["start_seconds"].append(session.start_seconds)
@@ -551,9 +557,6 @@ class _ItemGrader:
                     t.set(False, exc.short, exc.lines)
                 for fn in item.functions:
                     self.skips[fn] = "not run: " + exc.lines[0]
-        if self.session is not None:
-            self.session.close()
-            self.session = None
         return self.tests
 
     def _dout(self, out, gc):
@@ -994,20 +997,24 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
                                           "(name them as in the assignment, e.g. softmax_forward)"])
         tests.append(t)
     ctx = {"chunks": chunks, "defined": defined, "timeout": float(s["timeout"]), "limits": limits,
-           "memory_mb": s["memory_mb"], "load_error": load_error, "spare": probe,
+           "memory_mb": s["memory_mb"], "load_error": load_error, "session": probe,
            "protect": plan.protect, "isolation": isolation, "start_seconds": start_seconds}
     graders = [_ItemGrader(ctx, item, k, make_graded_cases(
         item, seed=s["seed"], hidden_seed=s["hidden_seed"], float32_case=bool(s["float32_case"])))
         for k, item in enumerate(items, start=1)]
     try:
-        # Every visible case first; then the hidden ones, each item in fresh processes, so no
-        # process that saw a hidden input ever answers a visible test.
+        # Every visible case first, in the process that loaded the submission; then the hidden
+        # ones in a fresh process, so no process that saw a hidden input answers a visible
+        # test. Within a phase the items share the process; a new one starts after any failure.
         for hidden in (False, True):
             for grader in graders:
                 grader.run(hidden)
+            if ctx["session"] is not None:
+                ctx["session"].close()
+                ctx["session"] = None
     finally:
-        if ctx.get("spare") is not None:
-            ctx["spare"].close()
+        if ctx["session"] is not None:
+            ctx["session"].close()
     for grader in graders:
         tests += grader.tests
         if log is not None:
