@@ -27,7 +27,8 @@ import pytest
 import numpytfmr
 from numpytfmr.grading import channel, grade, make_assignment
 from numpytfmr.grading.cases import make_graded_cases, resolve
-from numpytfmr.grading.sandbox import REQUIRE_ENV, Isolation, bubblewrap_problem
+from numpytfmr.grading.sandbox import (REQUIRE_ENV, Isolation, bubblewrap_problem, check,
+                                       readable_by_all)
 from numpytfmr.run.cli import main
 
 FIXTURES = Path(__file__).parent / "grading_fixtures"
@@ -48,6 +49,10 @@ if _problem and os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
 pytestmark = pytest.mark.skipif(bool(_problem), reason=f"no bubblewrap sandbox here: {_problem}")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the per-submission user ID and the "
                                                           "process limit need the grader to be root")
+_user_problem = check("user")[1]
+MODES = [pytest.param("bubblewrap", marks=needs_root),
+         pytest.param("user", marks=pytest.mark.skipif(
+             bool(_user_problem), reason=f"no isolation by user ID here: {_user_problem}"))]
 
 
 @pytest.fixture
@@ -120,12 +125,17 @@ def _before(config, canary, subs):
     return {p: _digest(p) for p in watched}
 
 
-def _assert_contained(passed, mark, digests, *, processes=True):
-    """Every route got no credit, and left nothing behind."""
-    for route in (READ_REFERENCE, READ_CONFIG, WRITE_GRADER, PROC_MEM, NETWORK, OTHERS, CANARY):
+def _assert_contained(passed, mark, digests, mode="bubblewrap"):
+    """Every route got no credit, and left nothing behind. A user ID of its own does not take
+    the network away, nor files every user may read (docs/sandbox.md): where the reference is
+    such a file, and for the network, only bubblewrap stands in the way."""
+    routes = [READ_CONFIG, WRITE_GRADER, PROC_MEM, OTHERS, CANARY, FORK_BOMB]
+    if mode == "bubblewrap":
+        routes += [NETWORK, READ_REFERENCE]
+    elif not readable_by_all(os.path.join(PACKAGE, "__init__.py")):
+        routes += [READ_REFERENCE]
+    for route in routes:
         assert not passed[route], f"{route} got through"
-    if processes:
-        assert not passed[FORK_BOMB], "the fork bomb was not limited"
     for path, digest in digests.items():
         assert _digest(path) == digest, f"{path} was changed"
     assert not _survivors(mark), "a process of the submission outlived grading"
@@ -134,15 +144,15 @@ def _assert_contained(passed, mark, digests, *, processes=True):
 
 # --- one submission -------------------------------------------------------------------------
 
-@needs_root
-def test_one_submission_gets_nothing_through_any_route(tmp_path, no_audit_hook, server):
+@pytest.mark.parametrize("mode", MODES)
+def test_one_submission_gets_nothing_through_any_route(tmp_path, no_audit_hook, server, mode):
     mark = _mark()
     config, canary, subs = _setting(tmp_path, mark, server)
     digests = _before(config, canary, subs)
-    report = grade(subs / "hostile.py", config=config, isolation=SANDBOX)
+    report = grade(subs / "hostile.py", config=config, isolation=Isolation(mode))
     passed = {t.function: t.passed for t in report.tests if t.function.endswith("_forward")}
-    _assert_contained(passed, mark, digests)
-    assert report.isolation == "bubblewrap" and "bubblewrap" in report.table()
+    _assert_contained(passed, mark, digests, mode)
+    assert report.isolation == mode and f"isolation: {Isolation(mode).description}" in report.table()
 
 
 def test_without_isolation_the_same_routes_get_through(tmp_path, no_audit_hook, server):
@@ -157,8 +167,8 @@ def test_without_isolation_the_same_routes_get_through(tmp_path, no_audit_hook, 
 
 # --- a whole class --------------------------------------------------------------------------
 
-@needs_root
-def test_a_class_keeps_its_students_apart(tmp_path, no_audit_hook, server, capsys):
+@pytest.mark.parametrize("mode", MODES)
+def test_a_class_keeps_its_students_apart(tmp_path, no_audit_hook, server, capsys, mode):
     mark = _mark()
     config, canary, subs = _setting(tmp_path, mark, server)
     digests = _before(config, canary, subs)
@@ -166,29 +176,29 @@ def test_a_class_keeps_its_students_apart(tmp_path, no_audit_hook, server, capsy
     out.mkdir()
     grades, summary = out / "grades.csv", out / "summary.json"
     argv = ["grade", str(subs), "--config", str(config), "--csv", str(grades), "--jobs", "2",
-            "--summary", str(summary)]
+            "--summary", str(summary), "--isolation", mode]
     assert main(argv) == 0
     rows = {r["student"]: r for r in csv.DictReader(open(grades, newline=""))}
     for honest in ("honest_a", "honest_b"):
         assert rows[honest]["score"] == rows[honest]["max_score"], rows[honest]
-        assert rows[honest]["isolation"] == "bubblewrap"
+        assert rows[honest]["isolation"] == mode
         results = json.loads((out / "grades_results" / honest / "results.json").read_text())
         assert results["score"] == float(rows[honest]["max_score"])
     hostile = rows["hostile"]
     passed = {f: float(hostile[f]) > 0 for f in hostile if f.endswith("_forward")}
-    _assert_contained(passed, mark, digests)
+    _assert_contained(passed, mark, digests, mode)
     # the results were not forged: a second run reuses every row, as the grader wrote it
     assert main(argv) == 0
     again = {r["student"]: r for r in csv.DictReader(open(grades, newline=""))}
     assert again == rows
     data = json.loads(summary.read_text())
-    assert data["isolation"] == ["bubblewrap"] and data["start_seconds_per_submission"] > 0
+    assert data["isolation"] == [mode] and data["start_seconds_per_submission"] > 0
 
 
 # --- the Gradescope bundle ------------------------------------------------------------------
 
-@needs_root
-def test_the_gradescope_run_gets_nothing_through_and_root_follows_no_link(tmp_path, server):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_gradescope_run_gets_nothing_through_and_root_follows_no_link(tmp_path, server, mode):
     mark = _mark()
     config, canary, subs = _setting(tmp_path, mark, server)
     paths = make_assignment(list(ROUTES), tmp_path / "hw", hidden_seed=7)
@@ -202,15 +212,22 @@ def test_the_gradescope_run_gets_nothing_through_and_root_follows_no_link(tmp_pa
     child.write_text(child.read_text().replace("    install_sandbox(protected, os.getcwd())\n",
                                                "    pass\n"))
     digests = _before(Path(paths["config"]), canary, subs)
-    env = dict(os.environ, NUMPYTFMR_AUTOGRADER_ROOT=str(root),
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    path = [os.path.dirname(sys.executable), os.environ["PATH"]]
+    if mode == "user":                  # an image where bubblewrap cannot start: the fallback
+        fake = tmp_path / "fakebin"
+        fake.mkdir()
+        (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions' >&2\nexit 1\n")
+        os.chmod(fake / "bwrap", 0o755)
+        path.insert(0, str(fake))
+    env = dict(os.environ, NUMPYTFMR_AUTOGRADER_ROOT=str(root), PATH=os.pathsep.join(path))
+    env.pop(REQUIRE_ENV, None)
     proc = subprocess.run(["bash", str(source / "run_autograder")], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads((root / "results" / "results.json").read_text())
-    assert results["extra_data"]["isolation"] == "bubblewrap", results["output"]
+    assert results["extra_data"]["isolation"] == mode, results["output"]
     passed = {t["name"].split(" ")[0]: t["status"] == "passed" for t in results["tests"]}
-    _assert_contained(passed, mark, digests)
+    _assert_contained(passed, mark, digests, mode)
     assert results["score"] < results["max_score"]
     assert "root's" == canary.read_text() and "hidden_seed" not in json.dumps(results["tests"])
 

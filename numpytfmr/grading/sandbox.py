@@ -88,11 +88,8 @@ def bubblewrap_problem():
     """None when a bubblewrap sandbox starts Python and imports NumPy here, else why not."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed (Debian/Ubuntu/Fedora package: bubblewrap)"
-    probe = ("import json, os, sys; s = json.loads(sys.argv[-1]); sys.path[:0] = s['path']\n"
-             "if s['drop']: os.setgroups([]); os.setgid(s['drop'][1]); os.setuid(s['drop'][0])\n"
-             "import numpy; assert os.getuid() != 0 and not os.path.exists('/etc/passwd')")
     try:
-        proc = subprocess.run(**launch("bubblewrap", ["-c", probe], uid=child_uid(),
+        proc = subprocess.run(**launch("bubblewrap", ["-c", _PROBE + _SANDBOXED], uid=child_uid(),
                                        limits=_PROBE_LIMITS), capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap could not be started ({exc})"
@@ -131,6 +128,11 @@ def choose(requested="auto"):
 # --- starting ------------------------------------------------------------------------------
 
 _PROBE_LIMITS = {"cpu_seconds": 30, "memory_bytes": 2 << 30, "file_bytes": 1 << 20}
+# what a submission process does first (child.py), then NumPy; and, in the sandbox, a check
+_PROBE = ("import json, os, sys; s = json.loads(sys.argv[-1]); sys.path[:0] = s['path']\n"
+          "if s['drop']: os.setgroups([]); os.setgid(s['drop'][1]); os.setuid(s['drop'][0])\n"
+          "import numpy\n")
+_SANDBOXED = "assert os.getuid() != 0 and not os.path.exists('/etc/passwd')\n"
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -215,7 +217,7 @@ def _inside(path, roots):
 
 def _bwrap_argv(python, protect, show, drop):
     """The bwrap options: a read-only system, the interpreter, NumPy, nothing else."""
-    argv = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+    argv = [shutil.which("bwrap") or "bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
     if drop:            # root: no user namespace; the child drops to its own user ID itself
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -293,6 +295,19 @@ def launch(mode, python_args, *, uid, limits, protect=(), modules=("numpy",), wo
     if mode == "user":
         out.update(user=uid, group=uid, extra_groups=[])
     return out
+
+
+def readable_by_all(path):
+    """Whether any user may read ``path`` (every folder above it searchable by others, and it
+    readable by others): what isolation by user ID alone leaves open."""
+    path = os.path.realpath(path)
+    try:
+        for parent in _ancestors(path) + [os.path.dirname(path) or "/"]:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+        return bool(os.stat(path).st_mode & stat.S_IROTH)
+    except OSError:
+        return False
 
 
 def private_folder(mode, uid):
@@ -381,7 +396,7 @@ def check(requested="auto"):
         return isolation, None                      # choose() ran the very same probe
     folder = private_folder(isolation.mode, child_uid())
     try:
-        kw = launch(isolation.mode, ["-c", "import numpy"], uid=child_uid(),
+        kw = launch(isolation.mode, ["-c", _PROBE], uid=child_uid(),
                     limits=_PROBE_LIMITS, workdir=folder)
         proc = subprocess.run(**kw, capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:

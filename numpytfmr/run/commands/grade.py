@@ -14,6 +14,7 @@ line naming the file or the flag.
 import glob
 import json
 import os
+import sys
 import time
 
 from numpytfmr.run.cli import UsageError, nonnegative_int, output_file, positive_float, positive_int
@@ -98,6 +99,19 @@ def _isolation(args, whole_class):
     return isolation
 
 
+def _warn_exposed(isolation, plan):
+    """Under isolation by user ID alone, say which protected files every user can read."""
+    from numpytfmr.grading.sandbox import readable_by_all
+
+    if isolation.mode != "user":
+        return
+    for path, why in plan.protect:
+        if readable_by_all(path):
+            print(f"warning: {path} ({why}) is readable by every user, so by the submissions too "
+                  f"(isolation by user ID alone); make it unreadable to others (chmod -R o-rwx) "
+                  "or install bubblewrap", file=sys.stderr, flush=True)
+
+
 def _is_pattern(target):
     return any(c in target for c in "*?[")
 
@@ -126,7 +140,9 @@ def cmd_grade(args):
     from numpytfmr.grading import grade
 
     start = time.monotonic()
-    report = grade(target, plan=_plan(args), isolation=isolation, log=None)
+    plan = _plan(args)
+    _warn_exposed(isolation, plan)
+    report = grade(target, plan=plan, isolation=isolation, log=None)
     print(report.table(details=not args.brief))
     if args.json:
         write_json(args.json, report.gradescope())
@@ -162,6 +178,7 @@ def _grade_class(args, target, isolation):
                else [(path, whose) for _, path in submissions])
     protect += [(csv_path, "the grades"), (folder, "the grades")]
     plan = _plan(args, protect)
+    _warn_exposed(isolation, plan)
     if plan.items is None:
         raise UsageError("--csv grades a class on the same functions for every student: give "
                          "--config grading.json or --only NAMES")
