@@ -181,15 +181,20 @@ def test_layernorm_with_unbiased_variance_is_named(tmp_path):
         assert "max abs error" in t.output() and "first mismatch at index" in t.output()
 
 
-def test_attention_without_scale_is_a_constant_factor_and_blamed_on_the_forward(tmp_path):
+def test_attention_without_scale_costs_the_forward_only(tmp_path):
+    """The forward's bug is the forward's: the backward, right for that forward (checked by finite
+    differences of it), keeps its points, and says so."""
     report = _grade_bug(tmp_path, "attention_no_scale", "attention", cases=[0, 10])
     plain = _by_label(report, "attention_forward", "plain (2, 3, 7)")
     assert not plain.passed
     assert "a constant factor" in plain.output() and "1/sqrt(d_k)" in plain.output()
     assert "Q multiplied by sqrt(7)" in plain.output()
     back = _by_label(report, "attention_backward", "plain (2, 3, 7)")
-    assert not back.passed
+    assert back.passed and back.score == back.max_score
+    assert "credited: attention_backward is the gradient of your own attention_forward" in back.output()
     assert "PASSED -- your backward is consistent with your forward" in back.output()
+    backward_points = sum(t.score for t in _tests(report, "attention_backward"))
+    assert backward_points == pytest.approx(sum(t.max_score for t in _tests(report, "attention_backward")))
     # an explicit scale is honoured by the buggy code, so that case passes
     assert all(t.passed for t in report.tests if t.label.startswith("scale=0.5"))
 
@@ -220,29 +225,149 @@ def test_lora_scaled_by_alpha_instead_of_alpha_over_r(tmp_path):
     r3 = _by_label(report, "lora_linear_forward", "x (2, 3, 7), r 3, bias")
     assert not r3.passed and "scaled by alpha instead of alpha/r" in r3.output()
     back = _by_label(report, "lora_linear_backward", "x (2, 3, 7), r 3, bias")
-    assert not back.passed and "your backward is consistent with your forward" in back.output()
+    assert back.passed and "your backward is consistent with your forward" in back.output()
     # with r = 1 the bug is invisible
     assert all(t.passed for t in report.tests if t.label.startswith("x (7,), r 1"))
 
 
 def test_dpo_loss_with_flipped_sign(tmp_path):
     report = _grade_bug(tmp_path, "dpo_sign", "dpo_loss", cases=[0, 2])
-    for t in report.tests:
-        assert not t.passed
+    for t in report.tests:       # the backward is right for the flipped forward: only it loses
+        assert t.passed == t.function.endswith("_backward")
     fwd = _by_label(report, "dpo_loss_forward", "sigmoid, 6 pairs, beta 0.1").output()
     assert "the sign of the loss is flipped" in fwd
     bwd = _by_label(report, "dpo_loss_backward", "sigmoid, 6 pairs, beta 0.1").output()
     assert "wrong sign" in bwd and "d_policy_chosen" in bwd
 
 
-def test_wrong_dtype_and_in_place_changes_are_reported(tmp_path):
+def test_wrong_dtype_and_in_place_changes_cost_only_the_slip_deduction(tmp_path):
     report = _grade_bug(tmp_path, "softmax_float64", "softmax", cases=[0], float32=True)
     f32 = _by_label(report, "softmax_forward", "float32: x (2, 3, 7), last axis")
-    assert not f32.passed and "dtype float64; expected float32" in f32.output()
-    assert _by_label(report, "softmax_forward", "x (2, 3, 7), last axis").passed
+    assert f32.passed and f32.score == pytest.approx(0.9 * f32.max_score, abs=0.006)
+    assert "slip (costs 10% of this test's points): out: dtype float64; expected float32" in f32.output()
+    assert _by_label(report, "softmax_forward", "x (2, 3, 7), last axis").score == \
+        _by_label(report, "softmax_forward", "x (2, 3, 7), last axis").max_score
     report = _grade_bug(tmp_path, "relu_in_place", "relu", cases=[0])
     t = _by_label(report, "relu_forward", "x (2, 3, 7)")
-    assert not t.passed and "changed its input x in place" in t.output()
+    assert t.passed and t.deduction == 0.1 and "changed its input x in place" in t.output()
+
+
+SLIPS = {   # student-style code with one contract slip each, and the function it costs
+    "softmax_forward": ('''
+def softmax_forward(x, axis=-1):
+    x -= x.max(axis=axis, keepdims=True)          # shifts the caller's array
+    e = np.exp(x)
+    y = e / e.sum(axis=axis, keepdims=True)
+    return y, {"y": y, "axis": axis}
+''', "changed its input x in place"),
+    "relu_backward": ('''
+def relu_backward(dout, cache):
+    return (dout * (cache["x"] > 0),)               # a 1-tuple for a single input
+''', "returned a tuple of one gradient"),
+    "dropout_backward": ('''
+def dropout_backward(dout, cache):
+    dx = dout                                       # CS231n's idiom: writes into dout
+    dx[~cache["keep"]] = 0
+    dx /= cache["scale"]
+    return dx
+''', "changed dout in place"),
+}
+
+
+def test_each_contract_slip_costs_only_the_deduction_the_instructor_sets(tmp_path):
+    source = CORRECT.read_text() + '''
+
+def relu_forward(x):
+    return np.maximum(x, 0), {"x": x}
+
+
+def dropout_forward(x, *, p=0.5, train=True, rng=None):
+    if not train or p == 0:
+        return x.copy(), {"keep": np.ones(x.shape, bool), "scale": 1.0}
+    keep = rng.random(x.shape) >= p
+    return np.where(keep, x / (1 - p), 0).astype(x.dtype), {"keep": keep, "scale": 1 - p}
+''' + "".join(code for code, _ in SLIPS.values())
+    path = tmp_path / "homework.py"
+    path.write_text(source)
+    for deduction in (0.1, 0.25):
+        config = {"float32_case": False, "slip_deduction": deduction,
+                  "functions": [{"name": n, "cases": "all"} for n in ("softmax", "relu", "dropout")]}
+        report = grade(path, config=config)
+        for fn, (_, words) in SLIPS.items():
+            tests = [t for t in report.tests if t.function == fn]
+            slipped = [t for t in tests if t.deduction]
+            assert slipped and all(t.passed for t in tests), [t.output() for t in tests][:2]
+            assert all(t.deduction == deduction and words in t.output() for t in slipped)
+            got = sum(t.score for t in tests)
+            most = sum(t.max_score for t in tests)
+            assert most * (1 - deduction) - 0.05 <= got < most, (fn, got, most)
+
+
+def test_a_dropout_mask_that_ignores_rng_fails(tmp_path):
+    path = tmp_path / "homework.py"
+    path.write_text(CORRECT.read_text() + '''
+
+def dropout_forward(x, *, p=0.5, train=True, rng=None):
+    if not train or p == 0:
+        return x.copy(), {"mask": np.ones(x.shape)}
+    keep = np.random.default_rng(1234).random(x.shape) >= p     # a fixed mask: rng unused
+    mask = keep / (1 - p)
+    return (x * mask).astype(x.dtype), {"mask": mask.astype(x.dtype)}
+
+
+def dropout_backward(dout, cache):
+    return dout * cache["mask"]
+''')
+    report = grade(path, only=["dropout"], config={"float32_case": False})
+    stats = [t for t in report.tests if t.function == "dropout_forward" and "statistics" in t.label]
+    assert stats and not any(t.passed for t in stats)
+    assert "mask ignores rng" in stats[0].output() and "the same every time" in stats[0].output()
+    honest = tmp_path / "honest.py"
+    honest.write_text(CORRECT.read_text() + '''
+
+def dropout_forward(x, *, p=0.5, train=True, rng=None):
+    if not train or p == 0:
+        return x.copy(), {"mask": np.ones(x.shape, x.dtype)}
+    mask = (rng.random(x.shape) < 1 - p) / (1 - p)
+    return (x * mask).astype(x.dtype), {"mask": mask.astype(x.dtype)}
+
+
+def dropout_backward(dout, cache):
+    return dout * cache["mask"]
+''')
+    report = grade(honest, only=["dropout"], config={"float32_case": False})
+    assert all(t.passed for t in report.tests), [t.output() for t in report.tests if not t.passed][:1]
+
+
+def test_a_numerical_backward_is_flagged_for_review_not_zeroed(tmp_path):
+    path = tmp_path / "homework.py"
+    path.write_text(CORRECT.read_text() + '''
+
+def softmax_forward(x, *, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    y = e / e.sum(axis=axis, keepdims=True)
+    return y, {"x": x, "axis": axis}
+
+
+def softmax_backward(dout, cache):          # no gradient code: central differences of the forward
+    x, axis = cache["x"], cache["axis"]
+    dx = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = 1e-6
+        plus, _ = softmax_forward(x + e, axis=axis)
+        minus, _ = softmax_forward(x - e, axis=axis)
+        dx[i] = np.sum(dout * (plus - minus)) / 2e-6
+    return dx
+''')
+    report = grade(path, only=["softmax"], config={"float32_case": False})
+    backward = [t for t in report.tests if t.function == "softmax_backward"]
+    assert backward and all(t.passed for t in backward)
+    assert any("softmax_backward called a forward function" in r for r in report.review)
+    assert "for the instructor's review" in report.table()
+    assert report.gradescope()["extra_data"]["review"] == report.review
+    honest = grade(CORRECT, only=["softmax"], config={"float32_case": False})
+    assert honest.review == []
 
 
 def test_backward_wrong_by_a_factor_is_checked_against_the_submissions_forward(tmp_path):

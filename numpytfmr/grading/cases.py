@@ -36,7 +36,7 @@ __all__ = ["Item", "GradedCase", "helpers", "resolve", "contract_names", "load_c
            "all_cases", "DrawCheck", "own_draw"]
 
 DEFAULTS = {"seed": 0, "hidden_seed": None, "timeout": 10.0, "memory_mb": 2048,
-            "float32_case": True, "weight": 10.0}
+            "float32_case": True, "weight": 10.0, "slip_deduction": 0.1}
 
 
 @dataclass(frozen=True)
@@ -304,7 +304,7 @@ def load_config(source):
     if not isinstance(source, dict):
         raise ValueError("grading config: expected a JSON object")
     allowed = {"assignment", "seed", "hidden_seed", "timeout", "memory_mb", "float32_case",
-               "functions", "names"}
+               "functions", "names", "slip_deduction"}
     unknown = set(source) - allowed
     if unknown:
         raise ValueError(f"grading config: unknown key(s) {', '.join(sorted(unknown))}; expected "
@@ -606,7 +606,7 @@ def _lora_mask(args, kwargs, got, dtype):
 
 
 # op -> (reader of the mask, name of the drop probability)
-_DRAWS = {"dropout": (_dropout_mask, "p"), "lora_linear": (_lora_mask, "dropout")}
+DRAWS = {"dropout": (_dropout_mask, "p"), "lora_linear": (_lora_mask, "dropout")}
 
 
 def own_draw(item, gc, value, dout):
@@ -622,9 +622,9 @@ def own_draw(item, gc, value, dout):
     when no mask reproduces the output (``out`` is then None) or the statistics fail.
     """
     from ..registry import bind
-    if item.kind != "op" or item.name not in _DRAWS:
+    if item.kind != "op" or item.name not in DRAWS:
         return None
-    reader, p_name = _DRAWS[item.name]
+    reader, p_name = DRAWS[item.name]
     args, kwargs = gc.case.args, gc.case.kwargs
     p = float(kwargs.get(p_name, 0.0) or 0.0)
     if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
@@ -667,3 +667,30 @@ def own_draw(item, gc, value, dout):
                                "dropped entries instead of the kept ones (keep = rng.random(shape) "
                                "< 1 - p)?")
     return check
+
+
+RNG_DRAWS = 6         # more draws of a random case's mask, from other generators
+
+
+def rng_dependence(item, gc, masks):
+    """Whether the masks of one case drawn from ``1 + RNG_DRAWS`` different generators look like
+    independent Bernoulli(1 - p) draws: not all the same, and few positions kept (or dropped) in
+    every draw -- a fair draw does that at a fraction q = p^n + (1-p)^n of the positions, a mask
+    that ignores ``rng`` at all of them. Returns (ok, lines)."""
+    _, p_name = DRAWS[item.name]
+    p = float(gc.case.kwargs[p_name])
+    known = np.asarray(gc.case.args[0]) != 0
+    stack = np.stack([np.asarray(m) for m in masks])[:, known]
+    n_draws, n = stack.shape
+    always = int(np.sum(stack.all(axis=0) | (~stack).all(axis=0)))
+    q = p ** n_draws + (1 - p) ** n_draws
+    _, hi = _fair_range(n, q)
+    if always <= hi:
+        return True, []
+    same = all(np.array_equal(stack[0], m) for m in stack[1:])
+    return False, [
+        f"mask: over {n_draws} calls with different generators (rng), {always} of {n} entries were "
+        f"kept in every call or dropped in every call; independent draws do that to at most {hi} "
+        "(all but 1e-6 of the time)" + (": the mask was the same every time" if same else ""),
+        "  diagnosis: draw the mask from the rng argument (keep = rng.random(x.shape) < 1 - p), "
+        "not from a fixed seed, np.random's global state or the input's values"]

@@ -34,8 +34,8 @@ import numpy as np
 
 from ..gradcheck import check_gradients
 from ..registry import bind
-from .cases import (DEFAULTS, contract_names, input_names, items_from_config, load_config,
-                    make_graded_cases, own_draw, resolve)
+from .cases import (DEFAULTS, DRAWS, RNG_DRAWS, contract_names, input_names, items_from_config,
+                    load_config, make_graded_cases, own_draw, resolve, rng_dependence)
 from .channel import ChildFailure, Submission, decode_value, encode_call
 from .sandbox import DESCRIPTION, choose as choose_isolation
 from .compare import (check_value, diagnose_values, matching_variants, nonfinite_sentence,
@@ -49,6 +49,7 @@ H = 1e-3                       # finite-difference step: check_gradients' defaul
 _REFINED = H * 0.0625          # the checker's refinement step h/16
 _FORWARD_SHARE = 0.4           # of an op's weight; the backward tests share the rest
 _MAX_CRASHES = 3               # process deaths in one function before its remaining cases are skipped
+NUMERICAL_CALLS = 3            # forward calls inside one backward call that flag it for review
 POINT_DECIMALS = 2             # test points are whole multiples of 0.01
 
 
@@ -88,16 +89,19 @@ class TestResult:
     passed: bool = False
     short: str = "not run"
     lines: list = field(default_factory=list)
+    deduction: float = 0.0          # the share of max_score a contract slip costs a passed test
 
     @property
     def score(self):
-        return self.max_score if self.passed else 0.0
+        return round(self.max_score * (1 - self.deduction), POINT_DECIMALS) if self.passed else 0.0
 
-    def set(self, passed, short, lines=()):
+    def set(self, passed, short, lines=(), deduction=0.0):
         self.passed, self.short, self.lines = bool(passed), short, list(lines)
+        self.deduction = deduction if passed else 0.0
 
     def output(self):
-        head = "PASS" if self.passed else f"FAIL: {self.short}"
+        head = ("PASS" + (f" ({self.short})" if self.short else "")) if self.passed \
+            else f"FAIL: {self.short}"
         return "\n".join([f"{self.function} on case '{self.label}': {head}"] + list(self.lines))
 
 
@@ -111,6 +115,7 @@ class Report:
     elapsed: float = 0.0
     warnings: list = field(default_factory=list)
     load_error: object = None
+    review: list = field(default_factory=list)   # flags for the instructor's review
     isolation: str = "none"        # how the submission's processes were isolated (sandbox.py)
     start_seconds: float = 0.0     # spent starting them (the isolation's cost)
     processes: int = 0             # how many were started
@@ -179,6 +184,7 @@ class Report:
             "extra_data": {"submission": self.submission, "seed": self.seed,
                            "hidden_cases": self.hidden_seed is not None,
                            "isolation": self.isolation, "start_seconds": round(self.start_seconds, 3),
+                           "review": list(self.review),
                            "processes": self.processes},
         }
 
@@ -214,6 +220,9 @@ class Report:
                     continue
                 seen.add(body)
                 lines += ["  " + line for line in t.lines]
+        if self.review:
+            lines += ["", "for the instructor's review (not counted in the score):"]
+            lines += [f"  {r}" for r in self.review]
         lines += ["", self.summary()]
         return "\n".join(lines)
 
@@ -399,6 +408,17 @@ class _StudentOp:
 def _grad_name(name):
     """``dx``, ``dW``; ``d_policy_chosen`` for long names."""
     return f"d_{name}" if "_" in name or len(name) > 5 else f"d{name}"
+
+
+def _nontrivial(value, ref_grads):
+    """Whether a backward's answer is nonzero wherever the correct gradient is: a forward and a
+    backward that both ignore an input are consistent, and earn nothing for it."""
+    items = value.items if value.kind in ("tuple", "list") else [value]
+    for got, exp in zip(items, ref_grads):
+        if exp is not None and np.any(np.asarray(exp) != 0):
+            if not got.is_number or not np.any(got.array != 0):
+                return False
+    return True
 
 
 def _plain_gradients(value, fn):
@@ -620,13 +640,16 @@ class _ItemGrader:
                     lines = list(v.lines)
                     if draw is not None:
                         lines += draw.lines
+                        if draw.ok and v.ok and draw.mask is not None:
+                            draw.ok, more = self._draws_depend_on_rng(gc, draw.mask, deadline)
+                            lines += more
+                            draw.short = "" if draw.ok else "mask ignores rng"
                     elif not v.ok and v.short.endswith("wrong values") and tol == "float64":
                         lines += [f"  diagnosis: {s}" for s in self._forward_diagnoses(gc, v, names)]
-                    flags = [f for f in ans.get("flags", []) if isinstance(f, str)]
-                    lines += flags
-                    fwd_passed = v.ok and not flags and (draw is None or draw.ok)
+                    slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
+                    fwd_passed = v.ok and (draw is None or draw.ok)
                     short = v.short or ("" if draw is None or draw.ok else draw.short)
-                    fwd_t.set(fwd_passed, short or ("modified its input" if flags else ""), lines)
+                    self._verdict(fwd_t, fwd_passed, short, lines, slips)
 
         # --- backward --------------------------------------------------------------------
         if bwd not in defined or not run_backward:
@@ -651,15 +674,68 @@ class _ItemGrader:
             bwd_t.set(False, *self.error_text(bwd, ans.get("error")))
             return
         value = decode_value(ans.get("value"), arrays)
-        verdicts, lines, shorts, comparable = self._check_gradients(value, ref_grads, args, names, dout, tol,
-                                                                    (bind(spec.forward, kwargs), ref_out) if draw is None else (None, None))
-        flags = [f for f in ans.get("flags", []) if isinstance(f, str)]
-        passed = all(verdicts) and not flags and bool(verdicts)
-        lines += flags
-        if not passed and comparable and out_ok and gc.case.check and tol == "float64":
-            lines += self._self_check(gc, names, fwd_passed, deadline)
-        short = "; ".join(dict.fromkeys(shorts)) or ("modified its inputs" if flags else "")
-        bwd_t.set(passed, short, lines)
+        verdicts, lines, shorts, comparable, slips = self._check_gradients(
+            value, ref_grads, args, names, dout, tol,
+            (bind(spec.forward, kwargs), ref_out) if draw is None else (None, None))
+        slips += [f for f in ans.get("flags", []) if isinstance(f, str)]
+        calls = ans.get("forward_calls", 0)
+        if isinstance(calls, int) and calls >= NUMERICAL_CALLS:
+            self._review(f"{bwd} called a forward function {calls} times on case '{gc.label}': it "
+                         "may differentiate numerically instead of by the chain rule")
+        passed = all(verdicts) and bool(verdicts)
+        short = "; ".join(dict.fromkeys(shorts))
+        if not passed and comparable and out_ok and gc.case.check:
+            check_lines, consistent = self._self_check(gc, names, fwd_passed, deadline)
+            if consistent and not fwd_passed and _nontrivial(value, ref_grads):
+                # the CS231n way: a backward right for the student's own forward keeps its points
+                passed, short = True, "consistent with your own forward"
+                lines = [f"credited: {bwd} is the gradient of your own {fwd} (checked by finite "
+                         f"differences), so it keeps its points; {fwd}'s own test says what is "
+                         "wrong there. For reference, against the correct gradient:"] + lines
+            lines += check_lines
+        self._verdict(bwd_t, passed, short, lines, slips)
+
+    def _verdict(self, t, passed, short, lines, slips):
+        """Set test ``t``. Right values with contract slips (an input changed in place, a
+        1-tuple for a bare array, a float64 result for float32 input) pass, less the
+        configured deduction; the feedback names each slip."""
+        slips = list(dict.fromkeys(slips))
+        if passed and slips:
+            d = self.ctx["slip_deduction"]
+            t.set(True, f"contract slip, -{d:.0%}" if d else "contract slip", lines + [
+                f"slip (costs {d:.0%} of this test's points): {s}" for s in slips], deduction=d)
+        else:
+            t.set(passed, short or ("contract slip" if slips else ""), lines + slips)
+
+    def _review(self, line):
+        if line not in self.ctx["review"]:
+            self.ctx["review"].append(line)
+
+    def _draws_depend_on_rng(self, gc, mask, deadline):
+        """(ok, lines): more draws of this case's mask, from other generators, must differ as
+        independent Bernoulli draws do (cases.rng_dependence). Only for the larger cases."""
+        fwd = self.item.functions[0]
+        args, kwargs = gc.case.args, gc.case.kwargs
+        if np.count_nonzero(np.asarray(args[0])) < 200 or not isinstance(kwargs.get("rng"), int):
+            return True, []
+        reader = DRAWS[self.item.name][0]
+        masks = [mask]
+        for j in range(1, RNG_DRAWS + 1):
+            try:
+                ans, arrays = self.request("call", fwd, args, dict(kwargs, rng=kwargs["rng"] + 7919 * j),
+                                           deadline, pair=True, keep=False)
+            except ChildFailure as f:
+                self._lost(f, fwd, gc.label)
+                return True, []
+            value = decode_value(ans.get("value"), arrays) if ans.get("ok") and not ans.get("not_pair") else None
+            got = getattr(value, "array", None)
+            if got is None or np.shape(got) != np.shape(mask):
+                return True, []
+            m, _ = reader(args, kwargs, np.asarray(got, dtype=np.float64), gc.dtype)
+            if m is None or isinstance(m, str):
+                return True, []
+            masks.append(m)
+        return rng_dependence(self.item, gc, masks)
 
     def _backward_not_implemented(self, bwd, dout, deadline, gc):
         """Whether ``bwd`` raises NotImplementedError straight away (called with an empty cache)."""
@@ -678,21 +754,27 @@ class _ItemGrader:
         forward, ref_out = case
         n = len(args)
         bwd = self.item.functions[1]
+        slips = []
         if n == 1:
-            if value.kind in ("tuple", "list"):
+            if value.kind in ("tuple", "list") and len(value.items) == 1 and value.items[0].is_number:
+                slips.append(f"{bwd} returned a {value.kind} of one gradient for an op with one input; "
+                             "the gradient of a single input is returned bare, not in a tuple")
+                items = value.items
+            elif value.kind in ("tuple", "list"):
                 return [False], [f"{bwd} returned a {value.kind} of {len(value.items)} for an op with one "
                                  "input; the gradient of a single input is returned bare, not in a "
-                                 "tuple"], ["not a bare gradient"], False
-            items = [value]
+                                 "tuple"], ["not a bare gradient"], False, slips
+            else:
+                items = [value]
         else:
             if value.kind not in ("tuple", "list"):
                 return [False], [f"{bwd} returned {value.describe()}; expected a tuple of {n} "
                                  f"gradients ({', '.join(_grad_name(x) for x in names)}), None for inputs "
-                                 "that take no gradient"], ["not a tuple of gradients"], False
+                                 "that take no gradient"], ["not a tuple of gradients"], False, slips
             if len(value.items) != n:
                 return [False], [f"{bwd} returned {len(value.items)} gradients; expected {n}, one per "
                                  f"input ({', '.join(_grad_name(x) for x in names)}), None for inputs that "
-                                 "take no gradient"], ["wrong number of gradients"], False
+                                 "take no gradient"], ["wrong number of gradients"], False, slips
             items = value.items
         verdicts, lines, shorts = [], [], []
         comparable = True
@@ -710,6 +792,8 @@ class _ItemGrader:
             v = check_value(got, None if exp is None else np.asarray(exp), _grad_name(names[p]), tol=tol,
                             none_reason=reason)
             verdicts.append(v.ok)
+            if v.slip:
+                slips.append(v.slip)
             if v.ok:
                 continue
             shorts.append(v.short)
@@ -724,7 +808,7 @@ class _ItemGrader:
                 sentences += diagnose_values(v.got, v.expected, dout, forward=forward, inputs=args,
                                              position=p, names=names, out=ref_out)
                 lines += [f"  diagnosis: {s}" for s in sentences]
-        return verdicts, lines, shorts, comparable
+        return verdicts, lines, shorts, comparable, slips
 
     def _forward_diagnoses(self, gc, v, names):
         spec = self.item.spec
@@ -750,30 +834,36 @@ class _ItemGrader:
         return sentences
 
     def _self_check(self, gc, names, fwd_passed, deadline):
-        """Check the submission's backward against finite differences of its own forward."""
+        """Check the submission's backward against finite differences of its own forward:
+        (feedback lines, whether they agree)."""
         fwd, bwd = self.item.functions
         head = f"check of {bwd} against finite differences of your own {fwd}"
+        args = gc.case.args
+        if gc.dtype == "float32":            # finite differences need float64: the same case in it
+            head += " (on the case's inputs in float64)"
+            args = tuple(a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype == np.float32
+                         else a for a in args)
         proxy = _StudentOp(self, fwd, bwd, gc.case.kwargs, deadline)
         try:
             with np.errstate(all="ignore"):
-                res = check_gradients(proxy.forward, proxy.backward, gc.case.args, h=H, seed=gc.index,
+                res = check_gradients(proxy.forward, proxy.backward, args, h=H, seed=gc.index,
                                       mode=self.item.spec.mode, names=names)
         except StudentError as exc:
-            return [f"{head}: could not run --"] + ["  " + line for line in exc.lines]
+            return [f"{head}: could not run --"] + ["  " + line for line in exc.lines], False
         except ChildFailure as f:
             self.session = None
-            return [f"{head}: could not finish -- {f.message}"]
+            return [f"{head}: could not finish -- {f.message}"], False
         except Exception as exc:  # noqa: BLE001 -- e.g. the output changed shape when perturbed
-            return [f"{head}: could not run -- {type(exc).__name__}: {exc}"]
+            return [f"{head}: could not run -- {type(exc).__name__}: {exc}"], False
         if res.passed:
             if fwd_passed:
                 return [f"{head}: PASSED -- your backward matches your forward here, though not the "
-                        "reference gradient (see above)"]
+                        "reference gradient (see above)"], True
             return [f"{head}: PASSED -- your backward is consistent with your forward, so the mismatch "
-                    f"comes from {fwd}: fix the forward first (its test says how it differs)"]
+                    f"comes from {fwd}: fix the forward first (its test says how it differs)"], True
         report = [line for line in str(res).splitlines() if not line.startswith("reproduce:")]
         return ([f"{head}: FAILED -- your backward does not match your forward:"]
-                + ["  " + line for line in report])
+                + ["  " + line for line in report]), False
 
     # -- plain functions -------------------------------------------------------------------------
 
@@ -812,8 +902,8 @@ class _ItemGrader:
                 sentences += matching_variants(
                     v.got, scaling_variants(ref, args, kwargs, names) + option_variants(ref, args, kwargs))
             lines += [f"  diagnosis: {s}" for s in sentences]
-        flags = [f for f in ans.get("flags", []) if isinstance(f, str)]
-        t.set(v.ok and not flags, v.short or ("modified its input" if flags else ""), lines + flags)
+        slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
+        self._verdict(t, v.ok, v.short, lines, slips)
 
 
 # --- the whole submission -----------------------------------------------------------------------
@@ -835,6 +925,10 @@ def _settings(config, seed, hidden_seed, timeout, memory_mb):
         raise ValueError(f"timeout is {s['timeout']!r}; expected a positive number of seconds")
     if not (isinstance(s["memory_mb"], int) and s["memory_mb"] >= 256):
         raise ValueError(f"memory_mb is {s['memory_mb']!r}; expected an integer >= 256")
+    d = s["slip_deduction"]
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1:
+        raise ValueError(f"slip_deduction is {d!r}; expected a number from 0 to 1 (the share of a "
+                         "test's points a contract slip costs)")
     return s
 
 
@@ -998,7 +1092,8 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
         tests.append(t)
     ctx = {"chunks": chunks, "defined": defined, "timeout": float(s["timeout"]), "limits": limits,
            "memory_mb": s["memory_mb"], "load_error": load_error, "session": probe,
-           "protect": plan.protect, "isolation": isolation, "start_seconds": start_seconds}
+           "protect": plan.protect, "isolation": isolation, "start_seconds": start_seconds,
+           "slip_deduction": float(s["slip_deduction"]), "review": []}
     graders = [_ItemGrader(ctx, item, k, make_graded_cases(
         item, seed=s["seed"], hidden_seed=s["hidden_seed"], float32_case=bool(s["float32_case"])))
         for k, item in enumerate(items, start=1)]
@@ -1022,7 +1117,7 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
             log(f"{grader.item.name}: {ok} of {len(grader.tests)} tests passed")
     return Report(submission=label, tests=tests, seed=s["seed"], hidden_seed=s["hidden_seed"],
                   elapsed=time.monotonic() - start, warnings=warnings, load_error=load_error,
-                  isolation=isolation.mode, start_seconds=math.fsum(start_seconds),
+                  review=ctx["review"], isolation=isolation.mode, start_seconds=math.fsum(start_seconds),
                   processes=len(start_seconds))
 
 
