@@ -8,6 +8,8 @@ the patterns a wrong backward usually leaves, and every pattern that fits gives 
   the case's terms (``1/sqrt(d_k)``, ``1/scale``, ``alpha/r``, ``N``: see ``terms.py``) or a
   flipped sign; a transposed gradient; a missing or extra term equal to ``dout`` (a residual
   path, a bias); errors confined to one slice (an off-by-one);
+- a known wrong backward from the op's catalogue (``catalogue.py``: the diagonal-only
+  softmax, LayerNorm's unbiased variance, ...), alone or times a wrong factor;
 - with the whole case at hand (full mode), one cause among: a wrong elementwise derivative
   (``elementwise.py``), a transposed factor inside a product (``products.py``), the gradient
   of the forward with another input set to 1 or 0 or transposed (``counterfactual.py``), a
@@ -19,6 +21,7 @@ the patterns a wrong backward usually leaves, and every pattern that fits gives 
 import numpy as np
 
 from .compare import FAIL, INCONCLUSIVE
+from .catalogue import catalogue_diagnoses
 from .counterfactual import counterfactual_diagnoses
 from .elementwise import elementwise_diagnoses
 from .evidence import Diagnosis, Evidence
@@ -136,10 +139,17 @@ def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True):
                             "straight through once too often")
                 sentences.append(Diagnosis(text, "dout_term"))
 
-    # 5. with the whole case (full mode, every entry conclusive): one case-wide cause
-    located = False
+    # 5. a known wrong backward of the op's catalogue (any mode): named first, and it is the cause
+    known = []
+    if case is not None and case_wide:
+        known = catalogue_diagnoses(case, a, n, project, use, atol)
+        sentences = known + sentences
+    located = bool(known)
+
+    # 6. with the whole case (full mode, every entry conclusive): one case-wide cause
     strong = factor_found or transposed or dout_term or all_zero
-    if cmp["full"] and case is not None and case_wide and not strong and bool(use.all()) and grad.size:
+    if (cmp["full"] and case is not None and case_wide and not strong and not located
+            and bool(use.all()) and grad.size):
         ev = Evidence(cmp["a"].reshape(grad.shape), cmp["n"].reshape(grad.shape),
                       (cmp["status"] == FAIL).reshape(grad.shape), dout, atol,
                       float(np.max(cmp["rounding"])) if cmp.get("rounding") is not None else 0.0,
@@ -151,7 +161,7 @@ def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True):
                 located = True
                 break
 
-    # 6. errors confined to one slice (full mode), unless a cause was located above
+    # 7. errors confined to one slice (full mode), unless a cause was located above
     if cmp["full"] and grad.ndim >= 1 and not located:
         fail_mask = (cmp["status"] == FAIL).reshape(grad.shape)
         where = np.nonzero(fail_mask)
