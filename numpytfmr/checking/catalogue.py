@@ -100,13 +100,15 @@ def _fit(a, v, n, atol):
     if scale == 0.0 or not a.size:
         return None
     loose = 1e-5 * scale + atol
+    if float(np.max(np.abs(a))) <= loose:
+        return None                                     # all zeros: said as such
     if float(np.max(np.abs(v - n))) <= loose:
         return None                                     # the right gradient on this case
     vv = float(np.dot(v, v))
     if vv == 0.0:
         return None
     c = float(np.dot(a, v)) / vv
-    if c == 0.0 or float(np.max(np.abs(a - c * v))) > _MATCH * max(scale, abs(c) * scale) + atol:
+    if not 1e-3 <= abs(c) <= 1e3 or float(np.max(np.abs(a - c * v))) > _MATCH * max(scale, abs(c) * scale) + atol:
         return None
     nn = float(np.dot(n, n))
     if abs(c - 1.0) > 1e-6 and nn > 0:
