@@ -1,8 +1,8 @@
 """Registered ops of the positional-encoding chapter (003 ch. 7): RoPE."""
 import numpy as np
 
-from ..positional import rope_backward, rope_forward, rope_frequencies
-from . import Case, OpSpec
+from ..positional import _rotate_pairs, rope_backward, rope_forward, rope_frequencies
+from . import Case, Mistake, OpSpec
 
 
 def _rope_cases(rng, dtype):
@@ -32,6 +32,23 @@ def _rope_cases(rng, dtype):
     ]
 
 
+_OTHER_LAYOUT = {"interleaved": "half", "half": "interleaved"}
+
+# Known wrong backwards (the catalogue the gradient checker names)
+_ROPE = (
+    Mistake("rotated by +theta", "x",
+            lambda dout, c: _rotate_pairs(dout, c["cos"], c["sin"], c["layout"]),
+            "the backward rotates dout by +theta like the forward; the transpose of a rotation "
+            "is the rotation by -theta: dx = R(-theta) dout (cos, -sin)"),
+    Mistake("not rotated back", "x", lambda dout, c: dout.copy(),
+            "dx = dout treats RoPE as the identity; it rotates every plane, so dx = R(-theta) "
+            "dout"),
+    Mistake("pairs of the other layout", "x",
+            lambda dout, c: _rotate_pairs(dout, c["cos"], -c["sin"], _OTHER_LAYOUT[c["layout"]]),
+            "dout is rotated back over the planes of the other layout (interleaved pairs "
+            "(2k, 2k+1) against halves (k, k + d/2)): pair the features as the forward does"))
+
 OPS = [
-    OpSpec("rope", rope_forward, rope_backward, _rope_cases, section="003 §7.3", mode="full"),
+    OpSpec("rope", rope_forward, rope_backward, _rope_cases, section="003 §7.3", mode="full",
+           mistakes=_ROPE),
 ]
