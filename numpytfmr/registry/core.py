@@ -393,7 +393,8 @@ _RMSNORM = (
            "sqrt(mean(x^2) + eps)")
     + _rms("dgamma", "dgamma = sum(dout)", "gamma multiplies xhat, so dgamma = sum over rows "
            "of dout * xhat", of=("gamma",))
-    + _rms("no gamma", "gamma forgotten", "dxhat = dout * gamma, not dout"))
+    + _rms("no gamma", "gamma forgotten", "dxhat = dout * gamma, not dout: the gain multiplies "
+           "xhat in the forward"))
 
 
 def _embedding_overwrite(dout, c):
