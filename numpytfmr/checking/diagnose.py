@@ -139,7 +139,8 @@ def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True):
                             "straight through once too often")
                 sentences.append(Diagnosis(text, "dout_term"))
 
-    # 5. a known wrong backward of the op's catalogue (any mode): named first, and it is the cause
+    # 5. a known wrong backward of the op's catalogue (any mode): named first; the case-wide
+    #    diagnosis below still says what shape the error has
     known = []
     if case is not None and case_wide:
         known = catalogue_diagnoses(case, a, n, project, use, atol)
@@ -148,8 +149,7 @@ def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True):
 
     # 6. with the whole case (full mode, every entry conclusive): one case-wide cause
     strong = factor_found or transposed or dout_term or all_zero
-    if (cmp["full"] and case is not None and case_wide and not strong and not located
-            and bool(use.all()) and grad.size):
+    if cmp["full"] and case is not None and case_wide and not strong and bool(use.all()) and grad.size:
         ev = Evidence(cmp["a"].reshape(grad.shape), cmp["n"].reshape(grad.shape),
                       (cmp["status"] == FAIL).reshape(grad.shape), dout, atol,
                       float(np.max(cmp["rounding"])) if cmp.get("rounding") is not None else 0.0,

@@ -242,8 +242,6 @@ def _dpo_variant(dout, c, bug):
             dh = 2 * (h - 1 / beta) * g
         else:
             dh = 2 * (h - 1 / (2 * beta)) * g
-    if bug == "rejected with chosen's sign":
-        return dh, dh, None, None
     return dh, -dh, None, None
 
 
@@ -259,8 +257,6 @@ _DPO = (
          "flipped (sigmoid(+margin) where sigmoid(-margin) belongs)")
     + _dpo("smoothing left out", "with label smoothing eps the loss is -(1 - eps) log sigma(z) "
            "- eps log sigma(-z), so dz = -(1 - eps) sigma(-z) + eps sigma(z)")
-    + _dpo("rejected with chosen's sign", "h = (pc - rc) - (pr - rr): the rejected log-prob "
-           "enters with a minus, so d_policy_rejected = -d_policy_chosen", ("policy_rejected",))
     + _dpo("hinge indicator reversed", "d/dz max(0, 1 - z) = -[z < 1]: the gradient flows "
            "where the margin is not yet met")
     + _dpo("ipo target 1/beta", "IPO regresses h to 1/(2 beta): dh = 2 (h - 1/(2 beta)) / n"))
@@ -272,16 +268,13 @@ def _bt_variant(dout, c, bug):
         dd = -sigmoid(d) * dout / d.size
     else:
         dd = -sigmoid(-d) * dout / d.size
-    return (dd, dd) if bug == "rejected with chosen's sign" else (dd, -dd)
+    return dd, -dd
 
 
-_BRADLEY_TERRY = (
-    wrong("sigmoid(+d)", "d/dd -log sigma(d) = -sigma(-d): the sign inside the sigmoid is "
-          "flipped", lambda dout, c: _bt_variant(dout, c, "sigmoid(+d)"),
-          ("r_chosen", "r_rejected"), ("r_chosen", "r_rejected"))
-    + wrong("rejected with chosen's sign", "d = r_chosen - r_rejected, so dr_rejected = "
-            "-dr_chosen", lambda dout, c: _bt_variant(dout, c, "rejected with chosen's sign"),
-            ("r_chosen", "r_rejected"), ("r_rejected",)))
+_BRADLEY_TERRY = wrong("sigmoid(+d)", "d/dd -log sigma(d) = -sigma(-d): the sign inside the "
+                       "sigmoid is flipped (sigmoid(+d) where sigmoid(-d) belongs)",
+                       lambda dout, c: _bt_variant(dout, c, "sigmoid(+d)"),
+                       ("r_chosen", "r_rejected"), ("r_chosen", "r_rejected"))
 
 
 def _reward_head_variant(dr, c, bug):
