@@ -1210,3 +1210,30 @@ def softmax_backward(dout, cache):
     assert "a term proportional to the output is missing" in out, out
     assert "- y * sum(dout * y)" in out
     assert NO_PATTERN not in out
+
+
+def test_grade_forward_feedback_names_factors_and_options(tmp_path):
+    """The grader's forward feedback carries the checker's names: a LoRA scale built with
+    the input size where the rank belongs, a loss summed where it is averaged."""
+    from pathlib import Path
+
+    from numpytfmr.grading import grade
+
+    correct = (Path(__file__).parent / "grading_fixtures" / "correct.py").read_text()
+    planted = correct.replace("    r = A.shape[1]\n    s = alpha", "    r = A.shape[0]\n    s = alpha")
+    planted = planted.replace("    loss = np.where(valid, per, 0).sum() / max(n, 1)",
+                              "    loss = np.where(valid, per, 0).sum()")
+    assert planted.count("A.shape[0]\n    s = alpha") == 1 and "per, 0).sum()\n" in planted
+    path = tmp_path / "homework.py"
+    path.write_text(planted)
+    report = grade(path, config={"float32_case": False,
+                                 "functions": [{"name": "lora_linear", "cases": [0]},
+                                               {"name": "cross_entropy", "cases": [0]}]})
+    out = {t.function: t.output() for t in report.tests if not t.passed}
+    lora = out["lora_linear_forward"]
+    assert "alpha multiplied by 0.4286 (0.4286 = r/d_in, r = 3, d_in = 7)" in lora, lora
+    assert "a d_in where r belongs? (e.g. alpha/d_in in place of alpha/r)" in lora
+    assert "no simple pattern" not in lora
+    assert 'known wrong backward "rank taken as d_in"' in out["lora_linear_backward"]
+    ce = out["cross_entropy_forward"]
+    assert "your output = 6 x the expected output (6 = N, N = 6 rows of logits (2 x 3))" in ce, ce

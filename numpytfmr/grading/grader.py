@@ -36,8 +36,8 @@ from ..registry import bind
 from .cases import (DEFAULTS, contract_names, input_names, items_from_config, load_config,
                     make_graded_cases, own_draw, resolve)
 from .channel import ChildFailure, Submission, decode_value, encode_call
-from .compare import (check_value, diagnose_values, matching_variants, nonfinite_sentence,
-                      option_variants, scaling_variants)
+from .compare import (check_value, diagnose_values, forward_diagnoses, matching_variants,
+                      nonfinite_sentence, option_variants, scaling_variants)
 from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
 
@@ -699,8 +699,8 @@ class _ItemGrader:
         if bad:
             sentences.append(bad)
         else:
-            sentences += diagnose_values(v.got, v.expected)
             forward = spec.forward if self.item.kind == "op" else None
+            sentences += forward_diagnoses(v.got, v.expected, forward, args, kwargs, names)
 
             def ref(*a, **kw):
                 return bind(forward, kw)(*a)

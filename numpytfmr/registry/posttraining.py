@@ -33,7 +33,7 @@ def _lora_cases(rng, dtype):
 
     return [
         Case(args((2, 3), 7, 5, 3, True), {"alpha": 6.0}, "x (2, 3, 7), r 3, bias"),
-        Case(args((5,), 7, 4, 2, False), {"alpha": 2.0}, "x (5, 7), r 2, no bias"),
+        Case(args((5,), 7, 4, 2, False), {"alpha": 3.0}, "x (5, 7), r 2, no bias"),
         Case(args((2, 2, 3), 5, 7, 4, True), {"alpha": 8.0, "rank_stabilized": True},
              "x (2, 2, 3, 5), r 4, rsLoRA"),
         Case(args((7,), 7, 3, 1, True), {"alpha": 1.0}, "x (7,), r 1, single vector"),
