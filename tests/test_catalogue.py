@@ -144,3 +144,19 @@ def test_correct_registry_backwards_get_no_diagnosis(name):
         res = check_gradients(bind(spec.forward, case.kwargs), spec.backward, case.args, seed=i,
                               mode=spec.mode, names=names[:len(case.args)])
         assert res.passed and res.diagnoses == {}, f"{name} [{case.label}]\n{res}"
+
+
+def test_the_user_guide_lists_the_whole_catalogue():
+    """docs/gradcheck.md lists every op's known wrong backwards with their sentences."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "gradcheck.md").read_text()
+    plain = re.sub(r"\\([*_\[\]])", r"\1", doc)            # markdown escapes removed
+    for name, m in VARIANTS:
+        section = plain.split(f"### {name}\n", 1)
+        assert len(section) == 2, f"docs/gradcheck.md has no section for {name}"
+        body = section[1].split("\n### ", 1)[0]
+        assert f"**{m.name}**" in body and m.text in body, (name, m.name)
+    count = re.search(r"The catalogue has (\d+) variants", doc)
+    assert count and int(count.group(1)) == len(VARIANTS)
