@@ -1237,3 +1237,13 @@ def test_grade_forward_feedback_names_factors_and_options(tmp_path):
     assert 'known wrong backward "rank taken as d_in"' in out["lora_linear_backward"]
     ce = out["cross_entropy_forward"]
     assert "your output = 6 x the expected output (6 = N, N = 6 rows of logits (2 x 3))" in ce, ce
+
+
+@pytest.mark.parametrize("bug", [b for b in BUGS if b.known], ids=lambda b: b.name)
+def test_bugs_that_are_catalogue_entries_are_named_by_them(bug):
+    """A planted bug that is one of its op's known wrong backwards gets that name (the
+    catalogue's variant computes what the independently written bug computes)."""
+    res = _check(bug.name)
+    named = {s.mistake for sentences in res.diagnoses.values() for s in sentences
+             if getattr(s, "kind", "") == "known_mistake"}
+    assert bug.known <= named, (bug.known, named, str(res))

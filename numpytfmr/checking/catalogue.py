@@ -108,7 +108,8 @@ def _fit(a, v, n, atol):
     if vv == 0.0:
         return None
     c = float(np.dot(a, v)) / vv
-    if not 1e-3 <= abs(c) <= 1e3 or float(np.max(np.abs(a - c * v))) > _MATCH * max(scale, abs(c) * scale) + atol:
+    off = float(np.max(np.abs(a - c * v)))
+    if not 1e-3 <= abs(c) <= 1e3 or off > _MATCH * max(scale, abs(c) * scale) + atol:
         return None
     nn = float(np.dot(n, n))
     if abs(c - 1.0) > 1e-6 and nn > 0:
@@ -127,7 +128,8 @@ def _sentence(case, op_name, m, c):
     label = case.terms.name_factor(c) if case.terms is not None else ""
     named = f" ({abs(c):.4g} = {label})" if label else ""
     if abs(c + 1.0) <= 1e-6:
-        return _known(f"{grad} = -1 x {known}: two mistakes, a flipped sign and this one: {m.text}", m)
+        return _known(f"{grad} = -1 x {known}: two mistakes, a flipped sign and this one: "
+                      f"{m.text}", m)
     return _known(f"{grad} = {c:.4g} x {known}{named}: two mistakes, a wrong factor (a scale "
                   f"missing or applied twice) and this one: {m.text}", m)
 

@@ -11,7 +11,7 @@ import numpy as np
 import copy
 
 from ..attention import (attention_backward, attention_forward, causal_mask, padding_mask,
-                         unbroadcast)
+                         softmax_jvp, unbroadcast)
 from ..mha import mha_backward, mha_forward
 from ..scoring import (
     additive_attention_backward, additive_attention_forward,
@@ -203,7 +203,7 @@ def _attention_variant(dout, c, bug):
     Q, K, V, A, scale = c["Q"], c["K"], c["V"], c["weights"], c["scale"]
     dV = _T(A) @ dout
     dA = dout @ _T(V)
-    dS = _SOFTMAX_BACKWARDS.get(bug, lambda A, dA: A * (dA - (dA * A).sum(-1, keepdims=True)))(A, dA)
+    dS = _SOFTMAX_BACKWARDS.get(bug, softmax_jvp)(A, dA)
     s = 1.0 if bug == "no scale" else scale
     dQ, dK = dS @ K * s, _T(dS) @ Q * s
     if bug == "dK not transposed":
@@ -315,7 +315,7 @@ def _additive_attention_variant(dout, c, bug):
     A, V = c["weights"], c["V"]
     dV = _T(A) @ dout
     dA = dout @ _T(V)
-    da = _SOFTMAX_BACKWARDS.get(bug, lambda A, dA: A * (dA - (dA * A).sum(-1, keepdims=True)))(A, dA)
+    da = _SOFTMAX_BACKWARDS.get(bug, softmax_jvp)(A, dA)
     da = unbroadcast(da, c["scores"]["T"].shape[:-1])
     dq, dK, dWq, dWk, dw = _additive_variant(da, c["scores"], bug)
     return dq, dK, unbroadcast(dV, V.shape), dWq, dWk, dw
@@ -364,8 +364,8 @@ _MHA = (
             "their gradients must be rotated back (rope_backward) before the projections' "
             "backward", _mha_with(_no_rope), _MHA_NAMES, ("x_q", "x_kv", "Wq", "Wk", "bq"))
     + wrong("x_kv through the keys only", "x_kv feeds both K and V: dx_kv = dK_proj + dV_proj, "
-            "the sum of both paths", _mha_with(lambda c: _sub(c, "v", W=np.zeros_like(c["v"]["W"]))),
-            _MHA_NAMES, ("x_kv",))
+            "the sum of both paths",
+            _mha_with(lambda c: _sub(c, "v", W=np.zeros_like(c["v"]["W"]))), _MHA_NAMES, ("x_kv",))
     + wrong("x_kv through the values only", "x_kv feeds both K and V: dx_kv = dK_proj + "
             "dV_proj, the sum of both paths",
             _mha_with(lambda c: _sub(c, "k", W=np.zeros_like(c["k"]["W"]))),

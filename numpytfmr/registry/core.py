@@ -271,25 +271,23 @@ _LOG_SOFTMAX = (Mistake("without the subtraction", "x", lambda dout, c: dout.cop
 
 
 def _cross_entropy_variant(dout, c, bug):
-    logp, y, valid, eps = c["logp"], c["targets"], c["valid"], c["eps"]
-    K = logp.shape[-1]
-    p = np.exp(logp)
-    onehot = np.arange(K) == y[..., None]
-    q = (1 - eps) * onehot + eps / K
-    w = dout * valid / max(c["n_valid"], 1)
-    if bug == "sum":
-        w = dout * valid
-    elif bug == "logp":
-        p = logp
-    elif bug == "no smoothing":
+    """The reference dlogits = (p - q') * w, w = dout * valid / N, with one part changed."""
+    right, _ = losses.cross_entropy_backward(dout, c)
+    logp, eps, n = c["logp"], c["eps"], max(c["n_valid"], 1)
+    w = (dout * c["valid"] / n)[..., None]
+    onehot = np.arange(logp.shape[-1]) == c["targets"][..., None]
+    if bug == "sum":                                   # w without the 1/N
+        return right * n, None
+    if bug == "logp":                                  # log p where p belongs
+        return right + (logp - np.exp(logp)) * w, None
+    if bug == "no smoothing":                          # q' = onehot
         if eps == 0:
             raise ValueError("no label smoothing")
-        q = onehot
-    elif bug == "ignored kept":
-        w = dout / max(c["n_valid"], 1)
-    elif bug == "all positions":
-        w = dout * valid / valid.size
-    return ((p - q) * w[..., None], None)
+        return right + (eps / logp.shape[-1] - eps * onehot) * w, None
+    if bug == "ignored kept":                          # w without the valid mask
+        q = (1 - eps) * onehot + eps / logp.shape[-1]
+        return (np.exp(logp) - q) * (dout / n)[..., None], None
+    return right * n / c["valid"].size, None            # "all positions": N = every position
 
 
 def _ce(bug, name, text):
@@ -508,7 +506,8 @@ _SILU = (Mistake("product rule without the x term", "x", lambda dout, c: dout * 
                  "dx = dout * (s + x * s * (1 - s))"),
          Mistake("product rule without x", "x",
                  lambda dout, c: dout * (c["s"] + c["s"] * (1 - c["s"])),
-                 "the second term of the product rule lost its x: dx = dout * (s + x * s * (1 - s))"))
+                 "the second term of the product rule lost its x: "
+                 "dx = dout * (s + x * s * (1 - s))"))
 
 
 def _swiglu_variant(dout, c, bug):

@@ -5,7 +5,6 @@ import numpy as np
 
 from . import Case, Mistake, OpSpec, wrong
 from ..activations import sigmoid
-from ..dropout import dropout_backward
 from ..lora import lora_linear_forward, lora_linear_backward
 from ..posttrain import reward_head_backward, reward_head_forward
 from ..preference import (
@@ -184,8 +183,8 @@ _LORA = (
             "rank r = A.shape[1]", _lora_scaled(lambda c: c["A"].shape[1]), _LORA_NAMES,
             ("x", "A", "B"))
     + wrong("rank taken as d_in", "r is the rank A.shape[1], not the input size A.shape[0]: "
-            "the branch's scale is alpha/r", _lora_scaled(lambda c: c["A"].shape[1] / c["A"].shape[0]),
-            _LORA_NAMES,
+            "the branch's scale is alpha/r",
+            _lora_scaled(lambda c: c["A"].shape[1] / c["A"].shape[0]), _LORA_NAMES,
             ("x", "A", "B")))
 
 
