@@ -160,3 +160,31 @@ def test_the_user_guide_lists_the_whole_catalogue():
         assert f"**{m.name}**" in body and m.text in body, (name, m.name)
     count = re.search(r"The catalogue has (\d+) variants", doc)
     assert count and int(count.group(1)) == len(VARIANTS)
+
+
+def test_known_mistakes_are_named_in_directional_mode_and_through_wrappers():
+    import numpytfmr as nt
+
+    x = np.random.default_rng(4).standard_normal((6, 40))
+
+    def diagonal(dout, cache):
+        y = cache["y"]
+        return dout * y * (1 - y)
+    res = check_gradients(nt.softmax_forward, diagonal, (x,), mode="directional", names=("x",))
+    assert [s.mistake for s in res.diagnoses[0] if s.kind == "known_mistake"] == ["diagonal only"]
+
+    def my_forward(x):                    # a wrapper with its own cache keys
+        y, _ = nt.softmax_forward(x)
+        return y, {"s": y}
+
+    def my_backward(dout, cache):
+        return 0.5 * dout * cache["s"] * (1 - cache["s"])
+    res = check_gradients(my_forward, my_backward, (x[:2, :7],), names=("x",))
+    text = " | ".join(res.diagnoses[0])
+    assert 'dx = 0.5 x softmax\'s known wrong backward "diagonal only"' in text, text
+
+    def own_softmax(x):                   # no reference op behind it: no catalogue, no error
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True), {"s": e / e.sum(-1, keepdims=True)}
+    res = check_gradients(own_softmax, my_backward, (x[:2, :7],), names=("x",))
+    assert not res.passed and all(s.kind != "known_mistake" for s in res.diagnoses[0])

@@ -167,7 +167,10 @@ def find_op(forward):
         except (TypeError, ValueError):
             return None, {}
         values = list(seen.nonlocals.values()) + list(seen.globals.values())
-        ops = [v for v in values if getattr(v, "__contract__", None) is not None]
+        # ops reached through a module: nt.softmax_forward (the attribute is in "unbound")
+        values += [getattr(m, name, None) for m in values if inspect.ismodule(m)
+                   for name in seen.unbound]
+        ops = list({id(v): v for v in values if getattr(v, "__contract__", None) is not None}.values())
         if len(ops) != 1:
             return None, {}
         op = ops[0]
