@@ -85,8 +85,8 @@ class Terms:
         (``"n_q = sqrt(d_k), n_q = 4, d_k = 16"`` when two quantities are equal); ""
         when no term fits."""
         c = abs(float(c))
-        if not np.isfinite(c) or c == 0:
-            return ""
+        if not np.isfinite(c) or c == 0 or abs(c - 1.0) <= _REL:
+            return ""                                  # 1 is no factor (d/n_k = 1 says nothing)
         exprs, used = [], []
         for tier in (self._single_expressions(), self._pair_expressions()):
             for expr, value, names in tier:
