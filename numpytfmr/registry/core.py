@@ -423,8 +423,13 @@ _DROPOUT = (Mistake("not rescaled", "x", lambda dout, c: _dropout_variant(dout, 
                     "not at test time): dx = dout * mask / (1 - p)"))
 
 
+# the backward of each activation name of ffn and swiglu_ffn (the cache holds the form)
+_ACTIVATION_BACKWARDS = {"relu": activations.relu_backward, "gelu": activations.gelu_backward,
+                         "gelu_tanh": activations.gelu_backward, "silu": activations.silu_backward}
+
+
 def _ffn_variant(dout, c, bug):
-    _, act_backward, _ = ffn._ACTIVATIONS[c["activation"]]
+    act_backward = _ACTIVATION_BACKWARDS[c["activation"]]
     da, dW2, db2 = linear.linear_backward(dout, c["lin2"])
     if bug == "dW2 from h":
         dW2 = _rows(c["act"]["x"]).T @ _rows(dout)
@@ -511,7 +516,7 @@ _SILU = (Mistake("product rule without the x term", "x", lambda dout, c: dout * 
 
 
 def _swiglu_variant(dout, c, bug):
-    _, act_backward, _ = ffn._GATE_ACTIVATIONS[c["activation"]]
+    act_backward = _ACTIVATION_BACKWARDS[c["activation"]]
     dh, dW_down, _ = linear.linear_backward(dout, c["down"])
     da, du = dh * c["u"], dh * c["a"]
     if bug == "swapped":

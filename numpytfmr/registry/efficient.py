@@ -12,12 +12,11 @@ import copy
 
 import numpy as np
 
-from ..attention import causal_mask, padding_mask, softmax_jvp, unbroadcast
+from ..attention import attention_forward, causal_mask, padding_mask, unbroadcast
 from ..efficient import (
     flash_attention_backward, flash_attention_forward,
     linear_attention_backward, linear_attention_forward,
     sliding_window_attention_backward, sliding_window_attention_forward, sliding_window_mask,
-    _window_tiles,
 )
 from . import Case, OpSpec, wrong
 
@@ -153,34 +152,21 @@ _FLASH = (
             "scale: the scale is missing", _unscaled(flash_attention_backward), _QKV, ("Q", "K")))
 
 
-def _sliding_variant(dout, c, bug):
+def _sliding_no_subtraction(dout, c):
+    """The band's weights (dense, from the same mask), and a softmax backward without its
+    subtraction."""
     Q, K, V, scale = c["Q"], c["K"], c["V"], c["scale"]
-    batch = dout.shape[:-2]
-    dQ = np.zeros_like(Q, shape=batch + Q.shape[-2:])
-    dK = np.zeros_like(K, shape=batch + K.shape[-2:])
-    dV = np.zeros_like(V, shape=batch + V.shape[-2:])
-    tiles = _window_tiles(Q.shape[-2], K.shape[-2], c["window"], c["causal"], c["block_size"])
-    for (rows, cols, _), A in zip(tiles, c["band"]):
-        dO = dout[..., rows, :]
-        dV[..., cols, :] += A.swapaxes(-1, -2) @ dO
-        dA = dO @ V[..., cols, :].swapaxes(-1, -2)
-        dS = A * dA if bug == "without the subtraction" else softmax_jvp(A, dA)
-        dQ[..., rows, :] = dS @ K[..., cols, :] * scale
-        dK_tile = dS.swapaxes(-1, -2) @ Q[..., rows, :] * scale
-        if bug == "overlap overwritten":
-            dK[..., cols, :] = dK_tile
-        else:
-            dK[..., cols, :] += dK_tile
-    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape), unbroadcast(dV, V.shape)
+    mask = sliding_window_mask(Q.shape[-2], K.shape[-2], window=c["window"], causal=c["causal"])
+    A = attention_forward(Q, K, V, mask=mask, scale=scale)[1]["weights"]
+    dS = A * (dout @ V.swapaxes(-1, -2))
+    return (unbroadcast(dS @ K * scale, Q.shape), unbroadcast(dS.swapaxes(-1, -2) @ Q * scale, K.shape),
+            unbroadcast(A.swapaxes(-1, -2) @ dout, V.shape))
 
 
 _SLIDING = (
     wrong("without the subtraction", "the softmax backward of each band tile is missing its "
           "subtraction: dS = A * (dA - sum(dA * A, axis=-1, keepdims=True))",
-          lambda dout, c: _sliding_variant(dout, c, "without the subtraction"), _QKV, ("Q", "K"))
-    + wrong("overlap overwritten", "tiles overlap in their keys, so each key's gradient is the "
-            "sum over the tiles that hold it: dK[cols] += ..., not =",
-            lambda dout, c: _sliding_variant(dout, c, "overlap overwritten"), _QKV, ("K",))
+          _sliding_no_subtraction, _QKV, ("Q", "K"))
     + wrong("no scale", "S = Q K^T * scale, so dQ and dK carry the scale",
             _unscaled(sliding_window_attention_backward), _QKV, ("Q", "K")))
 
