@@ -188,3 +188,17 @@ def test_known_mistakes_are_named_in_directional_mode_and_through_wrappers():
         return e / e.sum(-1, keepdims=True), {"s": e / e.sum(-1, keepdims=True)}
     res = check_gradients(own_softmax, my_backward, (x[:2, :7],), names=("x",))
     assert not res.passed and all(s.kind != "known_mistake" for s in res.diagnoses[0])
+
+
+def test_a_float32_gradient_is_still_recognised():
+    """A backward computed in float32 (its dtype is reported too) still names the mistake."""
+    import numpytfmr as nt
+
+    x = np.random.default_rng(5).standard_normal((3, 7))
+
+    def diagonal32(dout, cache):
+        y = cache["y"].astype(np.float32)
+        return dout.astype(np.float32) * y * (1 - y)
+    res = check_gradients(nt.softmax_forward, diagonal32, (x,), names=("x",))
+    kinds = {s.kind for s in res.diagnoses[0]}
+    assert "dtype" in kinds and "known_mistake" in kinds, str(res)

@@ -24,7 +24,7 @@ from .terms import find_op
 
 __all__ = ["catalogue_diagnoses", "mistakes_for", "reference_cache"]
 
-_MATCH = 1e-7          # relative tolerance of "equal up to rounding"
+_MATCH = 2e-6          # relative tolerance of "equal up to rounding" (float32 included)
 _LIMIT = 2             # at most this many matching variants are named
 
 
