@@ -20,8 +20,8 @@ the patterns a wrong backward usually leaves, and every pattern that fits gives 
 """
 import numpy as np
 
-from .compare import FAIL, INCONCLUSIVE
 from .catalogue import catalogue_diagnoses
+from .compare import FAIL, INCONCLUSIVE
 from .counterfactual import counterfactual_diagnoses
 from .elementwise import elementwise_diagnoses
 from .evidence import Diagnosis, Evidence
