@@ -3,11 +3,15 @@
 Part 1 tests the diagnosis engine on small forward/backward pairs written here. Part 2
 plants realistic single mistakes in backward passes of this repository's own ops (the
 reference forwards, with a bugged backward written below from the forward's cache) and
-checks that each cause gets its own sentence and never the fallback; a battery counts
-the specific diagnoses over all planted bugs (>= 90 %) and checks that none names a wrong
-cause. Part 3 checks that correct backwards get no diagnosis over several seeds, and that
+checks that each cause gets its own sentence and never the fallback; a second set are whole
+backwards written as a student writes them, without the reference, each with one classic
+mistake (on the registry's own cases, across every op family), which the op's catalogue of
+known wrong backwards must name. A battery counts the specific diagnoses over all planted
+bugs (>= 90 %) and checks that none names a wrong cause (a catalogue name other than the
+bug's counts as wrong). Part 3 checks that correct backwards get no diagnosis over several seeds, and that
 the autograder's feedback carries the same sentences.
 """
+import copy
 import functools
 import math
 from dataclasses import dataclass, field
@@ -76,7 +80,8 @@ def test_terms_come_from_partial_bind_cache_contract_and_the_caller():
     assert terms.axis_name(0, 2, 7) == "d_k"
     terms = learn_terms(nt.cross_entropy_forward, [np.zeros((2, 3, 5)), np.zeros((2, 3), int)],
                         ["logits", "targets"], cache={"n_valid": 6})
-    assert terms.name_factor(6.0) == "N, N = 6 rows of logits (2 x 3)"
+    # N = n_valid here (no position ignored): both are named, neither guessed
+    assert terms.name_factor(6.0) == "N = n_valid, N = 6 rows of logits (2 x 3)"
     assert learn_terms(nt.cross_entropy_forward, [np.zeros((2, 3, 5)), np.zeros((2, 3), int)],
                        ["logits", "targets"], cache={"n_valid": 4}).name_factor(1.5) == \
         "N/n_valid, N = 6 rows of logits (2 x 3), n_valid = 4"
@@ -186,6 +191,7 @@ class Bug:
     expect: set                    # kinds that name the actual mistake
     allowed: set = field(default_factory=set)   # other kinds that are true but not the cause
     names: tuple = None
+    known: set = field(default_factory=set)     # names of the op's catalogue that are this bug
 
 
 def _normal(*shape, scale=1.0):
@@ -564,6 +570,431 @@ BUGS = [
         _seqlogp_mask_ignored, _seqlogp_in, {"extra_nonzero"}, names=("logits", "targets", "mask")),
 ]
 
+# --- student-style backwards, written from the forward's cache without the reference ------
+# Each is a whole backward as a student writes it, with one classic mistake; the inputs are
+# the registry's own cases.
+
+def _case(op, index):
+    """(forward, inputs maker, names) of a registered op's case (float64)."""
+    from numpytfmr.registry import registry
+    from numpytfmr.registry.check import input_names
+    spec = registry()[op]
+    case = spec.make_cases(np.random.default_rng(0), np.float64)[index]
+    return bind(spec.forward, case.kwargs), (lambda rng: case.args), \
+        tuple(input_names(spec.forward)[:len(case.args)])
+
+
+# Kinds that describe the shape of a student's error truly, beside the catalogue's name
+_SHAPES = {"normaliser", "row_term", "elementwise", "factor", "rotation", "mask",
+           "transpose_product", "wrong_axis", "missing_factor", "missing_path", "zeros",
+           "extra_nonzero", "sign"}
+
+
+def _student(label, op, index, backward, known, expect=("known_mistake",), allowed=_SHAPES):
+    forward, inputs, names = _case(op, index)
+    return Bug(f"student {op}: {label}", forward, backward, inputs, set(expect), set(allowed),
+               names, {known})
+
+
+def _s_softmax_diagonal(dout, cache):
+    y = cache["y"]
+    return dout * y * (1 - y)                       # dy_i/dx_i = y_i (1 - y_i)
+
+
+def _s_softmax_logsoftmax(dout, cache):
+    y, axis = cache["y"], cache["axis"]
+    return dout - y * np.sum(dout, axis=axis, keepdims=True)
+
+
+def _s_log_softmax_diagonal(dout, cache):
+    p = np.exp(cache["out"])
+    return dout * (1 - p)
+
+
+def _s_attention(bug):
+    def backward(dout, cache):
+        Q, K, V, A = cache["Q"], cache["K"], cache["V"], cache["weights"]
+        s = 1 / np.sqrt(Q.shape[-1]) if cache["scale"] is None else cache["scale"]
+        dV = np.swapaxes(A, -1, -2) @ dout
+        dA = dout @ np.swapaxes(V, -1, -2)
+        if bug == "no subtraction":
+            dS = A * dA                                  # softmax backward
+        else:
+            dS = A * (1 - A) * dA                        # softmax derivative y (1 - y)
+        dQ = s * dS @ K
+        dK = s * np.swapaxes(dS, -1, -2) @ Q
+        return dQ, dK, dV
+    return backward
+
+
+def _s_layernorm(bug):
+    def backward(dout, cache):
+        xhat, sigma, gamma = cache["xhat"], cache["sigma"], cache["gamma"]
+        N = xhat.shape[-1]
+        lead = tuple(range(xhat.ndim - 1))
+        dgamma = np.sum(dout * xhat, axis=lead)
+        dbeta = np.sum(dout, axis=lead)
+        dxhat = dout * gamma
+        xmu = xhat * sigma
+        if bug == "unbiased":
+            # the staged derivation, with the variance's normaliser from the statistics course
+            dvar = np.sum(dxhat * xmu, axis=-1, keepdims=True) * -0.5 * sigma ** -3
+            dmu = np.sum(-dxhat / sigma, axis=-1, keepdims=True)
+            dx = dxhat / sigma + dvar * 2 * xmu / (N - 1) + dmu / N
+        else:
+            dx = (N * dxhat - np.sum(dxhat, axis=-1, keepdims=True)
+                  - xhat * np.sum(dxhat * xhat, axis=-1, keepdims=True)) / N
+            if bug != "no sigma":
+                dx = dx / sigma
+        if bug == "dgamma":
+            dgamma = np.sum(dout, axis=lead)             # "gamma is a per-feature bias-like gain"
+        return dx, dgamma, dbeta
+    return backward
+
+
+def _s_rmsnorm_centred(dout, cache):
+    xhat, rms, gamma = cache["xhat"], cache["rms"], cache["gamma"]
+    g = dout * gamma
+    dx = (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True)) / rms
+    return dx, (dout * xhat).reshape(-1, xhat.shape[-1]).sum(0)
+
+
+def _s_gelu_tanh_chain(dout, cache):
+    x = cache["x"]
+    c = np.sqrt(2 / np.pi)
+    t = np.tanh(c * (x + 0.044715 * x ** 3))
+    return dout * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * c)   # du/dx: forgot the cubic
+
+
+def _s_relu_output(dout, cache):
+    return dout * np.maximum(cache["x"], 0)
+
+
+def _s_silu_sigmoid_only(dout, cache):
+    s = 1 / (1 + np.exp(-cache["x"]))
+    return dout * s * (1 - s)
+
+
+def _s_cross_entropy_logp(dout, cache):
+    logp, y = cache["logp"], cache["targets"]
+    grad = logp.copy()                                   # "the softmax output"
+    np.put_along_axis(grad, y[..., None], np.take_along_axis(grad, y[..., None], -1) - 1, -1)
+    return grad * dout / cache["n_valid"], None
+
+
+def _s_dropout(bug):
+    def backward(dout, cache):
+        if bug == "not rescaled":
+            return dout * cache["mask"]
+        p = 1 - 1 / cache["scale"]
+        return dout * cache["mask"] / p
+    return backward
+
+
+def _s_rope_identity(dout, cache):
+    return dout.copy()                                   # "a rotation keeps lengths"
+
+
+def _s_rope_layout(dout, cache):
+    cos, sin = cache["cos"], cache["sin"]
+    h = dout.shape[-1] // 2                              # halves, though the forward interleaves
+    a, b = dout[..., :h], dout[..., h:]
+    return np.concatenate([a * cos + b * sin, b * cos - a * sin], axis=-1)
+
+
+def _s_lora_dB(dout, cache):
+    W, A, B, s = cache["W"], cache["A"], cache["B"], cache["scale"]
+    x = cache["xd"].reshape(-1, A.shape[0])
+    dy = dout.reshape(-1, B.shape[1])
+    u = x @ A
+    dB = u.T @ dy                                        # forgot s
+    dA = x.T @ (s * dy @ B.T)
+    dx = dout @ W.T + s * (dout @ B.T) @ A.T
+    return dx, None, dA, dB, None
+
+
+def _s_dpo(bug):
+    def backward(dout, cache):
+        z, h, beta, n = cache["z"], cache["h"], cache["beta"], cache["n"]
+        if cache["loss_type"] == "ipo":
+            dh = 2 * (h - 1 / beta) * dout / n           # the IPO target taken as 1/beta
+        elif bug == "smoothed":
+            eps = cache["eps"]                           # -(1-eps) log s(z) - eps log s(-z)
+            dz = -(1 - eps) / (1 + np.exp(-z)) + eps / (1 + np.exp(z))   # both signs flipped
+            dh = beta * dz * dout / n
+        else:
+            dh = -beta / (1 + np.exp(-z)) * dout / n     # sigmoid(+z)
+        return dh, -dh, None, None
+    return backward
+
+
+def _s_bt_plus(dout, cache):
+    d = cache["d"]
+    g = -1 / (1 + np.exp(-d)) * dout / d.size
+    return g, -g
+
+
+def _s_seqlogp_mean(dout, cache):
+    probs, y, mask = cache["probs"], cache["targets"], cache["mask"]
+    onehot = np.eye(probs.shape[-1])[np.where(y < 0, 0, y)]
+    count = np.maximum(mask.sum(-1, keepdims=True), 1)
+    return (dout[..., None] * mask / count)[..., None] * (onehot - probs), None, None
+
+
+def _s_flash(bug):
+    def backward(dout, cache):
+        Q, K, V, O, L = cache["Q"], cache["K"], cache["V"], cache["out"], cache["lse"]
+        s, mask = cache["scale"], cache["mask"]
+        S = Q @ np.swapaxes(K, -1, -2) * s
+        if bug == "D left out" and mask is not None:
+            S = np.where(mask, S, -np.inf)
+        P = np.exp(S - L)                                # the weights from the log-sum-exp
+        dV = np.swapaxes(P, -1, -2) @ dout
+        dP = dout @ np.swapaxes(V, -1, -2)
+        D = 0.0 if bug == "D left out" else np.sum(dout * O, axis=-1, keepdims=True)
+        dS = P * (dP - D)
+        return dS @ K * s, np.swapaxes(dS, -1, -2) @ Q * s, dV
+    return backward
+
+
+def _s_linear_attention(bug):
+    def backward(dout, cache):
+        Q, K, V = cache["Q"], cache["K"], cache["V"]
+        fQ, fK = cache["phi_Q"], cache["phi_K"]
+        S, z, den, out = cache["S"], cache["z"], cache["den"], cache["out"]
+        dnum = dout / den
+        dden = 0.0 if bug == "constant den" else -np.sum(dout * out, -1, keepdims=True) / den
+        dfQ = dnum @ np.swapaxes(S, -1, -2) + dden * z
+        dS = np.swapaxes(fQ, -1, -2) @ dnum
+        dz = np.sum(dden * fQ, axis=-2, keepdims=True)
+        dfK = V @ np.swapaxes(dS, -1, -2) + dz
+        dV = fK @ dS
+        if bug == "no phi'":
+            return dfQ, dfK, dV
+        return dfQ * np.where(Q > 0, 1, np.exp(Q)), dfK * np.where(K > 0, 1, np.exp(K)), dV
+    return backward
+
+
+def _s_gru_no_direct(dh, cache):
+    e, hp, We, Wh = cache["e"], cache["h_prev"], cache["W_e"], cache["W_h"]
+    c, Wc, R, Z, Rh, ht = cache["c"], cache["W_c"], cache["R"], cache["Z"], cache["Rh"], cache["h_tilde"]
+    d = hp.shape[-1]
+    dht = dh * (1 - Z)
+    dZ = dh * (hp - ht)
+    dPh = dht * (1 - ht ** 2)
+    dPz = dZ * Z * (1 - Z)
+    dRh = dPh @ Wh[:, 2 * d:].T
+    dPr = dRh * hp * R * (1 - R)
+    dP = np.concatenate([dPr, dPz, dPh], -1)
+    dhp = dRh * R + np.concatenate([dPr, dPz], -1) @ Wh[:, :2 * d].T   # forgot dh * Z
+    flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731
+    dWh = np.concatenate([flat(hp).T @ flat(np.concatenate([dPr, dPz], -1)), flat(Rh).T @ flat(dPh)], -1)
+    db = flat(dP).sum(0) if cache["has_b"] else None
+    return (dP @ We.T, dhp, flat(e).T @ flat(dP), dWh, db,
+            None if c is None else dP @ Wc.T, None if c is None else flat(c).T @ flat(dP))
+
+
+def _s_additive_scores(dS, cache):
+    Q, K, Wq, Wk, w, T = (cache[k] for k in ("Q", "K", "Wq", "Wk", "w", "T"))
+    dP = dS[..., None] * w * (1 - T)                     # tanh' = 1 - tanh
+    dHq, dHk = dP.sum(-2), dP.sum(-3)
+    dw = np.sum(dS[..., None] * T, axis=tuple(range(T.ndim - 1)))
+    return dHq @ Wq.T, dHk @ Wk.T, Q.T @ dHq, K.T @ dHk, dw
+
+
+def _s_bilinear_M(dS, cache):
+    Q, K, M = cache["Q"], cache["K"], cache["M"]
+    dQ = dS @ K @ M.T
+    dK = np.swapaxes(dS, -1, -2) @ Q                     # forgot M
+    dM = np.sum(np.swapaxes(Q, -1, -2) @ dS @ K, axis=0)
+    return dQ, dK, dM
+
+
+def _s_neg_sq_dist(dS, cache):
+    diff = cache["diff"]                                 # q_t - k_s
+    dQ = -2 * np.sum(dS[..., None] * diff, axis=-2)      # d(-||q - k||^2)/dq = -2 (q - k)
+    dK = 2 * np.sum(dS[..., None] * diff, axis=-3)
+    return dQ, dK
+
+
+def _s_dot_scores(dS, cache):
+    return dS @ cache["K"], dS @ cache["Q"]              # dK like dQ
+
+
+def _s_scaled_dot(dS, cache):
+    s = cache["scale"]
+    return dS @ cache["K"] / s, np.swapaxes(dS, -1, -2) @ cache["Q"] / s
+
+
+def _s_reward_head(dr, cache):
+    pooled, a, w = cache["pooled"], cache["weights"], cache["w_r"]
+    dpooled = dr[..., None] * w
+    dh = np.repeat(dpooled[..., None, :], a.shape[-1], axis=-2)   # every token gets dpooled
+    dw = pooled.reshape(-1, w.size).T @ dr.reshape(-1)
+    db = None if cache["b_shape"] is None else np.full(cache["b_shape"], dr.sum())
+    return dh, dw, db
+
+
+def _s_ffn_no_activation(dout, cache):
+    l1, l2 = cache["lin1"], cache["lin2"]
+    x, W1, a, W2 = l1["x"], l1["W"], l2["x"], l2["W"]
+    rows = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
+    dW2, db2 = rows(a).T @ rows(dout), rows(dout).sum(0)
+    dh = dout @ W2.T                                     # "ReLU passes the gradient"
+    return dh @ W1.T, rows(x).T @ rows(dh), rows(dh).sum(0), dW2, db2
+
+
+def _s_swiglu_gate_only(dout, cache):
+    x, Wg = cache["gate"]["x"], cache["gate"]["W"]
+    Wu, Wd = cache["up"]["W"], cache["down"]["W"]
+    a, u, g = cache["a"], cache["u"], cache["act"]["x"]
+    rows = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
+    hdown = a * u
+    dW_down = rows(hdown).T @ rows(dout)
+    dh = dout @ Wd.T
+    s = 1 / (1 + np.exp(-g))
+    dg = dh * u * (s + g * s * (1 - s))
+    du = dh * a
+    dx = dg @ Wg.T                                       # x only through the gate
+    return dx, rows(x).T @ rows(dg), rows(x).T @ rows(du), dW_down
+
+
+def _s_additive_attention(dout, cache):
+    A, V, sc = cache["weights"], cache["V"], cache["scores"]
+    Q, K, Wq, Wk, w, T = (sc[k] for k in ("Q", "K", "Wq", "Wk", "w", "T"))
+    dV = np.swapaxes(A, -1, -2) @ dout
+    da = A * (dout @ np.swapaxes(V, -1, -2))             # softmax backward
+    dP = da[..., None] * w * (1 - T ** 2)
+    dHq, dHk = dP.sum(-2), dP.sum(-3)
+    lead = tuple(range(T.ndim - 1))
+    flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
+    return (dHq @ Wq.T, dHk @ Wk.T, dV, flat(Q).T @ flat(dHq), flat(K).T @ flat(dHk),
+            np.sum(da[..., None] * T, axis=lead))
+
+
+def _s_mha(bug):
+    from numpytfmr.attention import attention_backward
+    from numpytfmr.linear import linear_backward
+    from numpytfmr.mha import group_heads, merge_heads, split_heads, ungroup_heads
+
+    def backward(dout, cache):
+        dconcat, dWo, dbo = linear_backward(dout, cache["o"])
+        attn = copy.copy(cache["attn"])
+        if bug == "scale":
+            attn["scale"] = 1.0                           # "the scores' scale is a constant"
+        dheads = group_heads(split_heads(dconcat, cache["n_heads"]), cache["n_kv_heads"])
+        dQ, dK, dV = attention_backward(dheads, attn)
+        dQ, dK, dV = ungroup_heads(dQ), dK[..., 0, :, :], dV[..., 0, :, :]
+        dx_q, dWq, dbq = linear_backward(merge_heads(dQ), cache["q"])
+        dx_k, dWk, dbk = linear_backward(merge_heads(dK), cache["k"])
+        dx_v, dWv, dbv = linear_backward(merge_heads(dV), cache["v"])
+        dx_kv = dx_k if bug == "keys only" else dx_k + dx_v
+        return dx_q, dx_kv, dWq, dWk, dWv, dWo, dbq, dbk, dbv, dbo
+    return backward
+
+
+STUDENT_BUGS = [
+    _student("diagonal only, y * (1 - y) * dout", "softmax", 0, _s_softmax_diagonal, "diagonal only"),
+    _student("log-softmax's backward", "softmax", 0, _s_softmax_logsoftmax, "log-softmax's backward"),
+    _student("diagonal only", "log_softmax", 0, _s_log_softmax_diagonal, "diagonal only"),
+    _student("softmax backward without its subtraction", "attention", 0,
+             _s_attention("no subtraction"), "without the subtraction"),
+    _student("softmax backward without its subtraction, causal", "attention", 1,
+             _s_attention("no subtraction"), "without the subtraction"),
+    _student("softmax derivative y (1 - y)", "attention", 6, _s_attention("diagonal"),
+             "diagonal only"),
+    _student("staged derivation with the unbiased variance", "layernorm", 0,
+             _s_layernorm("unbiased"), "unbiased variance"),
+    _student("not divided by sigma", "layernorm", 0, _s_layernorm("no sigma"),
+             "not divided by sigma"),
+    _student("dgamma = sum(dout)", "layernorm", 0, _s_layernorm("dgamma"), "dgamma = sum(dout)"),
+    _student("LayerNorm's mean term", "rmsnorm", 0, _s_rmsnorm_centred, "LayerNorm's mean term"),
+    _student("tanh form, du/dx without the cubic term", "gelu", 4, _s_gelu_tanh_chain,
+             "chain rule without du/dx's cubic term"),
+    _student("multiplied by the output", "relu", 0, _s_relu_output, "times the output"),
+    _student("sigmoid's derivative only", "silu", 0, _s_silu_sigmoid_only,
+             "sigmoid's derivative only"),
+    _student("log-probabilities for probabilities", "cross_entropy", 0, _s_cross_entropy_logp,
+             "log-probabilities for probabilities"),
+    _student("not rescaled", "dropout", 0, _s_dropout("not rescaled"), "not rescaled"),
+    _student("divided by p", "dropout", 0, _s_dropout("p"), "divided by p"),
+    _student("not rotated back", "rope", 0, _s_rope_identity, "not rotated back"),
+    _student("halves for interleaved pairs", "rope", 0, _s_rope_layout, "pairs of the other layout"),
+    _student("dB without the scale", "lora_linear", 0, _s_lora_dB, "dB without s"),
+    _student("sigmoid(+margin)", "dpo_loss", 0, _s_dpo("sigmoid"), "sigmoid(+margin)"),
+    _student("sigmoid(+margin), label smoothing 0.1", "dpo_loss", 3, _s_dpo("smoothed"),
+             "sigmoid(+margin)"),
+    _student("IPO target 1/beta", "dpo_loss", 2, _s_dpo("ipo"), "ipo target 1/beta"),
+    _student("sigmoid(+d)", "bradley_terry_loss", 0, _s_bt_plus, "sigmoid(+d)"),
+    _student("mean over tokens", "sequence_logprobs", 0, _s_seqlogp_mean, "mean over tokens"),
+    _student("D left out", "flash_attention", 2, _s_flash("D left out"), "D left out"),
+    _student("P recomputed without the mask", "flash_attention", 2, _s_flash("unmasked"),
+             "P recomputed without the mask"),
+    _student("denominator held constant", "linear_attention", 0,
+             _s_linear_attention("constant den"), "denominator held constant"),
+    _student("phi' left out", "linear_attention", 0, _s_linear_attention("no phi'"), "phi' left out"),
+    _student("no direct path to h_prev", "gru_cell", 0, _s_gru_no_direct, "no direct path"),
+    _student("tanh' = 1 - T", "additive_scores", 0, _s_additive_scores, "tanh derivative as 1 - T"),
+    _student("M left out of dK", "bilinear_scores", 3, _s_bilinear_M, "M left out of dK"),
+    _student("the 2 of the square kept", "neg_sq_dist_scores", 0, _s_neg_sq_dist,
+             "the 2 of the square kept"),
+    _student("dK = dS @ Q", "dot_scores", 4, _s_dot_scores, "dK not transposed"),
+    _student("divided by the scale", "scaled_dot_scores", 0, _s_scaled_dot, "divided by the scale"),
+    _student("pooling weights left out", "reward_head", 1, _s_reward_head,
+             "pooling weights left out"),
+    _student("ReLU derivative left out", "ffn", 0, _s_ffn_no_activation,
+             "activation derivative left out"),
+    _student("x through the gate only", "swiglu_ffn", 0, _s_swiglu_gate_only,
+             "x through the gate only"),
+    _student("softmax backward without its subtraction", "additive_attention", 0,
+             _s_additive_attention, "without the subtraction"),
+    _student("x_kv through the keys only", "mha", 1, _s_mha("keys only"),
+             "x_kv through the keys only"),
+    _student("attention scale left out", "mha", 1, _s_mha("scale"), "attention scale left out"),
+]
+BUGS += STUDENT_BUGS
+
+
+# The planted bugs that are also entries of their op's catalogue of known wrong backwards
+# (numpytfmr/registry/): the name the checker must give them.
+_KNOWN = {
+    "linear: dx = dout @ W": "W not transposed in dx",
+    "linear: dW a mean over rows": "mean over the rows",
+    "gelu: x * pdf(x) missing": "product rule without the x term",
+    "gelu: tanh derivative for the exact form": "tanh derivative for the exact GELU",
+    "silu: product rule half missing": "product rule without the x term",
+    "softmax: - y sum(dout y) missing": "without the subtraction",
+    "softmax: plain mean instead of the y-weighted sum": "plain mean",
+    "log_softmax: - softmax sum(dout) missing": "without the subtraction",
+    "cross_entropy: /N missing": "sum instead of mean",
+    "cross_entropy: label smoothing ignored in backward": "label smoothing left out",
+    "cross_entropy: ignored positions not zeroed": "ignored positions not zeroed",
+    "cross_entropy: divided by every position, ignored ones too": "divided by every position",
+    "layernorm: - mean(dxhat) missing": "without the mean term",
+    "layernorm: - xhat mean(dxhat xhat) missing": "without the xhat term",
+    "layernorm: both terms missing": "dxhat / sigma only",
+    "layernorm: 1/(d-1) in the xhat term": "unbiased variance",
+    "layernorm: dxhat = dout (gamma forgotten)": "gamma forgotten",
+    "rmsnorm: xhat term missing": "without the xhat term",
+    "rmsnorm: gamma forgotten": "gamma forgotten",
+    "embedding: dtable[ids] += dout": "dtable[ids] += dout",
+    "attention: dQ without the scale": "no scale",
+    "attention: dK = dS @ Q": "dK not transposed",
+    "attention: dV = A @ dout": "dV not transposed",
+    "attention: dQ without scale=0.5": "no scale",
+    "attention: softmax term missing in dS": "without the subtraction",
+    "scaled_dot_scores: dK = dS @ Q": "dK not transposed",
+    "rope: rotated by +theta": "rotated by +theta",
+    "rope: rotated by +theta (half layout, offset positions)": "rotated by +theta",
+    "lora: dA without the scale": "dA without s",
+    "lora: alpha instead of alpha/r in dB": "alpha instead of alpha/r",
+    "lora: dx without the LoRA branch": "dx without the branch",
+    "sequence_logprobs: mask ignored in backward": "mask ignored",
+}
+for _bug in BUGS:
+    if _bug.name in _KNOWN:
+        _bug.known = {_KNOWN[_bug.name]}
+
 # Kinds that describe where or what without claiming a cause (and the fallback "no simple
 # pattern fits", which counts as a miss): never a wrong cause.
 _NEUTRAL = {"slice", "partial_factor", "none"}
@@ -576,10 +1007,19 @@ def _check(name, seed=0):
     return check_gradients(bug.forward, bug.backward, inputs, names=bug.names, seed=seed)
 
 
+def _kind(s, bug):
+    """The kind of a sentence; a known mistake of the catalogue counts as the expected
+    cause when it is one of the bug's names, and as a wrong cause otherwise."""
+    kind = getattr(s, "kind", "other")
+    if kind == "known_mistake":
+        return next(iter(bug.expect)) if s.mistake in bug.known else f"known: {s.mistake}"
+    return kind
+
+
 def _verdict(bug, res):
     """(hit, wrong): every failing input names an expected cause / some sentence names a
     cause that is not this bug's."""
-    kinds = {p: {getattr(s, "kind", "other") for s in sentences} for p, sentences in res.diagnoses.items()}
+    kinds = {p: {_kind(s, bug) for s in sentences} for p, sentences in res.diagnoses.items()}
     failing = [row.position for row in res.rows if row.verdict == "FAIL"]
     hit = bool(failing) and all(kinds.get(p, set()) & bug.expect for p in failing)
     wrong = set().union(*kinds.values()) - bug.expect - bug.allowed - _NEUTRAL if kinds else set()
@@ -634,7 +1074,8 @@ CLASSES = [
      ["analytic = 2 x numeric (2 = 1/scale, scale = 0.5)"]),
     ("factor named 1/(scale*sqrt(d_k))", "attention: 1/sqrt(d_k) where scale=0.5 was given",
      ["1/(scale*sqrt(d_k))"]),
-    ("factor named N", "cross_entropy: /N missing", ["analytic = 6 x numeric (6 = N, N = 6 rows of logits)"]),
+    ("factor named N", "cross_entropy: /N missing",
+     ["analytic = 6 x numeric (6 = N = n_valid, N = 6 rows of logits)"]),
     ("factor named sqrt(d_k)", "attention: dQ without the scale", ["sqrt(d_k)", "d_k = 7"]),
     ("factor named r (alpha/r)", "lora: alpha instead of alpha/r in dB", ["(3 = r"]),
 ]
@@ -666,6 +1107,35 @@ def test_battery_of_planted_bugs():
     rate = hits / len(BUGS)
     assert not wrong_causes, wrong_causes
     assert rate >= 0.9, f"{hits}/{len(BUGS)} named; missed: {misses}"
+
+
+# The mistakes issue 28 lists, each written by a student (not from the reference backward):
+# every one must be named by the catalogue's sentence.
+_LISTED = [
+    ("student softmax: diagonal only, y * (1 - y) * dout", "y * (1 - y) * dout keeps only the diagonal"),
+    ("student attention: softmax backward without its subtraction", "missing its subtraction"),
+    ("student layernorm: staged derivation with the unbiased variance", "unbiased variance"),
+    ("student layernorm: not divided by sigma", "must still be divided by sigma"),
+    ("student layernorm: dgamma = sum(dout)", "dgamma = sum over rows of dout * xhat"),
+    ("gelu: tanh derivative for the exact form", "the tanh approximation's derivative"),
+    ("gelu: x * pdf(x) missing", "x * phi(x) term"),
+    ("student dpo_loss: sigmoid(+margin)", "sigmoid(+margin) where sigmoid(-margin) belongs"),
+]
+
+
+@pytest.mark.parametrize("bug, words", _LISTED, ids=[b for b, _ in _LISTED])
+def test_the_listed_mistakes_are_named(bug, words):
+    res = _check(bug)
+    text = _all(res)
+    assert words in text and "known wrong backward" in text, str(res)
+    assert NO_PATTERN not in text
+
+
+def test_student_battery_is_named_too():
+    """The student-written half of the battery alone also clears 90 %."""
+    hits = [_verdict(bug, _check(bug.name))[0] for bug in STUDENT_BUGS]
+    assert len(STUDENT_BUGS) >= 35 and sum(hits) / len(hits) >= 0.9, \
+        [b.name for b, h in zip(STUDENT_BUGS, hits) if not h]
 
 
 def test_grading_diagnoses_use_the_case_when_given():
@@ -740,3 +1210,40 @@ def softmax_backward(dout, cache):
     assert "a term proportional to the output is missing" in out, out
     assert "- y * sum(dout * y)" in out
     assert NO_PATTERN not in out
+
+
+def test_grade_forward_feedback_names_factors_and_options(tmp_path):
+    """The grader's forward feedback carries the checker's names: a LoRA scale built with
+    the input size where the rank belongs, a loss summed where it is averaged."""
+    from pathlib import Path
+
+    from numpytfmr.grading import grade
+
+    correct = (Path(__file__).parent / "grading_fixtures" / "correct.py").read_text()
+    planted = correct.replace("    r = A.shape[1]\n    s = alpha", "    r = A.shape[0]\n    s = alpha")
+    planted = planted.replace("    loss = np.where(valid, per, 0).sum() / max(n, 1)",
+                              "    loss = np.where(valid, per, 0).sum()")
+    assert planted.count("A.shape[0]\n    s = alpha") == 1 and "per, 0).sum()\n" in planted
+    path = tmp_path / "homework.py"
+    path.write_text(planted)
+    report = grade(path, config={"float32_case": False,
+                                 "functions": [{"name": "lora_linear", "cases": [0]},
+                                               {"name": "cross_entropy", "cases": [0]}]})
+    out = {t.function: t.output() for t in report.tests if not t.passed}
+    lora = out["lora_linear_forward"]
+    assert "alpha multiplied by 0.4286 (0.4286 = r/d_in, r = 3, d_in = 7)" in lora, lora
+    assert "a d_in where r belongs? (e.g. alpha/d_in in place of alpha/r)" in lora
+    assert "no simple pattern" not in lora
+    assert 'known wrong backward "rank taken as d_in"' in out["lora_linear_backward"]
+    ce = out["cross_entropy_forward"]
+    assert "your output = 6 x the expected output (6 = N, N = 6 rows of logits (2 x 3))" in ce, ce
+
+
+@pytest.mark.parametrize("bug", [b for b in BUGS if b.known], ids=lambda b: b.name)
+def test_bugs_that_are_catalogue_entries_are_named_by_them(bug):
+    """A planted bug that is one of its op's known wrong backwards gets that name (the
+    catalogue's variant computes what the independently written bug computes)."""
+    res = _check(bug.name)
+    named = {s.mistake for sentences in res.diagnoses.values() for s in sentences
+             if getattr(s, "kind", "") == "known_mistake"}
+    assert bug.known <= named, (bug.known, named, str(res))

@@ -564,3 +564,64 @@ def test_gradient_zero_in_exact_arithmetic_passes_with_no_spurious_error():
     res = check_gradients(forward, backward, (s, c), names=("s", "c"))
     assert res.passed, str(res)
     assert max(res.errors.values()) <= 1e-7, str(res)
+
+
+# --- notebook 09: every exercise prints the hint its answer key gives ---------------------
+
+_EXERCISE_HINTS = {
+    1: ["analytic = 4 x numeric (4 = sqrt(d_k) = 1/scale, d_k = 16, scale = 0.25)",
+        'known wrong backward "no scale"'],
+    2: ["numeric - analytic = c_i * y along axis -1", 'known wrong backward "plain mean"'],
+    3: ["c_i * xhat along axis -1", "- xhat * mean(dxhat * xhat)"],
+    4: ["transposed: analytic equals numeric with the last two axes swapped"],
+    5: ["numeric - analytic = dout"],
+    6: ["wrong sign: analytic = -1 x numeric"],
+    7: ["shape (3, 5) but the input has shape (5,)"],
+    8: ["backward changed dout in place"],
+    9: ["repeated ids must accumulate", "np.add.at"],
+    10: ["it ignores dout"],
+    11: ["forward deterministic", "fresh rng from a fixed seed"],
+    12: ["c_i * y along axis -1", "- y * sum(dout * y)"],
+    13: ["constant along axis -1 (d = 7) within each row", "`- mean(dxhat)`"],
+    14: ["d/(d-1) = 7/6 x the right one", 'known wrong backward "unbiased variance"'],
+    15: ["runs over axis -3 where it must run over axis -1"],
+    16: ["your f'(x) is wrong", "x * phi(x) term"],
+    17: ['softmax\'s known wrong backward "diagonal only"'],
+    18: ['dpo_loss\'s known wrong backward "sigmoid(+margin)"'],
+}
+
+
+def test_notebook_09_exercises_print_the_hints_of_their_answer_key(monkeypatch):
+    """Runs the notebook's code cells in order (without a kernel) and checks the output of
+    each exercise against its answer: the hint must be unambiguous and the one the key gives."""
+    import contextlib
+    import io
+    import json
+    import re
+    from pathlib import Path
+
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "09_gradcheck_exercises.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    namespace, outputs, exercise = {"__name__": "notebook09"}, {}, None
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            found = re.findall(r"^## Exercise (\d+)", source, flags=re.M)
+            exercise = int(found[-1]) if found else (None if source.startswith("## ") else exercise)
+            continue
+        code = "\n".join(line for line in source.splitlines() if not line.startswith("%"))
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            exec(compile(code, str(path), "exec"), namespace)  # noqa: S102 -- our own notebook
+        if exercise is not None:
+            outputs[exercise] = outputs.get(exercise, "") + buffer.getvalue()
+    assert sorted(outputs) == sorted(_EXERCISE_HINTS), sorted(outputs)
+    for k, hints in _EXERCISE_HINTS.items():
+        for hint in hints:
+            assert hint in outputs[k], f"exercise {k}: {hint!r} not in\n{outputs[k]}"
+        assert "no simple pattern fits" not in outputs[k], outputs[k]
+    answers = "".join(cells[-1]["source"])
+    assert "4 = \\sqrt{d_k}" in answers and "diagonal only" in answers and "sigmoid(+margin)" in answers

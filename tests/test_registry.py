@@ -40,6 +40,7 @@ def test_backward_matches_finite_differences(name):
     for case, res in results:
         assert res.passed, f"{name} [{case.label}]\n{res}"
         assert max(res.errors.values()) <= 1e-7, f"{name} [{case.label}]\n{res}"
+        assert res.diagnoses == {}, f"{name} [{case.label}]: a diagnosis for a correct backward\n{res}"
 
 
 @pytest.mark.parametrize("name", OPS)

@@ -9,6 +9,9 @@ its result, are in ``numpytfmr/gradcheck.py``.
     diagnose.py       sentences that say how a wrong gradient is wrong (a factor, a sign, a
                       transpose, a missing dout term, one slice), and the order in which the
                       case-wide diagnoses below are tried
+    catalogue.py      a gradient equal to a known wrong backward of the op's catalogue
+                      (declared with its registration: softmax's diagonal only, LayerNorm's
+                      unbiased variance, DPO's sigmoid(+margin)), times a factor or not
     evidence.py       what a diagnosis looks at (the two gradients, the case) and the
                       Diagnosis sentence with its kind
     terms.py          the case's own names for a factor (d_k, 1/scale, alpha/r, N)

@@ -8,6 +8,8 @@ the patterns a wrong backward usually leaves, and every pattern that fits gives 
   the case's terms (``1/sqrt(d_k)``, ``1/scale``, ``alpha/r``, ``N``: see ``terms.py``) or a
   flipped sign; a transposed gradient; a missing or extra term equal to ``dout`` (a residual
   path, a bias); errors confined to one slice (an off-by-one);
+- a known wrong backward from the op's catalogue (``catalogue.py``: the diagonal-only
+  softmax, LayerNorm's unbiased variance, ...), alone or times a wrong factor;
 - with the whole case at hand (full mode), one cause among: a wrong elementwise derivative
   (``elementwise.py``), a transposed factor inside a product (``products.py``), the gradient
   of the forward with another input set to 1 or 0 or transposed (``counterfactual.py``), a
@@ -18,6 +20,7 @@ the patterns a wrong backward usually leaves, and every pattern that fits gives 
 """
 import numpy as np
 
+from .catalogue import catalogue_diagnoses
 from .compare import FAIL, INCONCLUSIVE
 from .counterfactual import counterfactual_diagnoses
 from .elementwise import elementwise_diagnoses
@@ -38,15 +41,16 @@ NO_PATTERN = Diagnosis("no simple pattern fits (constant factor, sign, transpose
                        "derivation term by term", "none")
 
 
-def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True):
+def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True, terms=None):
     """Sentences that say how a failing gradient is wrong (every one that fits).
 
     case: the :class:`~.evidence.Case` of this input (inputs, output, forward, terms), or
     None when only the compared values are known; the case-wide diagnoses need it, and a
     backward that is not linear in dout gets none of them (``case_wide=False``): it is not a
-    vector-Jacobian product, and its errors have no structure to read.
+    vector-Jacobian product, and its errors have no structure to read. ``terms`` names
+    factors when there is no case (a forward output compared with the reference's).
     """
-    terms = None if case is None else case.terms
+    terms = terms if case is None else case.terms
     use = cmp["status"] != INCONCLUSIVE
     a, n, project = cmp["a"][use], cmp["n"][use], cmp["project"]
     fail = (cmp["status"] == FAIL)[use]
@@ -136,8 +140,15 @@ def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True):
                             "straight through once too often")
                 sentences.append(Diagnosis(text, "dout_term"))
 
-    # 5. with the whole case (full mode, every entry conclusive): one case-wide cause
-    located = False
+    # 5. a known wrong backward of the op's catalogue (any mode): named first; the case-wide
+    #    diagnosis below still says what shape the error has
+    known = []
+    if case is not None and case_wide:
+        known = catalogue_diagnoses(case, a, n, project, use, atol)
+        sentences = known + sentences
+    located = bool(known)
+
+    # 6. with the whole case (full mode, every entry conclusive): one case-wide cause
     strong = factor_found or transposed or dout_term or all_zero
     if cmp["full"] and case is not None and case_wide and not strong and bool(use.all()) and grad.size:
         ev = Evidence(cmp["a"].reshape(grad.shape), cmp["n"].reshape(grad.shape),
@@ -151,7 +162,7 @@ def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True):
                 located = True
                 break
 
-    # 6. errors confined to one slice (full mode), unless a cause was located above
+    # 7. errors confined to one slice (full mode), unless a cause was located above
     if cmp["full"] and grad.ndim >= 1 and not located:
         fail_mask = (cmp["status"] == FAIL).reshape(grad.shape)
         where = np.nonzero(fail_mask)

@@ -17,16 +17,20 @@ __all__ = ["Diagnosis", "Evidence", "Case"]
 
 class Diagnosis(str):
     """A sentence that says how a gradient is wrong; ``kind`` names the cause (``"factor"``,
-    ``"row_term"``, ``"wrong_axis"``, ``"elementwise"``, ``"transpose_product"``, ...)."""
+    ``"row_term"``, ``"wrong_axis"``, ``"elementwise"``, ``"transpose_product"``, ...);
+    a known wrong backward of the op's catalogue has kind ``"known_mistake"`` and its name in
+    ``mistake``."""
     kind = "other"
+    mistake = None
 
-    def __new__(cls, text, kind="other"):
+    def __new__(cls, text, kind="other", mistake=None):
         obj = super().__new__(cls, text)
         obj.kind = kind
+        obj.mistake = mistake
         return obj
 
     def __reduce__(self):
-        return (Diagnosis, (str(self), self.kind))
+        return (Diagnosis, (str(self), self.kind, self.mistake))
 
 
 class Case:

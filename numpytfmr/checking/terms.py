@@ -17,11 +17,15 @@ Where the terms come from, first found first named:
 
 A factor is matched against each term ``t`` as ``t``, ``1/t``, ``sqrt(t)`` and
 ``1/sqrt(t)``, and against ``t1*t2``, ``t1/t2``, ``t1/sqrt(t2)`` and ``1/(t1*sqrt(t2))`` (a
-``1/sqrt(d_k)`` used where ``scale`` was given) for pairs of named terms
-(sources 1-4); the first expression that fits is printed, with the values of the terms it
-uses (``2 = 1/scale, scale = 0.5``), since a second one of equal size is mostly a
-coincidence (``n_k = 4``). Nothing is printed when no term matches: a bare ``6 = 6`` says
-nothing.
+``1/sqrt(d_k)`` used where ``scale`` was given) for pairs of named terms (sources 1-4).
+Square roots are taken of options, cache numbers, the caller's terms and feature sizes
+(contract symbols ``d...`` and the rank ``r``), never of counts of positions or rows
+(``n_q``, ``N``), which no formula of the notes takes the root of. Every expression of the
+simplest kind that fits is printed (single terms before pairs), with the values of the
+terms it uses: when the case has two equal quantities the factor is ambiguous, and naming
+one would be a guess (``4 = n_q = sqrt(d_k), n_q = 4, d_k = 16``); exercise cases keep
+their sizes apart so that one name fits. Nothing is printed when no term matches: a bare
+``6 = 6`` says nothing.
 """
 import functools
 import inspect
@@ -45,9 +49,10 @@ class Terms:
     notes:  name -> how to show it in a sentence (default ``"name = value"``)
     """
 
-    def __init__(self, named=(), shapes=(), axes=None, options=None, notes=None):
+    def __init__(self, named=(), shapes=(), axes=None, options=None, notes=None, counts=()):
         self.named, self.shapes = [], []
         self.notes = dict(notes or {})
+        self.counts = set(counts)     # names that count positions or rows: no square roots
         for name, value in named:
             self._add(self.named, name, value)
         for name, value in shapes:
@@ -73,20 +78,23 @@ class Terms:
         symbol = self.axes.get((p, axis))
         return symbol if symbol else "d"
 
-    def name_factor(self, c, limit=1):
+    def name_factor(self, c, limit=4):
         """How ``|c|`` reads in the case's terms, e.g. ``"1/scale, scale = 0.5"``,
         ``"alpha/r, alpha = 6, r = 3"``, ``"1/sqrt(64), 64 = the size of Q's last axis"``;
-        "" when no term fits."""
+        every expression of the simplest kind that fits, up to ``limit``
+        (``"n_q = sqrt(d_k), n_q = 4, d_k = 16"`` when two quantities are equal); ""
+        when no term fits."""
         c = abs(float(c))
-        if not np.isfinite(c) or c == 0:
-            return ""
+        if not np.isfinite(c) or c == 0 or abs(c - 1.0) <= _REL:
+            return ""                                  # 1 is no factor (d/n_k = 1 says nothing)
         exprs, used = [], []
-        for expr, value, names in self._named_expressions():
-            if abs(c - value) <= _REL * value and expr not in exprs:
-                exprs.append(expr)
-                used += [n for n in names if n not in used]
-                if len(exprs) >= limit:
-                    break
+        for tier in (self._single_expressions(), self._pair_expressions()):
+            for expr, value, names in tier:
+                if abs(c - value) <= _REL * value and expr not in exprs and len(exprs) < limit:
+                    exprs.append(expr)
+                    used += [n for n in names if n not in used]
+            if exprs:
+                break
         if exprs:
             values = dict(self.named)
             shown = [self.notes.get(n, f"{n} = {_num(values[n])}") for n in used
@@ -102,13 +110,17 @@ class Terms:
                     return name if expr == k else f"{expr}, {k} = {name}"
         return ""
 
-    def _named_expressions(self):
-        """(expression, value, names used) over the named terms, simplest first."""
+    def _single_expressions(self):
+        """(expression, value, names used) of one named term: t, 1/t, sqrt(t), 1/sqrt(t)."""
         for name, v in self.named:
             yield name, v, [name]
             yield f"1/{_wrap(name)}", 1.0 / v, [name]
-            yield f"sqrt({name})", math.sqrt(v), [name]
-            yield f"1/sqrt({name})", 1.0 / math.sqrt(v), [name]
+            if name not in self.counts:
+                yield f"sqrt({name})", math.sqrt(v), [name]
+                yield f"1/sqrt({name})", 1.0 / math.sqrt(v), [name]
+
+    def _pair_expressions(self):
+        """(expression, value, names used) of two named terms."""
         for i, (n1, v1) in enumerate(self.named):
             for n2, v2 in self.named[i + 1:]:
                 yield f"{_wrap(n1)}*{_wrap(n2)}", v1 * v2, [n1, n2]
@@ -116,8 +128,9 @@ class Terms:
             for n2, v2 in self.named:
                 if n1 != n2:
                     yield f"{_wrap(n1)}/{_wrap(n2)}", v1 / v2, [n1, n2]
-                    yield f"{_wrap(n1)}/sqrt({n2})", v1 / math.sqrt(v2), [n1, n2]
-                    yield f"1/({n1}*sqrt({n2}))", 1.0 / (v1 * math.sqrt(v2)), [n1, n2]
+                    if n2 not in self.counts:
+                        yield f"{_wrap(n1)}/sqrt({n2})", v1 / math.sqrt(v2), [n1, n2]
+                        yield f"1/({n1}*sqrt({n2}))", 1.0 / (v1 * math.sqrt(v2)), [n1, n2]
 
 
 def _num(v):
@@ -154,7 +167,10 @@ def find_op(forward):
         except (TypeError, ValueError):
             return None, {}
         values = list(seen.nonlocals.values()) + list(seen.globals.values())
-        ops = [v for v in values if getattr(v, "__contract__", None) is not None]
+        # ops reached through a module: nt.softmax_forward (the attribute is in "unbound")
+        values += [getattr(m, name, None) for m in values if inspect.ismodule(m)
+                   for name in seen.unbound]
+        ops = list({id(v): v for v in values if getattr(v, "__contract__", None) is not None}.values())
         if len(ops) != 1:
             return None, {}
         op = ops[0]
@@ -199,7 +215,7 @@ def _learn(forward, inputs, names, cache, named):
         if key in ("rng", "axis") or not _is_number(value):
             continue
         named.append((key, value))
-    axes, notes = {}, {}
+    axes, notes, counts = {}, {}, set()
     if op is not None:
         spec = op.__contract__
         positional = _positional_names(op)
@@ -220,11 +236,14 @@ def _learn(forward, inputs, names, cache, named):
                     axes[(p, axis)] = symbol
                     if x.shape[axis] > 2:            # 2 = d_k would name every doubled gradient
                         named.append((symbol, x.shape[axis]))
+                        if not (symbol.startswith("d") or symbol == "r"):
+                            counts.add(symbol)       # n_q, n_k, K, T: counts, never rooted
             if s.ellipsis and s.kind == "float" and not rows_named and x.ndim > n:
                 rows = int(np.prod(x.shape[:x.ndim - n]))
                 rows_named = True
                 if rows > 2:
                     named.append(("N", rows))
+                    counts.add("N")
                     lead = x.shape[:x.ndim - n]
                     notes["N"] = f"N = {rows} rows of {s.name}" + (
                         f" ({' x '.join(str(k) for k in lead)})" if len(lead) > 1 else "")
@@ -241,7 +260,7 @@ def _learn(forward, inputs, names, cache, named):
                     shapes.append((f"the size of {names[p]}'s {where} axis"
                                    if where == "last" else f"the size of axis {axis} of {names[p]}",
                                    size))
-    return Terms(named, shapes, axes, options, notes)
+    return Terms(named, shapes, axes, options, notes, counts)
 
 
 def _positional_names(fn):

@@ -10,6 +10,10 @@ diagnosis. Diagnoses come from three places:
 - variants of the reference run here: an input scaled by a factor built from the shapes
   (a missing ``1/sqrt(d_k)``), an option changed or left out (``axis``, ``mask``, ``alpha``),
   and the common mistakes of :mod:`.mistakes`;
+- for a forward output, the factor named in the case's terms, as the gradient checker names
+  it (``your output is the expected output times 2 (2 = alpha/r, ...)``), and the value a
+  numeric option would need for the reference to give your output (``alpha x 3/7 =
+  r/d_in``: a LoRA scale built with the input size where the rank belongs);
 - NaN/inf where the expected output is finite (overflow), and, for boolean results, an
   inverted or off-by-one mask.
 """
@@ -21,7 +25,8 @@ import numpy as np
 from ..gradcheck import rel_error
 
 __all__ = ["TOLERANCES", "Verdict", "check_value", "describe_shape_problem", "nonfinite_sentence",
-           "diagnose_values", "matching_variants", "scaling_variants", "option_variants"]
+           "diagnose_values", "forward_diagnoses", "matching_variants", "scaling_variants",
+           "option_variants"]
 
 # (rtol, atol): an entry is right when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected|
 TOLERANCES = {"float64": (1e-6, 1e-9), "float32": (2e-3, 1e-5)}
@@ -205,7 +210,7 @@ def _reword(sentence, output=False):
 
 
 def diagnose_values(got, expected, dout=None, *, forward=None, inputs=None, position=None,
-                    names=None, out=None):
+                    names=None, out=None, terms=None):
     """The gradient checker's diagnoses of ``got`` against ``expected`` (float arrays).
 
     dout: the upstream gradient, for a gradient (finds a missing or extra ``dout`` term);
@@ -216,7 +221,8 @@ def diagnose_values(got, expected, dout=None, *, forward=None, inputs=None, posi
     the gradient of, the input ``names`` and the forward's output ``out`` -- adds the
     checker's case-wide diagnoses (a missing normalisation term, a reduction over the wrong
     axis, a wrong elementwise derivative, a transposed factor, repeated ids, a mask, a
-    rotation, factors named in the case's terms). Without it only the patterns of the two
+    rotation, factors named in the case's terms); for a forward output, ``terms`` (a
+    ``checking.terms.Terms``) names a constant factor. Without it only the patterns of the two
     arrays are looked for; the self-check against finite differences of the submission's own
     forward (``check_gradients``) reports the case-wide ones in any case.
     """
@@ -237,10 +243,77 @@ def diagnose_values(got, expected, dout=None, *, forward=None, inputs=None, posi
                    project=lambda T: np.asarray(T, dtype=np.float64).reshape(-1), full=True)
         d = np.zeros(expected.shape) if dout is None else np.asarray(dout, dtype=np.float64)
         case = _case(forward, inputs, position, names, out, d) if dout is not None else None
-        sentences = diagnose(cmp, got, d, atol * scale, case)
+        sentences = diagnose(cmp, got, d, atol * scale, case, terms=terms)
     except (ImportError, AttributeError, TypeError, KeyError, ValueError):
         sentences = _simple_diagnose(a, n)
     return [_reword(s, output=dout is None) for s in sentences]
+
+
+def forward_diagnoses(got, expected, forward, args, kwargs, names):
+    """Diagnoses of a forward output ``got`` against the reference's ``expected``: the
+    checker's (a constant factor named in the case's terms, a sign, a transpose, one slice)
+    and :func:`solved_options`. ``forward`` is the reference op (None: the patterns alone)."""
+    if forward is None:
+        return diagnose_values(got, expected)
+    from ..checking.structure import work_copy
+    from ..checking.terms import learn_terms
+    from ..registry import bind
+    bound = bind(forward, kwargs)
+    try:
+        terms = learn_terms(bound, [work_copy(a) for a in args], list(names))
+    except Exception:  # noqa: BLE001 -- no names: the factor is still reported, unnamed
+        terms = None
+    sentences = [s.replace("yours = ", "your output = ").replace(" x expected", " x the expected output")
+                 for s in diagnose_values(got, expected, terms=terms)]
+    return sentences + solved_options(got, expected, forward, args, kwargs, terms)
+
+
+def solved_options(got, expected, forward, args, kwargs, terms=None):
+    """For each numeric option v of the case: the value v' with forward(option=v') = got,
+    when there is one (the output is taken as affine in the option, and v' is verified),
+    as a sentence naming v'/v in the case's terms: ``alpha`` used where ``alpha/r``
+    belongs, a temperature applied twice."""
+    from ..registry import bind
+    got = np.asarray(got, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    out = []
+    for key, value in kwargs.items():
+        if key in ("rng", "axis") or isinstance(value, (bool, np.bool_)) or \
+                not isinstance(value, (int, float, np.integer, np.floating)) or value == 0:
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                moved = np.asarray(bind(forward, dict(kwargs, **{key: 2.0 * value}))(*args)[0],
+                                   dtype=np.float64)
+                d = (moved - e).reshape(-1)
+                dd = float(np.dot(d, d))
+                if not np.isfinite(dd) or dd == 0.0:
+                    continue
+                t = float(np.dot((got - e).reshape(-1), d)) / dd
+                ratio = 1.0 + t
+                if abs(t) < 1e-6 or ratio == 0.0:
+                    continue
+                solved = np.asarray(bind(forward, dict(kwargs, **{key: ratio * value}))(*args)[0],
+                                    dtype=np.float64)
+        except Exception:  # noqa: BLE001 -- an option value the reference refuses: no match
+            continue
+        if not _close(got, solved):
+            continue
+        label = terms.name_factor(ratio) if terms is not None else ""
+        named = f" ({abs(ratio):.4g} = {label})" if label and ratio > 0 else ""
+        check = ""
+        if label:
+            expr = label.split(",")[0].split(" = ")[0]
+            top, _, bottom = expr.partition("/")
+            if bottom and top.isidentifier() and bottom.isidentifier():
+                check = (f" -- a {bottom} where {top} belongs? (e.g. {key}/{bottom} in place of "
+                         f"{key}/{top})")
+            else:
+                check = f" -- check how {expr} enters the expression of {key}"
+        out.append(f"your output equals the expected output with {key} = {ratio * value:.4g} "
+                   f"instead of {value:.4g}, i.e. {key} multiplied by {ratio:.4g}{named}: the "
+                   f"factor {key} enters the formula with is wrong{check}")
+    return out
 
 
 def _case(forward, inputs, position, names, out, dout):

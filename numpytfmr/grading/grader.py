@@ -37,11 +37,11 @@ from ..registry import bind
 from .cases import (DEFAULTS, DRAWS, RNG_DRAWS, contract_names, input_names, items_from_config,
                     load_config, make_graded_cases, own_draw, resolve, rng_dependence)
 from .channel import ChildFailure, Submission, decode_value, encode_call
-from .sandbox import DESCRIPTION, choose as choose_isolation
-from .compare import (check_value, diagnose_values, matching_variants, nonfinite_sentence,
-                      option_variants, scaling_variants)
+from .compare import (check_value, diagnose_values, forward_diagnoses, matching_variants,
+                      nonfinite_sentence, option_variants, scaling_variants)
 from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
+from .sandbox import DESCRIPTION, choose as choose_isolation
 
 __all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points", "POINT_DECIMALS"]
 
@@ -818,8 +818,8 @@ class _ItemGrader:
         if bad:
             sentences.append(bad)
         else:
-            sentences += diagnose_values(v.got, v.expected)
             forward = spec.forward if self.item.kind == "op" else None
+            sentences += forward_diagnoses(v.got, v.expected, forward, args, kwargs, names)
 
             def ref(*a, **kw):
                 return bind(forward, kw)(*a)

@@ -10,6 +10,11 @@ to an ``.npz`` and replayed in another process. An integer under the key ``"rng"
 ``kwargs`` is a seed: :func:`bind` turns it into a fresh ``np.random.Generator`` on
 every call, which makes a random forward (dropout) repeatable. The driver that
 gradient-checks every case of an op is ``registry/check.py`` (:func:`check_op`).
+
+Each op also declares its catalogue of known wrong backwards (:class:`Mistake`): the
+formulas students write instead of the right one (softmax's diagonal-only Jacobian,
+LayerNorm's unbiased variance, DPO's ``sigmoid(+margin)``). The gradient checker
+recognises a gradient equal to one of them (``checking/catalogue.py``) and names it.
 """
 from dataclasses import dataclass, field
 import importlib
@@ -38,6 +43,22 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Mistake:
+    """A known wrong backward of an op, declared with its registration.
+
+    name:     a short label, e.g. ``"diagonal only"``
+    of:       the input whose gradient it gets wrong (a positional name of the forward, "x")
+    gradient: ``gradient(dout, cache) -> array``: the wrong gradient of that input, computed
+              from the reference forward's cache as a student with this mistake computes it
+    text:     one sentence naming the mistake and its fix
+    """
+    name: str
+    of: str
+    gradient: Callable
+    text: str
+
+
+@dataclass(frozen=True)
 class OpSpec:
     """A registered op.
 
@@ -48,6 +69,7 @@ class OpSpec:
                 leading batch axes and odd sizes, plus the op's edge cases
     section:    where the notes derive it, e.g. ``"004 eq. 27-28"``
     mode:       the gradient-check mode that suits its cases ("full" or "directional")
+    mistakes:   the op's catalogue of known wrong backwards, :class:`Mistake` objects
     """
     name: str
     forward: Callable
@@ -55,6 +77,24 @@ class OpSpec:
     make_cases: Callable
     section: str = ""
     mode: str = "full"
+    mistakes: tuple = ()
+
+
+def wrong(name, text, backward, names, inputs):
+    """The :class:`Mistake` ``name`` for each of ``inputs``, from one wrong ``backward``.
+
+    backward: ``backward(dout, cache) -> grads`` like the op's own (one gradient per input,
+              in the order of ``names``), computing the mistake; each Mistake takes the
+              gradient of its input from it.
+    """
+    def item(i):
+        def gradient(dout, cache):
+            g = backward(dout, cache)[i]
+            if g is None:
+                raise ValueError(f"the variant {name!r} has no gradient for {names[i]}")
+            return g
+        return gradient
+    return tuple(Mistake(name, x, item(names.index(x)), text) for x in inputs)
 
 
 def bind(fn, kwargs):
@@ -88,6 +128,11 @@ def registry():
                 ops[spec.name] = spec
         _REGISTRY = ops
     return _REGISTRY
+
+
+def spec_of(forward):
+    """The :class:`OpSpec` whose forward is ``forward`` (the decorated reference op), or None."""
+    return next((spec for spec in registry().values() if spec.forward is forward), None)
 
 
 def get(name):

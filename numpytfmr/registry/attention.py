@@ -4,9 +4,14 @@ Every case is small (a few hundred numbers per input at most) so that the full
 finite-difference check of all of them stays fast. Queries and keys are drawn so that
 scores are O(1): softmax inputs far from saturation keep finite differences accurate.
 """
+import functools
+
 import numpy as np
 
-from ..attention import attention_backward, attention_forward, causal_mask, padding_mask
+import copy
+
+from ..attention import (attention_backward, attention_forward, causal_mask, padding_mask,
+                         softmax_jvp, unbroadcast)
 from ..mha import mha_backward, mha_forward
 from ..scoring import (
     additive_attention_backward, additive_attention_forward,
@@ -16,7 +21,7 @@ from ..scoring import (
     neg_sq_dist_scores_backward, neg_sq_dist_scores_forward,
     scaled_dot_scores_backward, scaled_dot_scores_forward,
 )
-from . import Case, OpSpec
+from . import Case, OpSpec, wrong
 
 
 def _normal(rng, dtype, *shape, std=1.0):
@@ -70,6 +75,7 @@ def _qk_cases(rng, dtype, std=1.0):
         Case((r(2, 3, 5), r(2, 4, 5)), {}, "batch (2,)"),
         Case((r(2, 2, 1, 3), r(2, 2, 5, 3)), {}, "batch (2, 2), one query"),
         Case((r(2, 3, 4), r(4, 4)), {}, "keys shared over the batch"),
+        Case((r(2, 4, 3), r(2, 4, 3)), {}, "self-attention, n_q = n_k = 4 (square scores)"),
     ]
 
 
@@ -86,6 +92,7 @@ def _bilinear_cases(rng, dtype):
         Case((r(3, 4), r(5, 7), r(4, 7)), {}, "d_q=4, d_k=7"),
         Case((r(2, 3, 5), r(2, 4, 3), r(5, 3)), {}, "batch (2,), d_q=5, d_k=3"),
         Case((r(2, 2, 2, 3), r(2, 2, 3, 6), r(3, 6)), {}, "batch (2, 2)"),
+        Case((r(2, 3, 5), r(2, 4, 5), r(5, 5)), {}, "d_q = d_k = 5, square M"),
     ]
 
 
@@ -172,22 +179,218 @@ def _mha_cases(rng, dtype):
     ]
 
 
+# ---------------------------------------------------------------------------------------
+# Known wrong backwards (the catalogue the gradient checker names)
+# ---------------------------------------------------------------------------------------
+
+def _T(a):
+    return a.swapaxes(-1, -2)
+
+
+_SOFTMAX_BACKWARDS = {
+    "without the subtraction": lambda A, dA: A * dA,
+    "diagonal only": lambda A, dA: A * (1 - A) * dA,
+}
+_SOFTMAX_TEXT = {
+    "without the subtraction": "the softmax backward inside attention is missing its "
+                               "subtraction: dS = A * (dA - sum(dA * A, axis=-1, keepdims=True))",
+    "diagonal only": "dS = A * (1 - A) * dA keeps only the diagonal of the softmax Jacobian: "
+                     "dS = A * (dA - sum(dA * A, axis=-1, keepdims=True))",
+}
+
+
+def _attention_variant(dout, c, bug):
+    Q, K, V, A, scale = c["Q"], c["K"], c["V"], c["weights"], c["scale"]
+    dV = _T(A) @ dout
+    dA = dout @ _T(V)
+    dS = _SOFTMAX_BACKWARDS.get(bug, softmax_jvp)(A, dA)
+    s = 1.0 if bug == "no scale" else scale
+    dQ, dK = dS @ K * s, _T(dS) @ Q * s
+    if bug == "dK not transposed":
+        dK = dS @ Q * s
+    elif bug == "dV not transposed":
+        dV = A @ dout
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape), unbroadcast(dV, V.shape)
+
+
+def _att(bug, text, of=("Q", "K")):
+    return wrong(bug, text, lambda dout, c: _attention_variant(dout, c, bug), ("Q", "K", "V"), of)
+
+
+_ATTENTION = (_att("without the subtraction", _SOFTMAX_TEXT["without the subtraction"])
+              + _att("diagonal only", _SOFTMAX_TEXT["diagonal only"])
+              + _att("no scale", "S = Q K^T * scale, so dQ = dS @ K * scale and dK = dS^T @ Q "
+                     "* scale: the scale is missing")
+              + _att("dK not transposed", "dK = dS @ Q uses dS where its transpose belongs: "
+                     "dK = dS^T @ Q * scale (keys index the columns of S)", ("K",))
+              + _att("dV not transposed", "dV = A @ dout uses A where its transpose belongs: "
+                     "dV = A^T @ dout (values index the columns of A)", ("V",)))
+
+
+def _scores_variant(dS, c, bug, scaled):
+    Q, K = c["Q"], c["K"]
+    s = c["scale"] if scaled and bug != "no scale" else 1.0
+    if bug == "divided by the scale":
+        s = 1.0 / c["scale"]
+    dQ, dK = dS @ K * s, _T(dS) @ Q * s
+    if bug == "dK not transposed":
+        dK = dS @ Q * s
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape)
+
+
+def _sc(bug, text, of, scaled=True):
+    return wrong(bug, text, lambda dS, c: _scores_variant(dS, c, bug, scaled), ("Q", "K"), of)
+
+
+_TRANSPOSE_TEXT = ("dK = dS @ Q uses dS where its transpose belongs: the keys index the "
+                   "columns of S, so dK = dS^T @ Q")
+_DOT_SCORES = _sc("dK not transposed", _TRANSPOSE_TEXT, ("K",), scaled=False)
+_SCALED_DOT_SCORES = (_sc("dK not transposed", _TRANSPOSE_TEXT + " * scale", ("K",))
+                      + _sc("no scale", "S = scale Q K^T, so both gradients carry the scale: "
+                            "dQ = scale dS K, dK = scale dS^T Q", ("Q", "K"))
+                      + _sc("divided by the scale", "the gradients are divided by the scale "
+                            "(multiplied by sqrt(d_k)) where the forward multiplies: dQ = scale "
+                            "dS K, dK = scale dS^T Q", ("Q", "K")))
+
+
+def _neg_sq_dist_variant(dS, c, bug):
+    Q, K, diff = c["Q"], c["K"], c["diff"]
+    g = dS[..., None] * diff
+    dQ, dK = -g.sum(axis=-2), g.sum(axis=-3)
+    if bug == "2 kept":
+        dQ, dK = 2 * dQ, 2 * dK
+    elif bug == "same sign":
+        dK = -dK
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape)
+
+
+_NEG_SQ_DIST_SCORES = (
+    wrong("the 2 of the square kept", "S = -||q - k||^2 / 2: the 1/2 cancels the 2 of the "
+          "square, so dq_t = -sum_s dS_ts (q_t - k_s) with no factor 2",
+          lambda dS, c: _neg_sq_dist_variant(dS, c, "2 kept"), ("Q", "K"), ("Q", "K"))
+    + wrong("dK with dQ's sign", "q - k enters with opposite signs: dk_s = +sum_t dS_ts "
+            "(q_t - k_s), the negative of dQ's form", lambda dS, c: _neg_sq_dist_variant(
+                dS, c, "same sign"), ("Q", "K"), ("K",)))
+
+
+def _bilinear_variant(dS, c, bug):
+    Q, K, M, QM = c["Q"], c["K"], c["M"], c["QM"]
+    dQM = dS @ K
+    dK = _T(dS) @ (Q if bug == "M left out of dK" else QM)
+    dQ = dQM @ (M if bug == "M not transposed" else _T(M))
+    dM = _T(Q) @ dQM
+    return unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape), unbroadcast(dM, M.shape)
+
+
+_BILINEAR_SCORES = (
+    wrong("M left out of dK", "the keys meet Q M, not Q: dK = dS^T @ (Q @ M)",
+          lambda dS, c: _bilinear_variant(dS, c, "M left out of dK"), ("Q", "K", "M"), ("K",))
+    + wrong("M not transposed", "for Q M, dQ = d(QM) @ M^T: M is used untransposed",
+            lambda dS, c: _bilinear_variant(dS, c, "M not transposed"), ("Q", "K", "M"), ("Q",)))
+
+
+def _additive_variant(dS, c, bug):
+    Q, K, Wq, Wk, w, T = (c[k] for k in ("Q", "K", "Wq", "Wk", "w", "T"))
+    dT = dS[..., None] * w
+    dw = (dS[..., None] * T).reshape(-1, w.shape[0]).sum(axis=0)
+    dP = {"no tanh": dT, "1 - T": dT * (1.0 - T)}.get(bug, dT * (1.0 - T * T))
+    dHq, dHk = dP.sum(axis=-2), dP.sum(axis=-3)
+    dQ, dK = dHq @ _T(Wq), dHk @ _T(Wk)
+    dWq, dWk = _T(Q) @ dHq, _T(K) @ dHk
+    return (unbroadcast(dQ, Q.shape), unbroadcast(dK, K.shape), unbroadcast(dWq, Wq.shape),
+            unbroadcast(dWk, Wk.shape), dw)
+
+
+_ADDITIVE_NAMES = ("Q", "K", "Wq", "Wk", "w")
+_ADDITIVE_SCORES = (
+    wrong("tanh derivative left out", "T = tanh(P), so dP = dT * (1 - T^2) before the sums "
+          "over keys and queries", lambda dS, c: _additive_variant(dS, c, "no tanh"),
+          _ADDITIVE_NAMES, ("Q", "K", "Wq", "Wk"))
+    + wrong("tanh derivative as 1 - T", "tanh'(P) = 1 - tanh(P)^2 = 1 - T^2, not 1 - T",
+            lambda dS, c: _additive_variant(dS, c, "1 - T"), _ADDITIVE_NAMES,
+            ("Q", "K", "Wq", "Wk")))
+
+
+def _additive_attention_variant(dout, c, bug):
+    A, V = c["weights"], c["V"]
+    dV = _T(A) @ dout
+    dA = dout @ _T(V)
+    da = _SOFTMAX_BACKWARDS.get(bug, softmax_jvp)(A, dA)
+    da = unbroadcast(da, c["scores"]["T"].shape[:-1])
+    dq, dK, dWq, dWk, dw = _additive_variant(da, c["scores"], bug)
+    return dq, dK, unbroadcast(dV, V.shape), dWq, dWk, dw
+
+
+_ADDITIVE_ATTENTION = tuple(
+    m for bug in ("without the subtraction", "diagonal only", "no tanh")
+    for m in wrong(bug if bug != "no tanh" else "tanh derivative left out",
+                   _SOFTMAX_TEXT.get(bug, "the scores are w . tanh(P): dP = dT * (1 - T^2) "
+                                          "before the sums over keys and queries"),
+                   functools.partial(lambda dout, c, bug: _additive_attention_variant(dout, c, bug),
+                                     bug=bug),
+                   ("q", "K", "V", "Wq", "Wk", "w"),
+                   # without tanh the score is linear in q, the same for every key of a
+                   # row: softmax ignores it, and dq, dWq are 0 in both gradients
+                   ("q", "K", "Wq", "Wk", "w") if bug != "no tanh" else ("K", "Wk")))
+
+
+def _mha_with(change):
+    """mha_backward on a copy of the cache changed by ``change(cache)``."""
+    def backward(dout, cache):
+        cache = copy.copy(cache)
+        change(cache)
+        return mha_backward(dout, cache)
+    return backward
+
+
+def _sub(cache, key, **values):
+    sub = copy.copy(cache[key])
+    sub.update(values)
+    cache[key] = sub
+
+
+def _no_rope(cache):
+    if cache["rope"] is None:
+        raise ValueError("no RoPE")
+    cache["rope"] = None
+
+
+_MHA_NAMES = ("x_q", "x_kv", "Wq", "Wk", "Wv", "Wo", "bq", "bk", "bv", "bo")
+_MHA = (
+    wrong("attention scale left out", "the scores are scaled by 1/sqrt(d_head): dQ and dK of "
+          "every head carry that scale", _mha_with(lambda c: _sub(c, "attn", scale=1.0)),
+          _MHA_NAMES, ("x_q", "x_kv", "Wq", "Wk", "bq"))
+    + wrong("RoPE not undone", "the queries and keys were rotated after the projections, so "
+            "their gradients must be rotated back (rope_backward) before the projections' "
+            "backward", _mha_with(_no_rope), _MHA_NAMES, ("x_q", "x_kv", "Wq", "Wk", "bq"))
+    + wrong("x_kv through the keys only", "x_kv feeds both K and V: dx_kv = dK_proj + dV_proj, "
+            "the sum of both paths",
+            _mha_with(lambda c: _sub(c, "v", W=np.zeros_like(c["v"]["W"]))), _MHA_NAMES, ("x_kv",))
+    + wrong("x_kv through the values only", "x_kv feeds both K and V: dx_kv = dK_proj + "
+            "dV_proj, the sum of both paths",
+            _mha_with(lambda c: _sub(c, "k", W=np.zeros_like(c["k"]["W"]))),
+            _MHA_NAMES, ("x_kv",)))
+
+
 OPS = [
     OpSpec("attention", attention_forward, attention_backward, _attention_cases,
-           "003 §5.1.1-5.1.2, 000 §2.1"),
+           "003 §5.1.1-5.1.2, 000 §2.1", mistakes=_ATTENTION),
     OpSpec("dot_scores", dot_scores_forward, dot_scores_backward, _qk_cases,
-           "002 'Examples of attention weights'"),
+           "002 'Examples of attention weights'", mistakes=_DOT_SCORES),
     OpSpec("scaled_dot_scores", scaled_dot_scores_forward, scaled_dot_scores_backward,
-           _scaled_dot_cases, "002 '(Scaled) Dot product Attention'"),
+           _scaled_dot_cases, "002 '(Scaled) Dot product Attention'", mistakes=_SCALED_DOT_SCORES),
     OpSpec("neg_sq_dist_scores", neg_sq_dist_scores_forward, neg_sq_dist_scores_backward,
            lambda rng, dtype: _qk_cases(rng, dtype, std=0.7),
-           "002 '(Scaled) Dot product Attention'"),
+           "002 '(Scaled) Dot product Attention'", mistakes=_NEG_SQ_DIST_SCORES),
     OpSpec("bilinear_scores", bilinear_scores_forward, bilinear_scores_backward,
-           _bilinear_cases, "002 'What if q and k are of different dimensions'"),
+           _bilinear_cases, "002 'What if q and k are of different dimensions'",
+           mistakes=_BILINEAR_SCORES),
     OpSpec("additive_scores", additive_scores_forward, additive_scores_backward,
-           _additive_score_cases, "002 'What if q and k are of different dimensions'"),
+           _additive_score_cases, "002 'What if q and k are of different dimensions'",
+           mistakes=_ADDITIVE_SCORES),
     OpSpec("additive_attention", additive_attention_forward, additive_attention_backward,
-           _additive_attention_cases, "002 'Seq2seq meets attention'"),
+           _additive_attention_cases, "002 'Seq2seq meets attention'",
+           mistakes=_ADDITIVE_ATTENTION),
     OpSpec("mha", mha_forward, mha_backward, _mha_cases,
-           "003 §5.1.3, §5.2, §7.3; 004 'Multi-Head Attention'"),
+           "003 §5.1.3, §5.2, §7.3; 004 'Multi-Head Attention'", mistakes=_MHA),
 ]

@@ -8,15 +8,17 @@ changes formula (its second derivative jumps there, which would spoil finite dif
 causal cases use chunks smaller than n (and not dividing it), so the running state is
 exercised.
 """
+import copy
+
 import numpy as np
 
-from ..attention import causal_mask, padding_mask
+from ..attention import attention_forward, causal_mask, padding_mask, unbroadcast
 from ..efficient import (
     flash_attention_backward, flash_attention_forward,
     linear_attention_backward, linear_attention_forward,
     sliding_window_attention_backward, sliding_window_attention_forward, sliding_window_mask,
 )
-from . import Case, OpSpec
+from . import Case, OpSpec, wrong
 
 
 def _normal(rng, dtype, *shape):
@@ -107,12 +109,89 @@ def _linear_cases(rng, dtype):
     ]
 
 
+# ---------------------------------------------------------------------------------------
+# Known wrong backwards (the catalogue the gradient checker names)
+# ---------------------------------------------------------------------------------------
+
+_QKV = ("Q", "K", "V")
+
+
+def _with(backward, **values):
+    """``backward`` on a copy of the cache with some entries replaced."""
+    def changed(dout, cache):
+        cache = copy.copy(cache)
+        for key, value in values.items():
+            cache[key] = value(cache) if callable(value) else value
+        return backward(dout, cache)
+    return changed
+
+
+def _masked_only(cache):
+    if cache["mask"] is None:
+        raise ValueError("no mask")
+    return None
+
+
+def _unscaled(backward):
+    def changed(dout, cache):
+        return tuple(None if g is None else g / cache["scale"] for g in backward(dout, cache))
+    return changed
+
+
+_FLASH = (
+    wrong("D left out", "D_i = rowsum(dO_i * O_i) is the softmax backward's subtraction, which "
+          "flash attention keeps with the log-sum-exp: dS = P * (dP - D)",
+          _with(flash_attention_backward, out=lambda c: np.zeros_like(c["out"])), _QKV, ("Q", "K"))
+    + wrong("P recomputed without the mask", "the tile's weights are recomputed from the scores, "
+            "and masked scores must be -inf there as in the forward: apply the mask before "
+            "P = exp(S - L)", _with(flash_attention_backward, mask=_masked_only), _QKV, _QKV)
+    + wrong("P not normalised", "P = exp(S - L) with L the row's log-sum-exp: without "
+            "subtracting L the recomputed weights do not sum to 1",
+            _with(flash_attention_backward, lse=lambda c: np.zeros_like(c["lse"])), _QKV, _QKV)
+    + wrong("no scale", "S = Q K^T * scale, so dQ_i += dS K_j * scale and dK_j += dS^T Q_i * "
+            "scale: the scale is missing", _unscaled(flash_attention_backward), _QKV, ("Q", "K")))
+
+
+def _sliding_no_subtraction(dout, c):
+    """The band's weights (dense, from the same mask), and a softmax backward without its
+    subtraction."""
+    Q, K, V, scale = c["Q"], c["K"], c["V"], c["scale"]
+    mask = sliding_window_mask(Q.shape[-2], K.shape[-2], window=c["window"], causal=c["causal"])
+    A = attention_forward(Q, K, V, mask=mask, scale=scale)[1]["weights"]
+    dS = A * (dout @ V.swapaxes(-1, -2))
+    return (unbroadcast(dS @ K * scale, Q.shape), unbroadcast(dS.swapaxes(-1, -2) @ Q * scale, K.shape),
+            unbroadcast(A.swapaxes(-1, -2) @ dout, V.shape))
+
+
+_SLIDING = (
+    wrong("without the subtraction", "the softmax backward of each band tile is missing its "
+          "subtraction: dS = A * (dA - sum(dA * A, axis=-1, keepdims=True))",
+          _sliding_no_subtraction, _QKV, ("Q", "K"))
+    + wrong("no scale", "S = Q K^T * scale, so dQ and dK carry the scale",
+            _unscaled(sliding_window_attention_backward), _QKV, ("Q", "K")))
+
+
+def _positive(c, key):
+    return np.abs(c[key]) + 1.0                        # phi'(x) = 1 for every x > 0
+
+
+_LINEAR_ATTENTION = (
+    wrong("phi' left out", "phi = elu + 1 is applied to Q and K, so dQ = dphi_Q * phi'(Q) with "
+          "phi'(x) = 1 for x > 0 and exp(x) for x <= 0",
+          _with(linear_attention_backward, Q=lambda c: _positive(c, "Q"),
+                K=lambda c: _positive(c, "K")), _QKV, ("Q", "K"))
+    + wrong("denominator held constant", "out = num / den and den depends on Q and K too: "
+            "dden = -rowsum(dout * out) / den adds dden * z to dphi_Q and the sum of dden * "
+            "phi_Q to dphi_K", _with(linear_attention_backward,
+                                     out=lambda c: np.zeros_like(c["out"])), _QKV, ("Q", "K")))
+
+
 OPS = [
     OpSpec("flash_attention", flash_attention_forward, flash_attention_backward, _flash_cases,
-           "001 §2.1 'Memory-Efficient Implementations'"),
+           "001 §2.1 'Memory-Efficient Implementations'", mistakes=_FLASH),
     OpSpec("sliding_window_attention", sliding_window_attention_forward,
            sliding_window_attention_backward, _sliding_window_cases,
-           "001 §2.1 'Sparse or Limited Attention'"),
+           "001 §2.1 'Sparse or Limited Attention'", mistakes=_SLIDING),
     OpSpec("linear_attention", linear_attention_forward, linear_attention_backward, _linear_cases,
-           "001 §2.1 'Linear Attention'"),
+           "001 §2.1 'Linear Attention'", mistakes=_LINEAR_ATTENTION),
 ]

@@ -1,8 +1,10 @@
 """Registered ops of the positional-encoding chapter (003 ch. 7): RoPE."""
+import copy
+
 import numpy as np
 
 from ..positional import rope_backward, rope_forward, rope_frequencies
-from . import Case, OpSpec
+from . import Case, Mistake, OpSpec
 
 
 def _rope_cases(rng, dtype):
@@ -32,6 +34,33 @@ def _rope_cases(rng, dtype):
     ]
 
 
+_OTHER_LAYOUT = {"interleaved": "half", "half": "interleaved"}
+
+
+def _rope_with(**change):
+    """rope_backward on a copy of the cache with entries changed (functions of the cache)."""
+    def backward(dout, cache):
+        cache = copy.copy(cache)                        # keeps the OpCache's tag
+        cache.update({k: f(cache) for k, f in change.items()})
+        return rope_backward(dout, cache)
+    return backward
+
+
+# Known wrong backwards (the catalogue the gradient checker names)
+_ROPE = (
+    Mistake("rotated by +theta", "x",
+            _rope_with(sin=lambda c: -c["sin"]),           # R(-theta) with -theta: +theta
+            "the backward rotates dout by +theta like the forward; the transpose of a rotation "
+            "is the rotation by -theta: dx = R(-theta) dout (cos, -sin)"),
+    Mistake("not rotated back", "x", lambda dout, c: dout.copy(),
+            "dx = dout treats RoPE as the identity; it rotates every plane, so dx = R(-theta) "
+            "dout"),
+    Mistake("pairs of the other layout", "x",
+            _rope_with(layout=lambda c: _OTHER_LAYOUT[c["layout"]]),
+            "dout is rotated back over the planes of the other layout (interleaved pairs "
+            "(2k, 2k+1) against halves (k, k + d/2)): pair the features as the forward does"))
+
 OPS = [
-    OpSpec("rope", rope_forward, rope_backward, _rope_cases, section="003 §7.3", mode="full"),
+    OpSpec("rope", rope_forward, rope_backward, _rope_cases, section="003 §7.3", mode="full",
+           mistakes=_ROPE),
 ]

@@ -1,7 +1,10 @@
 """Registry entries for post-training: LoRA (000 §2.7) and preference losses (003 ch. 9)."""
+import copy
+
 import numpy as np
 
-from . import Case, OpSpec
+from . import Case, Mistake, OpSpec, wrong
+from ..activations import sigmoid
 from ..lora import lora_linear_forward, lora_linear_backward
 from ..posttrain import reward_head_backward, reward_head_forward
 from ..preference import (
@@ -29,7 +32,7 @@ def _lora_cases(rng, dtype):
 
     return [
         Case(args((2, 3), 7, 5, 3, True), {"alpha": 6.0}, "x (2, 3, 7), r 3, bias"),
-        Case(args((5,), 7, 4, 2, False), {"alpha": 2.0}, "x (5, 7), r 2, no bias"),
+        Case(args((5,), 7, 4, 2, False), {"alpha": 3.0}, "x (5, 7), r 2, no bias"),
         Case(args((2, 2, 3), 5, 7, 4, True), {"alpha": 8.0, "rank_stabilized": True},
              "x (2, 2, 3, 5), r 4, rsLoRA"),
         Case(args((7,), 7, 3, 1, True), {"alpha": 1.0}, "x (7,), r 1, single vector"),
@@ -131,14 +134,172 @@ def _reward_head_cases(rng, dtype):
     return cases
 
 
+# ---------------------------------------------------------------------------------------
+# Known wrong backwards (the catalogue the gradient checker names)
+# ---------------------------------------------------------------------------------------
+
+_LORA_NAMES = ("x", "W", "A", "B", "b")
+
+
+def _lora_scaled(factor):
+    """lora_linear_backward with the branch's scale s multiplied by factor(cache)."""
+    def backward(dout, cache):
+        cache = copy.copy(cache)
+        cache["scale"] = cache["scale"] * factor(cache)
+        return lora_linear_backward(dout, cache)
+    return backward
+
+
+def _lora_variant(dout, c, bug):
+    dx, _, dA, dB, _ = lora_linear_backward(dout, c)
+    s = c["scale"]
+    if bug == "dA without s":
+        dA = dA / s
+    elif bug == "dB without s":
+        dB = dB / s
+    elif bug == "dx without the branch":
+        dx = dout @ c["W"].T
+    elif bug == "branch without dropout":
+        if c["drop"]["mask"] is None:
+            raise ValueError("no dropout")
+        dx = dout @ c["W"].T + (s * (dout @ c["B"].T)) @ c["A"].T
+    return dx, None, dA, dB, None
+
+
+def _lw(bug, text, of):
+    return wrong(bug, text, lambda dout, c: _lora_variant(dout, c, bug), _LORA_NAMES, of)
+
+
+_LORA = (
+    _lw("dA without s", "y = x W + b + s (x A) B with s = alpha/r: dA = s x^T (dout B^T), the "
+        "scale s is missing", ("A",))
+    + _lw("dB without s", "y = x W + b + s (x A) B with s = alpha/r: dB = s (x A)^T dout, the "
+          "scale s is missing", ("B",))
+    + _lw("dx without the branch", "x feeds the frozen path and the LoRA branch: dx = dout W^T "
+          "+ s (dout B^T) A^T", ("x",))
+    + _lw("branch without dropout", "the branch sees dropout(x), so its part of dx goes through "
+          "the same mask: dx = dout W^T + dropout_backward(s (dout B^T) A^T)", ("x",))
+    + wrong("alpha instead of alpha/r", "the branch is scaled by alpha/r, not alpha: divide by the "
+            "rank r = A.shape[1]", _lora_scaled(lambda c: c["A"].shape[1]), _LORA_NAMES,
+            ("x", "A", "B"))
+    + wrong("rank taken as d_in", "r is the rank A.shape[1], not the input size A.shape[0]: "
+            "the branch's scale is alpha/r",
+            _lora_scaled(lambda c: c["A"].shape[1] / c["A"].shape[0]), _LORA_NAMES,
+            ("x", "A", "B")))
+
+
+def _seqlogp_variant(dout, c, bug):
+    probs, y, mask = c["probs"], c["targets"], c["mask"]
+    onehot = np.arange(probs.shape[-1]) == y[..., None]
+    w = dout[..., None] * mask
+    if bug == "mask ignored":
+        w = dout[..., None] * np.ones(mask.shape)
+    elif bug == "mean over tokens":
+        w = w / np.maximum(np.sum(mask, axis=-1, keepdims=True), 1)
+    if bug == "no softmax":
+        return w[..., None] * onehot, None, None
+    return w[..., None] * (onehot - probs), None, None
+
+
+def _sl(bug, text):
+    return wrong(bug, text, lambda dout, c: _seqlogp_variant(dout, c, bug),
+                 ("logits", "targets", "mask"), ("logits",))
+
+
+_SEQUENCE_LOGPROBS = (
+    _sl("mask ignored", "tokens the mask leaves out (the prompt, padding) take no part in the "
+        "sum: multiply each token's gradient by its mask")
+    + _sl("mean over tokens", "the sequence's log-probability is a sum over its tokens, not a "
+          "mean: no division by the number of tokens")
+    + _sl("no softmax", "d log softmax(z)_y / dz = onehot(y) - softmax(z): the - softmax(z) "
+          "term is missing"))
+
+
+def _dpo_variant(dout, c, bug):
+    z, h, beta, eps = c["z"], c["h"], c["beta"], c["eps"]
+    g = dout / c["n"]
+    kind = c["loss_type"]
+    if bug in ("sigmoid(+margin)", "smoothing left out") and kind != "sigmoid":
+        raise ValueError("sigmoid loss only")
+    if bug == "smoothing left out" and np.all(np.asarray(eps) == 0):
+        raise ValueError("no label smoothing")
+    if kind == "sigmoid":
+        if bug == "sigmoid(+margin)":
+            dz = -(1 - eps) * sigmoid(z) + eps * sigmoid(-z)
+        elif bug == "smoothing left out":
+            dz = -sigmoid(-z)
+        else:
+            dz = -(1 - eps) * sigmoid(-z) + eps * sigmoid(z)
+        dh = beta * dz * g
+    elif kind == "hinge":
+        if bug == "hinge indicator reversed":
+            dh = -beta * (z > 1) * g
+        else:
+            dh = -beta * (z < 1) * g
+    else:
+        if bug == "ipo target 1/beta":
+            dh = 2 * (h - 1 / beta) * g
+        else:
+            dh = 2 * (h - 1 / (2 * beta)) * g
+    return dh, -dh, None, None
+
+
+_DPO_NAMES = ("policy_chosen", "policy_rejected", "ref_chosen", "ref_rejected")
+
+
+def _dpo(bug, text, of=("policy_chosen", "policy_rejected")):
+    return wrong(bug, text, lambda dout, c: _dpo_variant(dout, c, bug), _DPO_NAMES, of)
+
+
+_DPO = (
+    _dpo("sigmoid(+margin)", "d/dz -log sigma(z) = -sigma(-z): the sign inside the sigmoid is "
+         "flipped (sigmoid(+margin) where sigmoid(-margin) belongs)")
+    + _dpo("smoothing left out", "with label smoothing eps the loss is -(1 - eps) log sigma(z) "
+           "- eps log sigma(-z), so dz = -(1 - eps) sigma(-z) + eps sigma(z)")
+    + _dpo("hinge indicator reversed", "d/dz max(0, 1 - z) = -[z < 1]: the gradient flows "
+           "where the margin is not yet met")
+    + _dpo("ipo target 1/beta", "IPO regresses h to 1/(2 beta): dh = 2 (h - 1/(2 beta)) / n"))
+
+
+def _bt_variant(dout, c, bug):
+    d = c["d"]
+    if bug == "sigmoid(+d)":
+        dd = -sigmoid(d) * dout / d.size
+    else:
+        dd = -sigmoid(-d) * dout / d.size
+    return dd, -dd
+
+
+_BRADLEY_TERRY = wrong("sigmoid(+d)", "d/dd -log sigma(d) = -sigma(-d): the sign inside the "
+                       "sigmoid is flipped (sigmoid(+d) where sigmoid(-d) belongs)",
+                       lambda dout, c: _bt_variant(dout, c, "sigmoid(+d)"),
+                       ("r_chosen", "r_rejected"), ("r_chosen", "r_rejected"))
+
+
+def _reward_head_variant(dr, c, bug):
+    dh, dw, db = reward_head_backward(dr, c)
+    if bug == "pooling weights left out":
+        dpooled = dr[..., None] * c["w_r"]
+        dh = np.broadcast_to(dpooled[..., None, :], dh.shape).copy()
+    return dh, dw, db
+
+
+_REWARD_HEAD = (
+    Mistake("pooling weights left out", "h",
+            lambda dr, c: _reward_head_variant(dr, c, "pooling weights left out")[0],
+            "pooled = sum_t a_t h_t, so dh_t = a_t dpooled: each token gets its pooling "
+            "weight's share (0 for tokens the pooling leaves out)"),)
+
+
 OPS = [
     OpSpec("lora_linear", lora_linear_forward, lora_linear_backward, _lora_cases,
-           "000 §2.7.2"),
+           "000 §2.7.2", mistakes=_LORA),
     OpSpec("sequence_logprobs", sequence_logprobs_forward, sequence_logprobs_backward,
-           _seqlogp_cases, "003 eq. 9.1"),
-    OpSpec("dpo_loss", dpo_loss_forward, dpo_loss_backward, _dpo_cases, "003 §9.2, eq. 9.1"),
+           _seqlogp_cases, "003 eq. 9.1", mistakes=_SEQUENCE_LOGPROBS),
+    OpSpec("dpo_loss", dpo_loss_forward, dpo_loss_backward, _dpo_cases, "003 §9.2, eq. 9.1",
+           mistakes=_DPO),
     OpSpec("bradley_terry_loss", bradley_terry_loss_forward, bradley_terry_loss_backward,
-           _bt_cases, "003 §9.1.2"),
+           _bt_cases, "003 §9.1.2", mistakes=_BRADLEY_TERRY),
     OpSpec("reward_head", reward_head_forward, reward_head_backward, _reward_head_cases,
-           "003 §9.1.2"),
+           "003 §9.1.2", mistakes=_REWARD_HEAD),
 ]

@@ -1,0 +1,138 @@
+"""Known wrong backwards: is this gradient one of the formulas students write instead?
+
+Each registered op declares, with its registration, a catalogue of named wrong backwards
+(``registry.Mistake``: softmax's diagonal-only Jacobian ``y * (1 - y) * dout``, LayerNorm's
+unbiased variance, DPO's ``sigmoid(+margin)``, ...), each a small function that computes
+the wrong gradient from the reference forward's cache. When the forward under check is a
+reference op (or a thin wrapper around one, see ``terms.find_op``), the checker runs the
+reference forward on the case's inputs, computes every variant of the failing input's
+gradient, and compares:
+
+    analytic = c * variant   (up to rounding, along the same compared values)
+
+With ``c = 1`` the mistake is named outright; with another ``c`` it is named together with
+the wrong factor (two mistakes at once, e.g. the diagonal-only softmax and a missing
+``1/N``). A variant equal to the right gradient on this case (LayerNorm's ``gamma``
+forgotten when there is no gamma) tells nothing and is skipped; a variant that is the right
+gradient times a constant (a missing scale) is only named at ``c = 1``, since any other
+factor is the plain factor diagnosis.
+"""
+import numpy as np
+
+from .evidence import Diagnosis
+from .terms import find_op
+
+__all__ = ["catalogue_diagnoses", "mistakes_for", "reference_cache"]
+
+_MATCH = 2e-6          # relative tolerance of "equal up to rounding" (float32 included)
+_LIMIT = 2             # at most this many matching variants are named
+
+
+def mistakes_for(case):
+    """``(op name, [Mistake])`` of the input under diagnosis, or ``(None, [])``."""
+    op, _ = find_op(case.forward)
+    if op is None:
+        return None, []
+    from ..registry import spec_of                      # the registry imports the topic modules
+    from ..registry.check import input_names
+    spec = spec_of(op)
+    if spec is None or not spec.mistakes:
+        return None, []
+    names = input_names(op)
+    if case.p >= len(names):
+        return None, []
+    return spec.name, [m for m in spec.mistakes if m.of == names[case.p]]
+
+
+def reference_cache(case):
+    """The cache of the reference op run on the case's inputs and options (memoised), or None."""
+    def run():
+        from ..registry import bind
+        op, options = find_op(case.forward)
+        try:
+            with np.errstate(all="ignore"):
+                out, cache = bind(op, options)(*case.inputs)
+        except Exception:  # noqa: BLE001 -- a wrapper that passes other inputs: no catalogue
+            return None
+        out = np.asarray(out, dtype=np.float64)
+        if out.shape != case.out.shape:
+            return None
+        return cache
+    return case.memo(("reference_cache",), run)
+
+
+def catalogue_diagnoses(case, a, n, project, use, atol):
+    """Sentences naming the known wrong backwards that ``a`` equals (times a constant).
+
+    a, n:    the analytic and numeric values compared (after ``project`` and ``use``)
+    project: maps an input-shaped array to the same compared values
+    """
+    try:
+        name, mistakes = mistakes_for(case)
+        if not mistakes:
+            return []
+        cache = reference_cache(case)
+    except Exception:  # noqa: BLE001 -- looking never fails a check
+        return []
+    if cache is None:
+        return []
+    found = []
+    for m in mistakes:
+        try:
+            with np.errstate(all="ignore"):
+                v = np.asarray(m.gradient(case.dout.copy(), cache), dtype=np.float64)
+            if v.shape != case.x.shape or not np.isfinite(v).all():
+                continue
+            pv = np.asarray(project(v), dtype=np.float64)[use]
+        except Exception:  # noqa: BLE001 -- a variant that does not apply to this case
+            continue
+        c = _fit(a, pv, n, atol)
+        if c is not None:
+            found.append(_sentence(case, name, m, c))
+            if len(found) >= _LIMIT:
+                break
+    return found
+
+
+def _fit(a, v, n, atol):
+    """The c with a = c * v up to rounding, or None (also when v tells nothing here)."""
+    scale = max(float(np.max(np.abs(n), initial=0.0)), float(np.max(np.abs(v), initial=0.0)))
+    if scale == 0.0 or not a.size:
+        return None
+    loose = 1e-5 * scale + atol
+    if float(np.max(np.abs(a))) <= loose:
+        return None                                     # all zeros: said as such
+    if float(np.max(np.abs(v - n))) <= loose:
+        return None                                     # the right gradient on this case
+    vv = float(np.dot(v, v))
+    if vv == 0.0:
+        return None
+    c = float(np.dot(a, v)) / vv
+    off = float(np.max(np.abs(a - c * v)))
+    if not 1e-3 <= abs(c) <= 1e3 or off > _MATCH * max(scale, abs(c) * scale) + atol:
+        return None
+    nn = float(np.dot(n, n))
+    if abs(c - 1.0) > 1e-6 and nn > 0:
+        k = float(np.dot(v, n)) / nn
+        if float(np.max(np.abs(v - k * n))) <= loose:
+            return None                                 # v is a scaled right gradient: a factor
+    return c
+
+
+def _sentence(case, op_name, m, c):
+    grad = f"d{case.name}" if len(case.name) <= 7 and " " not in case.name else \
+        f"the gradient of {case.name}"
+    known = f"{op_name}'s known wrong backward \"{m.name}\""
+    if abs(c - 1.0) <= 1e-6:
+        return _known(f"{grad} is {known}: {m.text}", m)
+    label = case.terms.name_factor(c) if case.terms is not None else ""
+    named = f" ({abs(c):.4g} = {label})" if label else ""
+    if abs(c + 1.0) <= 1e-6:
+        return _known(f"{grad} = -1 x {known}: two mistakes, a flipped sign and this one: "
+                      f"{m.text}", m)
+    return _known(f"{grad} = {c:.4g} x {known}{named}: two mistakes, a wrong factor (a scale "
+                  f"missing or applied twice) and this one: {m.text}", m)
+
+
+def _known(text, m):
+    return Diagnosis(text, "known_mistake", m.name)
