@@ -23,9 +23,9 @@ import math
 import os
 import re
 
-__all__ = ["Identity", "LatePolicy", "Override", "late_policy", "lateness", "read_metadata",
-           "read_roster", "read_overrides", "identities", "submission_time", "adjust",
-           "OVERRIDE_COLUMNS", "ROSTER_COLUMNS"]
+__all__ = ["Identity", "LatePolicy", "Override", "Course", "late_policy", "lateness",
+           "read_metadata", "read_roster", "read_overrides", "identities", "submission_time",
+           "adjust", "build_course", "csv_edits", "OVERRIDE_COLUMNS", "ROSTER_COLUMNS"]
 
 OVERRIDE_COLUMNS = ["student", "function", "score", "reason"]
 ROSTER_COLUMNS = ["file", "name", "sid", "email"]
@@ -386,3 +386,120 @@ def adjust(graded, functions, *, late=None, overrides=(), decimals=2):
             total = o.score
             applied.append(o)
     return Adjusted(round(total, decimals), per, notes, percent, applied)
+
+
+# --- a class's course: everything above, applied to the rows of the grades --------------------
+
+@dataclass
+class Course:
+    """The identities, submission times, late policy and overrides of a class's submissions."""
+    identities: dict = field(default_factory=dict)      # student -> Identity
+    times: dict = field(default_factory=dict)           # student -> (datetime or None, source)
+    late: object = None                                 # LatePolicy or None
+    overrides: dict = field(default_factory=dict)       # student -> [Override]
+
+    def apply(self, row, decimals=2):
+        """``row`` (a CSV row of the grader) with the course's columns and the adjusted score."""
+        student = row["student"]
+        ident = self.identities.get(student) or Identity()
+        when, source = self.times.get(student, (None, ""))
+        out = dict(row, name=ident.name, sid=ident.sid, email=ident.email,
+                   graded_score=row["score"], late_penalty_percent="", late="",
+                   submitted_at=when.isoformat(timespec="seconds") if when else "",
+                   submitted_from=source, overrides="", notes=[])
+        late = None
+        if self.late is not None and when is not None:
+            seconds, units, percent = lateness(self.late, when)
+            sentence = describe_late(self.late, seconds, units, percent)
+            late = (units, percent, sentence)
+            out["late"] = sentence
+            out["late_penalty_percent"] = percent
+        mine = self.overrides.get(student, [])
+        if row.get("status") == "grader error" and not mine:
+            return out
+        adjusted = adjust(row["score"], row.get("functions") or {}, late=late, overrides=mine,
+                          decimals=decimals)
+        out.update(score=adjusted.score, functions=adjusted.functions, notes=adjusted.notes,
+                   overrides="; ".join(f"{o.function}={o.score:g} ({o.reason})"
+                                       for o in adjusted.overrides))
+        return out
+
+    def feedback(self, row):
+        """The lines the student's report gets about the late policy and the overrides."""
+        lines = []
+        if row.get("submitted_at"):
+            lines.append(f"submitted at {row['submitted_at']} (from the {row['submitted_from']})")
+        if self.late is not None:
+            lines.append(f"due {self.late.due.isoformat(timespec='minutes')}: "
+                         + (row["late"] or "no submission time known: no late penalty"))
+        lines += [n for n in row.get("notes") or [] if not n.startswith("late: ")]
+        if lines and row.get("graded_score") not in ("", None) and row["score"] != row["graded_score"]:
+            lines.append(f"score: {row['graded_score']:g} graded, {row['score']:g} after these")
+        return lines
+
+
+def build_course(submissions, functions, *, metadata_dir=None, roster=None, late=None,
+                 overrides=None):
+    """The :class:`Course` of ``[(student, path)]`` graded on ``functions``.
+
+    metadata_dir: the folder of Gradescope's metadata (:func:`read_metadata`), or None;
+    roster / overrides: CSV paths or None; late: the config's ``"late"`` entry or None.
+    An override naming no student of the class (by file name, SID, email or name) or no graded
+    function is a ValueError naming its line: it would otherwise be lost without a word.
+    """
+    meta = read_metadata(metadata_dir) if metadata_dir else {}
+    people = identities(submissions, meta, read_roster(roster) if roster else None)
+    times = {s: submission_time(p, people.get(s)) for s, p in submissions}
+    course = Course(identities=people, times=times,
+                    late=late_policy(late) if late is not None else None)
+    if overrides:
+        keys = {}
+        for student, _ in submissions:
+            ident = people[student]
+            for key in (student, ident.sid, ident.email, ident.name):
+                for part in str(key).split("; "):
+                    if part:
+                        keys.setdefault(part.lower(), set()).add(student)
+        for o in read_overrides(overrides):
+            who = keys.get(o.student.lower(), set())
+            if len(who) != 1:
+                raise ValueError(f"--overrides {os.fspath(overrides)!r}, line {o.line}: student "
+                                 f"{o.student!r} " + ("matches several submissions" if who else
+                                                      "is not in the class (give the file name, "
+                                                      "SID, email or name)"))
+            if o.function != "total" and o.function not in functions:
+                raise ValueError(f"--overrides {os.fspath(overrides)!r}, line {o.line}: function "
+                                 f"{o.function!r} is not graded; expected one of "
+                                 f"{', '.join(functions)} or total")
+            course.overrides.setdefault(who.pop(), []).append(o)
+    return course
+
+
+def csv_edits(written, current, functions):
+    """The score cells of a grades CSV changed by hand since the grader wrote it (``written``
+    and ``current`` are the file's texts): [(student, column, old, new)]."""
+    def table(text):
+        rows = list(csv.DictReader(text.splitlines()))
+        return {r.get("student"): r for r in rows}
+    before, after = table(written), table(current)
+    out = []
+    for student, row in after.items():
+        old = before.get(student)
+        if old is None:
+            continue
+        for column in ["score"] + list(functions):
+            if (row.get(column) or "") != (old.get(column) or ""):
+                out.append((student, "total" if column == "score" else column,
+                            old.get(column) or "", row.get(column) or ""))
+    return out
+
+
+def edits_as_overrides(edits):
+    """Hand edits of a grades CSV as the rows of an overrides CSV (text)."""
+    import io
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(OVERRIDE_COLUMNS)
+    for student, column, old, new in edits:
+        w.writerow([student, column, new, f"edited in the grades CSV (was {old}): give the reason"])
+    return buf.getvalue()

@@ -135,12 +135,31 @@ class Report:
         return (f"score {self.score:g} / {self.max_score:g} ({n_ok} of {len(self.tests)} tests "
                 f"passed) in {self.elapsed:.1f} s")
 
-    def gradescope(self):
-        """The Gradescope ``results.json`` content (a dict)."""
+    def gradescope(self, per_case=False):
+        """The Gradescope ``results.json`` content (a dict).
+
+        One test per function (and one more for its hidden cases, visible after the due date),
+        each case a line of its output with the failures' details; ``per_case`` gives one test
+        per case instead. A submission that could not be read or loaded is one test, holding
+        the reason once, at 0 of every point.
+        """
         out = [self.summary()]
         if self.load_error:
             out.append(self.load_error)
         out += [f"warning: {w}" for w in self.warnings]
+        if self.load_error:
+            tests = [{"name": "submission", "number": "1", "score": 0.0,
+                      "max_score": self.max_score, "status": "failed",
+                      "output": self.load_error + "\n\nEvery test of the assignment scores 0 until "
+                                "the submission loads: " + ", ".join(self.function_scores()),
+                      "visibility": "visible"}]
+        elif per_case:
+            tests = [{"name": t.name, "number": t.number, "score": round(t.score, POINT_DECIMALS),
+                      "max_score": round(t.max_score, POINT_DECIMALS),
+                      "status": "passed" if t.passed else "failed", "output": t.output(),
+                      "visibility": "after_due_date" if t.hidden else "visible"} for t in self.tests]
+        else:
+            tests = self._function_tests()
         return {
             "score": self.score,
             "max_score": self.max_score,
@@ -148,22 +167,50 @@ class Report:
             "output": "\n".join(out),
             "visibility": "visible",
             "stdout_visibility": "hidden",
-            "tests": [{"name": t.name, "number": t.number, "score": round(t.score, POINT_DECIMALS),
-                       "max_score": round(t.max_score, POINT_DECIMALS),
-                       "status": "passed" if t.passed else "failed",
-                       "output": t.output(),
-                       "visibility": "after_due_date" if t.hidden else "visible"} for t in self.tests],
+            "tests": tests,
             "extra_data": {"submission": self.submission, "seed": self.seed,
                            "hidden_cases": self.hidden_seed is not None},
         }
+
+    def _function_tests(self):
+        """One Gradescope test per function and visibility, its cases listed in the output."""
+        groups = {}
+        for t in self.tests:
+            groups.setdefault((t.function, t.hidden), []).append(t)
+        tests = []
+        for k, ((function, hidden), group) in enumerate(groups.items(), start=1):
+            score = round(math.fsum(t.score for t in group), POINT_DECIMALS)
+            most = round(math.fsum(t.max_score for t in group), POINT_DECIMALS)
+            n_ok = sum(t.passed for t in group)
+            lines = [f"{function}: {n_ok} of {len(group)} {'hidden ' if hidden else ''}cases passed"]
+            lines += [f"  {'PASS' if t.passed else 'FAIL'}  {t.label}  ({t.score:.2f}/{t.max_score:.2f})"
+                      + ("" if t.passed else f": {t.short}") for t in group]
+            seen = set()
+            for t in group:
+                if t.passed or not t.lines:
+                    continue
+                body = "\n".join(t.lines)
+                lines += ["", f"case '{t.label}': {t.short}"]
+                lines += ["  (same as above)"] if body in seen else ["  " + x for x in t.lines]
+                seen.add(body)
+            tests.append({"name": f"{function} [hidden: {len(group)} cases]" if hidden else function,
+                          "number": str(k), "score": score, "max_score": most,
+                          "status": "passed" if n_ok == len(group) else "failed",
+                          "output": "\n".join(lines),
+                          "visibility": "after_due_date" if hidden else "visible"})
+        return tests
 
     def table(self, details=True):
         """A readable report for the terminal."""
         lines = [f"grading {self.submission} (seed {self.seed}"
                  + (", with hidden cases" if self.hidden_seed is not None else "") + ")"]
-        if self.load_error:
-            lines.append(self.load_error)
         lines += [f"warning: {w}" for w in self.warnings]
+        if self.load_error:                 # said once, with each function's points
+            lines.append(self.load_error)
+            lines.append("so every test scores 0:")
+            lines += [f"  {f}: {a:.2f}/{b:.2f}" for f, (a, b) in self.function_scores().items()]
+            lines += ["", self.summary()]
+            return "\n".join(lines)
         w_fn = max([len("function")] + [len(t.function) for t in self.tests])
         w_case = min(48, max([len("case")] + [len(t.label) for t in self.tests]))
         lines.append(f"{'#':>6}  {'function':<{w_fn}}  {'case':<{w_case}}  {'points':>11}  result")

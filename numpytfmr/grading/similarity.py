@@ -211,11 +211,15 @@ def report_text(rep):
     lines = [f"similarity of {rep['submissions']} submissions ({rep['algorithm']}; "
              f"{rep['pairs_compared']} pairs, median Jaccard {rep['median_jaccard']:g})",
              "Flags are for review by the staff, never penalties.", ""]
+    def names(fns, most=8):
+        return ", ".join(fns[:most]) + (f" and {len(fns) - most} more" if len(fns) > most else "")
     lines.append(f"pairs flagged: {len(rep['pairs'])}")
     for p in rep["pairs"]:
         lines.append(f"  {p['a']}  ~  {p['b']}: Jaccard {p['jaccard']:.2f}, containment "
-                     f"{p['containment']:.2f}, {p['shared']} shared fingerprints; in "
-                     f"{', '.join(p['functions_a'])} / {', '.join(p['functions_b'])}")
+                     f"{p['containment']:.2f}, {p['shared']} shared fingerprints")
+        lines.append(f"      in {names(p['functions_a'])}")
+        if p["functions_b"] != p["functions_a"]:
+            lines.append(f"      and {names(p['functions_b'])}")
     lines += ["", f"close to numpytfmr's reference: {len(rep['reference'])}"]
     for c in rep["reference"]:
         lines.append(f"  {c['student']}: {c['containment']:.0%} of the reference {c['reference']} "
