@@ -408,7 +408,7 @@ def test_drop_flag_of_the_command_line(tmp_path, capsys):
 def test_make_assignment_refuses_a_non_empty_folder(tmp_path, capsys):
     out = tmp_path / "hw"
     assert main(["make-assignment", "softmax", "-o", str(out)]) == 0
-    skeleton = out / "homework.py"
+    skeleton = out / "student" / "homework.py"
     skeleton.write_text("# the instructor's edits\n")
     seed = json.loads((out / "autograder" / "grading.json").read_text())["hidden_seed"]
     capsys.readouterr()

@@ -187,16 +187,17 @@ def _fmt(x):
     return "" if x == "" or x is None else f"{x:.{POINT_DECIMALS}f}"
 
 
-def _csv_text(rows, functions):
-    """The CSV of ``rows`` (with the course's columns, see :meth:`.course.Course.apply`)."""
+def _csv_text(rows, functions, course_columns=()):
+    """The CSV of ``rows``, with the ``course_columns`` (of :data:`CSV_COURSE`, see
+    :meth:`.course.Course.apply`) after the totals."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_HEAD + CSV_COURSE + functions + CSV_TAIL)
+    course_columns = [c for c in CSV_COURSE if c in course_columns]
+    w.writerow(CSV_HEAD + course_columns + functions + CSV_TAIL)
     for r in sorted(rows, key=lambda r: r["student"]):
         per = r.get("functions") or {}
         graded = r["status"] != "grader error" or bool(r.get("overrides"))
-        course = [r.get(c, "") for c in CSV_COURSE]
-        course[3] = _fmt(course[3])                         # graded_score
+        course = [_fmt(r.get(c, "")) if c == "graded_score" else r.get(c, "") for c in course_columns]
         w.writerow([r["student"], _fmt(r["score"]), _fmt(r["max_score"])] + course
                    + [_fmt(per.get(f, 0.0)) if graded else "" for f in functions]
                    + [r["status"], r["seconds"], r["submission"], r["message"]])
@@ -375,7 +376,7 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, child_user=None, forc
     total = len(submissions)
 
     def save():
-        text = _csv_text([course.apply(r) for r in rows.values()], functions)
+        text = _csv_text([course.apply(r) for r in rows.values()], functions, course.columns())
         os.makedirs(folder, exist_ok=True)
         atomic_write_text(csv_path, text)
         atomic_write_text(_last_copy(folder), text)

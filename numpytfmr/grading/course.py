@@ -398,6 +398,22 @@ class Course:
     late: object = None                                 # LatePolicy or None
     overrides: dict = field(default_factory=dict)       # student -> [Override]
 
+    def columns(self):
+        """The CSV columns this course fills: identity when any is known, the submission time
+        when known or needed, the late policy's, and the overrides'."""
+        out = []
+        if any(i.name or i.sid or i.email for i in self.identities.values()):
+            out += ["name", "sid", "email"]
+        if self.late is not None or self.overrides:
+            out.append("graded_score")
+        if self.late is not None:
+            out += ["late_penalty_percent", "late"]
+        if self.late is not None or any(i.created_at for i in self.identities.values()):
+            out += ["submitted_at", "submitted_from"]
+        if self.overrides:
+            out.append("overrides")
+        return out
+
     def apply(self, row, decimals=2):
         """``row`` (a CSV row of the grader) with the course's columns and the adjusted score."""
         student = row["student"]
