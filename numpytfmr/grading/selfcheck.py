@@ -184,6 +184,14 @@ def describe(v):
     return f"an object of type {type(v).__name__}"
 
 
+def _number(v):
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return f"{float(v):.10g}"
+
+
 def check_value(v, expected, what, tol="float64", none_reason=""):
     """(ok, short, lines): the grader's verdict on one returned value."""
     kind, got, why = kind_of(v)
@@ -220,7 +228,8 @@ def check_value(v, expected, what, tol="float64", none_reason=""):
         return not problems, "" if not problems else f"{what}: wrong dtype", problems
     idx = tuple(int(i) for i in np.argwhere(wrong)[0]) if exp.ndim else ()
     lines = problems + [f"{what}: {int(wrong.sum())} of {wrong.size} entries differ (shape {exp.shape})",
-                        f"  first mismatch at index {idx}: got {got[idx]!r}, expected {exp[idx]!r}"]
+                        f"  first mismatch at index {idx}: got {_number(got[idx])}, expected "
+                        f"{_number(exp[idx])}"]
     return False, f"{what}: wrong values", lines
 
 
@@ -276,7 +285,8 @@ def _lora_mask(args, kw, got, tol):
 
 
 def judge_draw(draw, args, kw, got, tol):
-    """(ok, short, lines) for a random forward judged against its own draw."""
+    """(ok, short, lines, mask_read) for a random forward judged against its own draw, or None
+    when the output is not an array of the right shape (then compared as any other)."""
     kind, arr, _ = kind_of(got)
     if kind != "array" or arr.shape != tuple(draw["shape"]) or not np.isfinite(arr).all():
         return None
@@ -285,15 +295,16 @@ def judge_draw(draw, args, kw, got, tol):
     if mask is None:
         return False, "out: no dropout mask gives it", [
             "out: no dropout mask explains your output (dropped entries are 0, kept ones are "
-            "scaled by 1/(1-p))"]
+            "scaled by 1/(1-p)); your backward is compared with the expected gradients of one "
+            "particular draw"], False
     known = np.asarray(args[0]) != 0
     n, k, q = int(known.sum()), int((mask & known).sum()), 1.0 - draw["p"]
     low, high = _binomial_tails(n, k, q)
     if min(low, high) < DRAW_ALPHA / 2:
         return False, "mask statistics", [
             f"mask: your forward keeps {k} of {n} entries ({k / max(n, 1):.3f}); each entry must "
-            f"be kept with probability 1 - p = {q:g}"]
-    return True, "", []
+            f"be kept with probability 1 - p = {q:g}"], True
+    return True, "", [], True
 
 
 # --- finite differences of the student's own forward ----------------------------------------------
@@ -322,9 +333,16 @@ def finite_differences(forward, args, kw, dout, p, rng):
 
 
 def own_forward_check(forward, args, kw, dout, grads, names):
-    """(consistent, lines): the backward's gradients against finite differences of the forward."""
+    """(consistent, lines): the backward's gradients against finite differences of the forward.
+    float32 inputs are differentiated in float64 (the same draw for random ops), and compared
+    with float32's tolerance."""
     rng = np.random.default_rng(0)
     lines, ok = [], True
+    single = any(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in args)
+    args = [a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype == np.float32 else a
+            for a in args]
+    dout = np.asarray(dout, dtype=np.float64)
+    rtol, atol = (2e-3, 1e-3) if single else (1e-4, 1e-5)
     for p, (a, g) in enumerate(zip(args, grads)):
         if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.size):
             continue
@@ -334,7 +352,7 @@ def own_forward_check(forward, args, kw, dout, grads, names):
         idx, num = finite_differences(forward, args, kw, dout, p, rng)
         ana = garr.astype(np.float64).reshape(-1)[idx]
         scale = max(1.0, float(np.max(np.abs(num))))
-        bad = np.abs(ana - num) > 1e-5 * scale + 1e-4 * np.abs(num)
+        bad = np.abs(ana - num) > atol * scale + rtol * np.abs(num)
         if bad.any():
             ok = False
             j = int(idx[np.argmax(bad)])
@@ -352,7 +370,8 @@ def _patterns(got, num):
         return []
     if not np.any(got):
         return ["your gradient is all zeros: a term is never computed or never added in"]
-    ratio = got[num != 0] / num[num != 0]
+    big = np.abs(num) > 1e-6 * max(1.0, float(np.max(np.abs(num))))
+    ratio = got[big] / num[big]
     if ratio.size and np.allclose(ratio, ratio[0], rtol=1e-4):
         if np.isclose(ratio[0], -1.0):
             return ["your gradient has the wrong sign everywhere"]
@@ -388,7 +407,7 @@ def check_op(module, item, arrays):
         kw = {k: decode(v, arrays) for k, v in case["kwargs"].items()}
         dout = arrays[case["dout"]]
         grads = [None if g is None else arrays[g] for g in case["grads"]]
-        fwd_ok, cache, out = False, None, None
+        fwd_ok, cache, out, own_draw = False, None, None, False
         if fwd is None or not callable(fwd):
             results[fwd_name].append((label, False, "not defined", [f"{fwd_name} is not defined"]))
         else:
@@ -406,8 +425,8 @@ def check_op(module, item, arrays):
                          for i, (a, b) in enumerate(zip(args, given)) if not _same(a, b)]
                 verdict = judge_draw(case["draw"], args, kw, out, tol) if case.get("draw") else None
                 if verdict is None:
-                    verdict = check_value(out, arrays[case["out"]], "out", tol)
-                ok, short, lines = verdict
+                    verdict = check_value(out, arrays[case["out"]], "out", tol) + (False,)
+                ok, short, lines, own_draw = verdict
                 fwd_ok = ok and not flags
                 results[fwd_name].append((label, fwd_ok, short or ("modified its input" if flags else ""),
                                           lines + flags))
@@ -435,10 +454,10 @@ def check_op(module, item, arrays):
         if not _same(dout, given):
             flags.append(f"{bwd_name} changed dout in place; dout belongs to the caller -- copy it "
                          "before modifying it")
-        ok, short, lines, items = _check_grads(value, grads, args, names, bwd_name, tol, case, fwd, kw, dout)
+        ok, short, lines, items = _check_grads(value, grads, args, names, bwd_name, tol, own_draw,
+                                               fwd, kw, dout)
         passed = ok and not flags
-        if not passed and items is not None and case["check"] and tol == "float64" and fwd_ok is not None \
-                and not case.get("draw"):
+        if not passed and items is not None and case["check"] and tol == "float64" and not own_draw:
             consistent, extra = own_forward_check(fwd, args, kw, dout, items, names)
             head = f"check of {bwd_name} against finite differences of your own {fwd_name}"
             if consistent:
@@ -453,8 +472,9 @@ def check_op(module, item, arrays):
     return results
 
 
-def _check_grads(value, grads, args, names, bwd_name, tol, case, fwd, kw, dout):
-    """(ok, short, lines, items) for a backward's gradients."""
+def _check_grads(value, grads, args, names, bwd_name, tol, own_draw, fwd, kw, dout):
+    """(ok, short, lines, items) for a backward's gradients; ``own_draw``: judged under the
+    mask the student's forward drew (read off its output)."""
     n = len(args)
     gnames = [f"d_{x}" if "_" in x or len(x) > 5 else f"d{x}" for x in names]
     if n == 1:
@@ -473,7 +493,7 @@ def _check_grads(value, grads, args, names, bwd_name, tol, case, fwd, kw, dout):
                 f"{bwd_name} returned {len(value)} gradients; expected {n}, one per input "
                 f"({', '.join(gnames)})"], None
         items = list(value)
-    if case.get("draw"):
+    if own_draw:
         # the expected gradients depend on the student's own mask: the kinds, shapes and dtypes
         # are checked here, the values against finite differences of the forward under the
         # same seed (so the same mask)
@@ -571,18 +591,15 @@ def table(result, details=True):
         lines.append(f"  {f:<{width}}  {verdict}  ({n_ok} of {len(r['cases'])} visible cases)")
     if details:
         for f, r in result["functions"].items():
-            seen = set()
+            groups = {}                   # the same message on several cases is said once
             for c in r["cases"]:
-                if c["passed"]:
-                    continue
-                lines.append("")
-                lines.append(f"{f} on case '{c['label']}': {c['short']}")
-                body = "\n".join(c["lines"])
-                if body in seen:
-                    lines.append("  (same as above)")
-                    continue
-                seen.add(body)
-                lines += ["  " + line for line in c["lines"]]
+                if not c["passed"]:
+                    groups.setdefault((c["short"], "\n".join(c["lines"])), []).append(c["label"])
+            for (short, body), labels in groups.items():
+                where = (f"case '{labels[0]}'" if len(labels) == 1 else
+                         f"{len(labels)} cases ('" + "', '".join(labels) + "')")
+                lines += ["", f"{f} on {where}: {short}"]
+                lines += ["  " + line for line in body.splitlines()]
     passed = sum(r["passed"] for r in result["functions"].values())
     lines += ["", f"{passed} of {len(result['functions'])} functions pass every visible case. "
               "The grader also runs hidden cases."]
