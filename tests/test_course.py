@@ -81,7 +81,7 @@ def test_submission_time_is_created_at_else_the_files_mtime(tmp_path):
     subs, submissions = _class(tmp_path)
     people = c.identities(submissions, c.read_metadata(subs))
     when, source = c.submission_time(str(subs / "submission_1001"), people["submission_1001"])
-    assert source == "created_at (submission_metadata.yml)" and when.year == 2026
+    assert source == "created_at in submission_metadata.yml" and when.year == 2026
     os.utime(subs / "bob" / "homework.py", (1_700_000_000, 1_700_000_000))
     when, source = c.submission_time(str(subs / "bob"), people["bob"])
     assert source == "file mtime" and when == dt.datetime.fromtimestamp(1_700_000_000, UTC)
@@ -166,7 +166,7 @@ def test_course_rows_carry_identity_lateness_and_overrides(tmp_path):
     out = course.apply(row)
     assert out["sid"] == "1002; 1003" and out["late_penalty_percent"] == 20
     assert out["graded_score"] == 8.0 and out["score"] == pytest.approx(8.0)   # (4 + 6) * 0.8
-    assert out["submitted_from"] == "created_at (submission_metadata.yml)"
+    assert out["submitted_from"] == "created_at in submission_metadata.yml"
     assert out["overrides"] == "relu_backward=6 (TA regrade)"
     feedback = course.feedback(out)
     assert any("due 2026-11-21T00:00+00:00: 1.54 days late" in line for line in feedback)

@@ -252,7 +252,7 @@ def test_one_command_gives_the_csv_exports_and_similarity_with_identity_late_and
     assert "total=9 (academic integrity: halved)" == ada["overrides"]
     assert alan["late_penalty_percent"] == "20.0" and "1.54 days late" in alan["late"]
     assert float(alan["score"]) == pytest.approx(round(float(alan["graded_score"]) * 0.8, 2))
-    assert alan["submitted_from"] == "created_at (submission_metadata.yml)"
+    assert alan["submitted_from"] == "created_at in submission_metadata.yml"
     assert grace["relu_forward"] == "1.60" and grace["overrides"].startswith("relu_forward=1.6")
     report = (out / "grades_results" / "submission_2" / "report.txt").read_text()
     assert "graded hw1/homework.py, the only .py or .ipynb file" in report

@@ -31,10 +31,15 @@ def _rename(source, seed):
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("_"):
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bound.update(a.arg for a in node.args.posonlyargs + node.args.args)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("_"):
             bound.add(node.name)
+    options = {a.arg for node in ast.walk(tree) if isinstance(node, ast.arguments)
+               for a in node.kwonlyargs}
+    options |= {k.arg for node in ast.walk(tree) if isinstance(node, ast.Call) for k in node.keywords
+                if k.arg}
+    bound -= options                   # options and keywords keep their names: passed by name
     rng = random.Random(seed)
     words = ["tmp", "val", "buf", "acc", "res", "arr", "mat", "vec", "q", "w", "z", "tot"]
     new = {n: f"{rng.choice(words)}{i}" for i, n in enumerate(sorted(bound))
@@ -128,6 +133,9 @@ def test_planted_copies_are_flagged_and_independent_solutions_are_not():
     text = sim.report_text(rep)
     assert "copy_of_homework" in text and "never penalties" in text
     assert rep["median_jaccard"] < 0.1
+    groups = [set(c["members"]) for c in rep["clusters"]]
+    assert {"homework", "copy_of_homework"} in groups and {"correct", "copy_of_correct"} <= set().union(*groups)
+    assert "groups of alike submissions" in text
 
 
 def test_a_submission_close_to_the_reference_is_flagged():

@@ -226,7 +226,7 @@ def submission_time(path, ident):
     """(datetime, source): the metadata's ``created_at``, else the newest modification time of
     the submitted files."""
     if ident is not None and ident.created_at is not None:
-        return ident.created_at, f"created_at ({ident.source or 'metadata'})"
+        return ident.created_at, f"created_at in {ident.source or 'the metadata'}"
     newest = None
     paths = [path]
     if os.path.isdir(path):
@@ -444,7 +444,7 @@ class Course:
         """The lines the student's report gets about the late policy and the overrides."""
         lines = []
         if row.get("submitted_at"):
-            lines.append(f"submitted at {row['submitted_at']} (from the {row['submitted_from']})")
+            lines.append(f"submitted at {row['submitted_at']} ({row['submitted_from']})")
         if self.late is not None:
             lines.append(f"due {self.late.due.isoformat(timespec='minutes')}: "
                          + (row["late"] or "no submission time known: no late penalty"))

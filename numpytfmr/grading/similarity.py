@@ -47,6 +47,7 @@ PAIR_CONTAINMENT = 0.50
 MIN_SHARED = 15
 REFERENCE_CONTAINMENT = 0.70
 MIN_REFERENCE = 8
+PAIRS_SHOWN = 100          # pairs listed in the text report (the JSON one has them all)
 
 _KEEP = set(keyword.kwlist) | set(dir(builtins)) | {"np", "math", "numpy"}
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
@@ -198,12 +199,34 @@ def report(sources, *, boilerplate_sources=(), references=None):
     close.sort(key=lambda c: (-c["containment"], c["student"], c["reference"]))
     scores.sort()
     median = scores[len(scores) // 2] if scores else 0.0
+    # groups of submissions joined by flagged pairs (many copies of one file are one group)
+    parent = {d.student: d.student for d in docs}
+
+    def root(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for p in pairs:
+        parent[root(p["a"])] = root(p["b"])
+    groups = {}
+    for d in docs:
+        groups.setdefault(root(d.student), []).append(d.student)
+    clusters = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        inside = [p["jaccard"] for p in pairs if p["a"] in members]
+        clusters.append({"members": sorted(members), "pairs": len(inside),
+                         "min_jaccard": min(inside), "max_jaccard": max(inside)})
+    clusters.sort(key=lambda c: (-len(c["members"]), c["members"]))
     return {"algorithm": f"winnowing of normalised token {K}-grams, window {W}",
             "thresholds": {"pair_jaccard": PAIR_JACCARD, "pair_containment": PAIR_CONTAINMENT,
                            "min_shared": MIN_SHARED, "reference_containment": REFERENCE_CONTAINMENT,
                            "min_reference_fingerprints": MIN_REFERENCE},
             "submissions": len(docs), "pairs_compared": len(scores),
-            "median_jaccard": round(median, 3), "pairs": pairs, "reference": close,
+            "median_jaccard": round(median, 3), "clusters": clusters, "pairs": pairs,
+            "reference": close,
             "note": "flags are for review, never penalties"}
 
 
@@ -213,8 +236,16 @@ def report_text(rep):
              "Flags are for review by the staff, never penalties.", ""]
     def names(fns, most=8):
         return ", ".join(fns[:most]) + (f" and {len(fns) - most} more" if len(fns) > most else "")
-    lines.append(f"pairs flagged: {len(rep['pairs'])}")
-    for p in rep["pairs"]:
+    clusters = rep.get("clusters", [])
+    lines.append(f"groups of alike submissions: {len(clusters)}")
+    for c in clusters:
+        lines.append(f"  {len(c['members'])} submissions, {c['pairs']} flagged pairs, Jaccard "
+                     f"{c['min_jaccard']:.2f} to {c['max_jaccard']:.2f}: {', '.join(c['members'])}")
+    shown = rep["pairs"][:PAIRS_SHOWN]
+    lines += ["", f"pairs flagged: {len(rep['pairs'])}"
+              + (f" (the {PAIRS_SHOWN} most alike below; all in the JSON report)"
+                 if len(rep["pairs"]) > PAIRS_SHOWN else "")]
+    for p in shown:
         lines.append(f"  {p['a']}  ~  {p['b']}: Jaccard {p['jaccard']:.2f}, containment "
                      f"{p['containment']:.2f}, {p['shared']} shared fingerprints")
         lines.append(f"      in {names(p['functions_a'])}")
