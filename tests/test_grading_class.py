@@ -192,25 +192,12 @@ def test_grade_class_function_without_the_cli(tmp_path, jobs):
 
 # --- a course's logistics in one command (issue #25, item 6) ------------------------------------
 
-METADATA = """submission_1:
-  :submitters:
-  - :name: Ada Lovelace
-    :sid: '1001'
-    :email: ada@example.edu
-  :created_at: 2026-11-20 10:00:00.000000000 +00:00
-submission_2:
-  :submitters:
-  - :name: Alan Turing
-    :sid: '1002'
-    :email: alan@example.edu
-  :created_at: 2026-11-22 13:00:00.000000000 +00:00
-submission_3:
-  :submitters:
-  - :name: Grace Hopper
-    :sid: '1003'
-    :email: grace@example.edu
-  :created_at: 2026-11-20 11:00:00.000000000 +00:00
-"""
+METADATA = "".join(
+    f"submission_{k}:\n  :submitters:\n  - :name: {name}\n    :sid: '{1000 + k}'\n"
+    f"    :email: {email}\n  :created_at: {when}.000000000 +00:00\n"
+    for k, name, email, when in [(1, "Ada Lovelace", "ada@example.edu", "2026-11-20 10:00:00"),
+                                 (2, "Alan Turing", "alan@example.edu", "2026-11-22 13:00:00"),
+                                 (3, "Grace Hopper", "grace@example.edu", "2026-11-20 11:00:00")])
 
 
 def test_one_command_gives_the_csv_exports_and_similarity_with_identity_late_and_overrides(

@@ -473,7 +473,8 @@ def test_make_assignment_writes_the_gradescope_zip_with_its_files_at_the_root(tm
 
 def test_students_see_one_gradescope_test_per_function_with_its_cases(tmp_path):
     path = tmp_path / "homework.py"
-    path.write_text((FIXTURES.parent / "selfcheck" / "softmax_tuple.py").read_text())
+    path.write_text("\n\n".join((FIXTURES.parent / "selfcheck" / name).read_text()
+                                for name in ("correct.py", "softmax_tuple.py")))
     report = grade(path, only=["softmax", "relu"], hidden_seed=5)
     results = report.gradescope()
     names = [t["name"] for t in results["tests"]]

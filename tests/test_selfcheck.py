@@ -108,10 +108,12 @@ def _submission(tmp_path, *parts):
     return path
 
 
-SUBMISSIONS = [("selfcheck/correct.py",), ("selfcheck/dropout_unscaled.py",),
-               ("selfcheck/dropout_backward_unscaled.py",), ("selfcheck/dropout_dout_in_place.py",),
-               ("selfcheck/softmax_tuple.py",), ("selfcheck/softmax_in_place.py",),
-               ("selfcheck/relu_wrong_backward.py",), ("selfcheck/not_loading.py",),
+BASE = "selfcheck/correct.py"
+SUBMISSIONS = [(BASE,), (BASE, "selfcheck/dropout_unscaled.py"),
+               (BASE, "selfcheck/dropout_backward_unscaled.py"),
+               (BASE, "selfcheck/dropout_dout_in_place.py"), (BASE, "selfcheck/softmax_tuple.py"),
+               (BASE, "selfcheck/softmax_in_place.py"), (BASE, "selfcheck/relu_wrong_backward.py"),
+               ("selfcheck/not_loading.py",),
                ("correct.py",), ("correct.py", "bugs/attention_no_scale.py"),
                ("correct.py", "bugs/layernorm_unbiased.py"), ("correct.py", "bugs/causal_off_by_one.py"),
                ("correct.py", "bugs/lora_alpha.py"), ("independent/homework.py",),
@@ -141,7 +143,8 @@ def test_check_py_gives_the_graders_visible_verdicts(assignment, tmp_path, parts
 
 def test_check_py_says_what_is_wrong_with_the_students_own_functions(assignment, tmp_path):
     _, paths = assignment
-    proc, verdicts = _check(paths, FIXTURES / "selfcheck" / "dropout_backward_unscaled.py", tmp_path)
+    proc, verdicts = _check(paths, _submission(tmp_path, BASE, "selfcheck/dropout_backward_unscaled.py"),
+                            tmp_path)
     assert proc.returncode == 1
     assert "differ from finite differences of your forward" in proc.stdout
     assert "0.7 times the finite differences everywhere" in proc.stdout
@@ -152,9 +155,9 @@ def test_check_py_says_what_is_wrong_with_the_students_own_functions(assignment,
     proc, _ = _check(paths, path, tmp_path, "--only", "attention")
     assert "your backward is consistent with your forward, so the mismatch comes from " \
            "attention_forward" in proc.stdout
-    proc, _ = _check(paths, FIXTURES / "selfcheck" / "softmax_tuple.py", tmp_path)
+    proc, _ = _check(paths, _submission(tmp_path, BASE, "selfcheck/softmax_tuple.py"), tmp_path)
     assert "returned a tuple of 1 for an op with one input" in proc.stdout
-    proc, _ = _check(paths, FIXTURES / "selfcheck" / "dropout_dout_in_place.py", tmp_path)
+    proc, _ = _check(paths, _submission(tmp_path, BASE, "selfcheck/dropout_dout_in_place.py"), tmp_path)
     assert "dropout_backward changed dout in place" in proc.stdout
 
 

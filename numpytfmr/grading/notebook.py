@@ -7,13 +7,11 @@ that raises is reported and the next cells still run, as in a notebook.
 """
 import json
 import os
-import re
+
+from .selfcheck import cell_code
 
 __all__ = ["SubmissionError", "find_submission", "choose_submission", "read_submission",
            "notebook_to_chunks", "make_notebook", "imported_modules", "import_problems"]
-
-# `!cmd`, `%magic`, `x = !cmd`, `x = %magic` at any indentation
-_MAGIC = re.compile(r"^(\s*)(?:[!%]|[\w.,\s\[\]]+=\s*[!%])")
 
 
 class SubmissionError(ValueError):
@@ -189,19 +187,6 @@ def read_submission(path):
     raise SubmissionError(f"{base}: expected a .py file or a .ipynb notebook")
 
 
-def _clean_cell(source):
-    """The cell's code with shell/magic lines made ``pass`` (None for a cell magic)."""
-    lines = source.splitlines()
-    first = next((line for line in lines if line.strip()), "")
-    if first.lstrip().startswith("%%"):
-        return None
-    out = []
-    for line in lines:
-        m = _MAGIC.match(line)
-        out.append(f"{m.group(1)}pass  # IPython line dropped" if m else line)
-    return "\n".join(out) + "\n"
-
-
 def notebook_to_chunks(text, name="notebook.ipynb"):
     """The code cells of a notebook (JSON text) as chunks, one per cell."""
     try:
@@ -225,7 +210,7 @@ def notebook_to_chunks(text, name="notebook.ipynb"):
             src = "".join(s for s in src if isinstance(s, str))
         if not isinstance(src, str):
             continue
-        code = _clean_cell(src)
+        code = cell_code(src)
         if code is None or not code.strip():
             continue
         chunks.append({"filename": f"{name} [cell {k}]", "source": code, "continue_on_error": True})

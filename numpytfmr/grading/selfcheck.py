@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import traceback
 import types
@@ -44,20 +45,21 @@ class UsageError(Exception):
 
 # --- reading the homework ------------------------------------------------------------------
 
-def _cell_code(source):
-    """A notebook cell's code with IPython lines (``!cmd``, ``%magic``) made ``pass``."""
+# `!cmd`, `%magic`, `x = !cmd`, `x = %magic` at any indentation
+_MAGIC = re.compile(r"^(\s*)(?:[!%]|[\w.,\s\[\]]+=\s*[!%])")
+
+
+def cell_code(source):
+    """A notebook cell's code with IPython shell and magic lines made ``pass`` (None for a cell
+    magic such as ``%%bash``). The grader reads notebooks with this same function."""
     lines = source.splitlines()
     first = next((line for line in lines if line.strip()), "")
     if first.lstrip().startswith("%%"):
         return None
     out = []
     for line in lines:
-        stripped = line.lstrip()
-        assigned = stripped.split("=", 1)[1].lstrip() if "=" in stripped else ""
-        if stripped.startswith(("!", "%")) or assigned.startswith(("!", "%")):
-            out.append(line[:len(line) - len(stripped)] + "pass")
-        else:
-            out.append(line)
+        m = _MAGIC.match(line)
+        out.append(f"{m.group(1)}pass  # IPython line dropped" if m else line)
     return "\n".join(out) + "\n"
 
 
@@ -83,7 +85,7 @@ def read_chunks(path):
             continue
         src = cell.get("source", "")
         src = "".join(src) if isinstance(src, list) else src
-        code = _cell_code(src) if isinstance(src, str) else None
+        code = cell_code(src) if isinstance(src, str) else None
         if code and code.strip():
             chunks.append((f"{base} [cell {k}]", code, True))
     return chunks
