@@ -169,3 +169,28 @@ def test_check_py_usage_errors_exit_2(assignment, tmp_path):
     other.mkdir()
     proc, _ = _check(paths, FIXTURES / "correct.py", tmp_path, "--data", str(other))
     assert proc.returncode == 2 and "check_data.json" in proc.stderr
+
+
+def test_a_case_whose_inputs_cannot_be_stored_is_left_to_the_grader_and_said(tmp_path, monkeypatch):
+    import numpytfmr.grading.skeleton as sk
+    from numpytfmr.registry import Case
+
+    real = sk.make_graded_cases
+
+    def with_a_generator(item, **kw):
+        cases = real(item, **kw)
+        gc = cases[0]
+        odd = type(gc)(gc.index, Case(gc.case.args, dict(gc.case.kwargs, rng=np.random.default_rng(1)),
+                                      "a Generator object"), "a Generator object")
+        return cases + [odd]
+    monkeypatch.setattr(sk, "make_graded_cases", with_a_generator)
+    data, arrays = sk.check_data([resolve("dropout")], seed=0)
+    assert data["skipped"] == [{"functions": ["dropout_forward", "dropout_backward"],
+                                "label": "a Generator object",
+                                "why": "a case holds Generator, which the self-check cannot store"}]
+    assert "a Generator object" not in [c["label"] for c in data["items"][0]["cases"]]
+    paths = sk.make_assignment(["dropout"], tmp_path / "hw", hidden_seed=1)
+    proc, verdicts = _check(paths, FIXTURES / "selfcheck" / "correct.py", tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert "judged by the grader only (their inputs cannot be stored here): dropout_forward, " \
+           "dropout_backward on case 'a Generator object'" in proc.stdout

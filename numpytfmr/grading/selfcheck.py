@@ -579,8 +579,9 @@ def run(homework, data_dir, only=()):
             cases = [{"label": lab, "passed": bool(ok), "short": short, "lines": lines}
                      for lab, ok, short, lines in results[f]]
             functions[f] = {"passed": all(c["passed"] for c in cases) and bool(cases), "cases": cases}
+    skipped = [f"{', '.join(s['functions'])} on case '{s['label']}'" for s in data.get("skipped", [])]
     return {"assignment": data.get("assignment"), "homework": homework, "load_problems": problems,
-            "functions": functions}
+            "functions": functions, "not_checked_here": skipped}
 
 
 def table(result, details=True):
@@ -602,6 +603,9 @@ def table(result, details=True):
                          f"{len(labels)} cases ('" + "', '".join(labels) + "')")
                 lines += ["", f"{f} on {where}: {short}"]
                 lines += ["  " + line for line in body.splitlines()]
+    if result.get("not_checked_here"):
+        lines += ["", "judged by the grader only (their inputs cannot be stored here): "
+                  + "; ".join(result["not_checked_here"])]
     passed = sum(r["passed"] for r in result["functions"].values())
     lines += ["", f"{passed} of {len(result['functions'])} functions pass every visible case. "
               "The grader also runs hidden cases."]

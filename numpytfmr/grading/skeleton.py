@@ -1,5 +1,6 @@
-"""``numpytfmr make-assignment``: a student skeleton, its notebook, a grading config, and the
-Gradescope ``setup.sh``/``run_autograder`` pair.
+"""``numpytfmr make-assignment``: the folder handed to students (a skeleton, its notebook and
+the self-check ``check.py`` with the visible cases' data), a grading config, and the Gradescope
+``setup.sh``/``run_autograder`` pair, also bundled as ``autograder.zip``.
 
 Each function of the skeleton is the reference function's signature with a student docstring
 (:mod:`.contracts`: what is required and graded, what is only suggested, what the student may
@@ -205,7 +206,7 @@ def check_data(items, *, seed, float32_case=True):
     """The self-check's data: (a JSON-able dict, {key: array}) holding, for every visible case
     of ``items``, its inputs and options, the upstream gradient and the expected output and
     gradients. Hidden cases are never included; neither is any code of the reference."""
-    arrays, out_items = {}, []
+    arrays, out_items, skipped = {}, [], []
     for n, item in enumerate(items):
         names = input_names(item.spec)
         cases = []
@@ -218,7 +219,11 @@ def check_data(items, *, seed, float32_case=True):
                 args = [_encode(a, arrays, f"{key}.a{i}") for i, a in enumerate(gc.case.args)]
                 kwargs = {name: _encode(v, arrays, f"{key}.k.{name}")
                           for name, v in gc.case.kwargs.items()}
-            except TypeError:
+            except TypeError as exc:          # e.g. a Generator object: the grader's alone
+                for k2 in [k2 for k2 in arrays if k2.startswith(key + ".")]:
+                    del arrays[k2]
+                skipped.append({"functions": list(item.functions), "label": gc.label,
+                                "why": str(exc)})
                 continue
             entry = {"label": gc.label, "dtype": gc.dtype, "check": bool(gc.case.check),
                      "args": args, "kwargs": kwargs}
@@ -246,7 +251,7 @@ def check_data(items, *, seed, float32_case=True):
             cases.append(entry)
         out_items.append({"name": item.name, "kind": item.kind, "functions": list(item.functions),
                           "inputs": names, "cases": cases})
-    return {"format": 1, "seed": int(seed), "items": out_items}, arrays
+    return {"format": 1, "seed": int(seed), "items": out_items, "skipped": skipped}, arrays
 
 
 def _npz_bytes(arrays):
