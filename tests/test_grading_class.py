@@ -274,6 +274,12 @@ def test_one_command_gives_the_csv_exports_and_similarity_with_identity_late_and
     capsys.readouterr()
     rows3 = {r["student"]: r for r in csv.DictReader(open(grades, newline=""))}
     assert rows3["submission_2"]["score"] == "12.50"
+    # an export path holding a file grade did not write is refused without --force
+    (out / "moodle.csv").write_text("the instructor's own gradebook\n")
+    assert main(argv) == 2
+    assert "--export moodle" in capsys.readouterr().err
+    assert (out / "moodle.csv").read_text() == "the instructor's own gradebook\n"
+    (out / "moodle.csv").unlink()
     # usage errors name the flag or the file
     for extra, message in ((["--export", "blackboard", str(out / "b.csv")], "--export 'blackboard'"),
                            (["--roster", str(tmp_path / "none.csv")], "--roster"),):

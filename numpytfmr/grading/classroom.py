@@ -221,6 +221,39 @@ def _add_feedback(folder, lines):
         atomic_write_text(path, new)
 
 
+def _written_record(folder):
+    return os.path.join(folder, ".written.json")
+
+
+def written_by_grade(path, folder):
+    """Whether the file at ``path`` is absent or holds what this command last wrote there (its
+    digest is recorded in ``folder``): an export or report it may replace without --force."""
+    if not os.path.exists(path):
+        return True
+    try:
+        with open(_written_record(folder), encoding="utf-8") as f:
+            known = json.load(f)
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except (OSError, ValueError):
+        return False
+    return isinstance(known, dict) and known.get(os.path.abspath(path)) == digest
+
+
+def remember_written(path, folder):
+    """Record the digest of the file this command just wrote at ``path``."""
+    record = _written_record(folder)
+    try:
+        with open(record, encoding="utf-8") as f:
+            known = json.load(f)
+    except (OSError, ValueError):
+        known = {}
+    with open(path, "rb") as f:
+        known[os.path.abspath(path)] = hashlib.sha256(f.read()).hexdigest()
+    os.makedirs(folder, exist_ok=True)
+    write_json(record, known)
+
+
 def _last_copy(folder):
     return os.path.join(folder, ".grades-as-written.csv")
 
@@ -243,7 +276,12 @@ def check_hand_edits(csv_path, functions):
         return
     root, _ = os.path.splitext(csv_path)
     target = root + "-edits.csv"
+    k = 1
+    while not written_by_grade(target, results_folder(csv_path)):   # reasons filled in: kept
+        k += 1
+        target = f"{root}-edits-{k}.csv"
     atomic_write_text(target, edits_as_overrides(edits))
+    remember_written(target, results_folder(csv_path))
     cells = ", ".join(f"{s} {c} {o or '-'} -> {n or '-'}" for s, c, o, n in edits[:3])
     raise FileExistsError(f"{csv_path} was edited by hand since grade wrote it ({len(edits)} "
                           f"score cell(s): {cells}{', ...' if len(edits) > 3 else ''}); a re-run "

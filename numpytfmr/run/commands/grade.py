@@ -214,7 +214,9 @@ def _course(args, target, submissions, plan):
 
 
 def _exports(args, csv_path):
-    """[(kind, path)] of --export; UsageError on an unknown kind or a clash of files."""
+    """[(kind, path)] of --export; UsageError on an unknown kind, a clash of files, or a file
+    this command did not write (without --force)."""
+    from numpytfmr.grading.classroom import results_folder, written_by_grade
     from numpytfmr.grading.exports import FORMATS
 
     out = []
@@ -228,17 +230,25 @@ def _exports(args, csv_path):
         if os.path.abspath(path) in (csv_path, *(os.path.abspath(p) for _, p in out)):
             raise UsageError(f"--export {kind} {path!r}: the same file as another output")
         out.append((kind, path))
+    folder = results_folder(csv_path)
+    for flag, path in [("--export " + kind, path) for kind, path in out] + \
+            ([("--similarity", args.similarity)] if args.similarity else []):
+        if not args.force and not written_by_grade(path, folder):
+            raise UsageError(f"{flag} {path!r} exists and was not written by numpytfmr grade; "
+                             "give --force to replace it")
     return out
 
 
 def _course_outputs(args, result, submissions, plan, course, exports):
     """The gradebook exports and the similarity report, after grading."""
+    from numpytfmr.grading.classroom import remember_written
     from numpytfmr.grading.exports import export
 
     assignment = plan.config.get("assignment") or "numpytfmr homework"
     for kind, path in exports:
         left_out = export(kind, path, result.rows, assignment=assignment,
                           max_score=result.max_score)
+        remember_written(path, result.results)
         print(f"{kind} export: {path} ({len(result.rows) - len(left_out)} students)"
               + (f"; left out: {'; '.join(left_out[:5])}{' ...' if len(left_out) > 5 else ''}"
                  if left_out else ""))
@@ -246,6 +256,7 @@ def _course_outputs(args, result, submissions, plan, course, exports):
         rep = _similarity(submissions, plan)
         from numpytfmr.grading.similarity import write_report
         write_report(args.similarity, rep)
+        remember_written(args.similarity, result.results)
         print(f"similarity: {args.similarity} ({len(rep['pairs'])} pairs and "
               f"{len(rep['reference'])} close to the reference flagged for review; flags are "
               "never penalties)")
