@@ -29,7 +29,7 @@ import time
 
 from ..run.fileio import atomic_write_text, write_json
 from .grader import POINT_DECIMALS, grade
-from .notebook import SubmissionError, _candidates, choose_submission, import_problems
+from .notebook import SubmissionError, candidate_files, choose_submission, import_problems
 
 __all__ = ["find_submissions", "grade_class", "ClassResult", "CSV_HEAD", "distribution"]
 
@@ -99,7 +99,7 @@ def content_digest(path):
     h = hashlib.sha256()
     try:
         if os.path.isdir(path):
-            for name in _candidates(path):
+            for name in candidate_files(path):
                 full = os.path.join(path, name)
                 if name.endswith(_SUFFIXES) and os.path.isfile(full):
                     h.update(name.encode() + b"\0")

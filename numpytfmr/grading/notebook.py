@@ -11,7 +11,8 @@ import os
 from .selfcheck import cell_code
 
 __all__ = ["SubmissionError", "find_submission", "choose_submission", "read_submission",
-           "notebook_to_chunks", "make_notebook", "imported_modules", "import_problems"]
+           "notebook_to_chunks", "make_notebook", "imported_modules", "import_problems",
+           "candidate_files"]
 
 
 class SubmissionError(ValueError):
@@ -24,7 +25,7 @@ _IGNORED_DIRS = {"__pycache__", "__MACOSX", ".ipynb_checkpoints", ".git", "node_
                  ".venv", "venv", "site-packages"}
 
 
-def _candidates(folder):
+def candidate_files(folder):
     """The .py/.ipynb files in ``folder`` and its subfolders (hidden and tool folders left out),
     as paths relative to it, shallowest first."""
     found = []
@@ -83,7 +84,7 @@ def choose_submission(path, name=None, *, submission=None, functions=None):
         return path, ""
     if not os.path.isdir(path):
         raise SubmissionError(f"submission {path!r} not found")
-    found = _candidates(path)
+    found = candidate_files(path)
     if not found:
         raise SubmissionError(f"no .py or .ipynb file in {path!r} (nor in its subfolders)")
     if len(found) == 1:
