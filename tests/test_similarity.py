@@ -15,7 +15,6 @@ import pathlib
 import random
 import tokenize
 
-import pytest
 
 from numpytfmr.grading import similarity as sim
 from numpytfmr.grading.cases import resolve
