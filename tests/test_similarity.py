@@ -15,7 +15,6 @@ import pathlib
 import random
 import tokenize
 
-
 from numpytfmr.grading import similarity as sim
 from numpytfmr.grading.cases import resolve
 
