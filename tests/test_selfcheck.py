@@ -161,6 +161,16 @@ def test_check_py_says_what_is_wrong_with_the_students_own_functions(assignment,
     assert "dropout_backward changed dout in place" in proc.stdout
 
 
+def test_check_py_runs_where_numpytfmr_cannot_be_imported(assignment, tmp_path):
+    proc = subprocess.run([sys.executable, "-I", "-c", "import numpytfmr"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "No module named 'numpytfmr'" in proc.stderr
+    _, paths = assignment
+    proc, verdicts = _check(paths, _submission(tmp_path, "selfcheck/correct.py"), tmp_path,
+                            "--only", "relu", "softmax", "dropout")
+    assert proc.returncode == 0 and len(verdicts["functions"]) == 6, proc.stdout
+
+
 def test_check_py_usage_errors_exit_2(assignment, tmp_path):
     _, paths = assignment
     proc, _ = _check(paths, tmp_path / "missing.py", tmp_path)
