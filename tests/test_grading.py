@@ -88,7 +88,7 @@ def test_make_assignment_writes_skeleton_notebook_config_and_gradescope_pair(tmp
     out = tmp_path / "a1"
     assert main(["make-assignment", "attention", "softmax", "causal_mask", "-o", str(out),
                  "--hidden-seed", "99", "--weight", "attention=20", "--name", "hw1"]) == 0
-    source = (out / "hw1.py").read_text()
+    source = (out / "student" / "hw1.py").read_text()
     tree = ast.parse(source)
     funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     assert list(funcs) == ["attention_forward", "attention_backward", "softmax_forward",
@@ -105,7 +105,7 @@ def test_make_assignment_writes_skeleton_notebook_config_and_gradescope_pair(tmp
     assert "1/sqrt(d_k)" in source and "(..., n_q, d_k)" in source   # equations and shapes kept
     assert "np.swapaxes" not in source                               # no solution left
 
-    nb = json.loads((out / "hw1.ipynb").read_text())
+    nb = json.loads((out / "student" / "hw1.ipynb").read_text())
     assert nb["nbformat"] == 4
     try:
         import nbformat
@@ -129,7 +129,7 @@ def test_make_assignment_writes_skeleton_notebook_config_and_gradescope_pair(tmp
     assert 'root="${NUMPYTFMR_AUTOGRADER_ROOT:-/autograder}"' in run
     assert (out / "autograder" / "numpytfmr" / "grading" / "child.py").is_file()
     # grading a folder with the config finds hw1.py by the assignment's name
-    report = grade(out, config=out / "autograder" / "grading.json", only=["causal_mask"])
+    report = grade(out / "student", config=out / "autograder" / "grading.json", only=["causal_mask"])
     assert report.submission.endswith("hw1.py") and report.score == 0
 
 

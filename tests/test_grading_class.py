@@ -189,3 +189,102 @@ def test_grade_class_function_without_the_cli(tmp_path, jobs):
                          log=lines.append)
     assert result.rows[0]["score"] == 10 and result.graded == 1 and len(lines) == 1
     assert os.path.isfile(tmp_path / "out" / "g_results" / "a" / "results.json")
+
+
+# --- a course's logistics in one command (issue #25, item 6) ------------------------------------
+
+METADATA = "".join(
+    f"submission_{k}:\n  :submitters:\n  - :name: {name}\n    :sid: '{1000 + k}'\n"
+    f"    :email: {email}\n  :created_at: {when}.000000000 +00:00\n"
+    for k, name, email, when in [(1, "Ada Lovelace", "ada@example.edu", "2026-11-20 10:00:00"),
+                                 (2, "Alan Turing", "alan@example.edu", "2026-11-22 13:00:00"),
+                                 (3, "Grace Hopper", "grace@example.edu", "2026-11-20 11:00:00")])
+
+
+def test_one_command_gives_the_csv_exports_and_similarity_with_identity_late_and_overrides(
+        tmp_path, capsys):
+    subs = tmp_path / "export"
+    for k, (text, where) in enumerate([(CORRECT, "homework.py"),
+                                       (CORRECT + "\n\n" + (FIXTURES / "bugs" / "softmax_no_max.py")
+                                        .read_text(), "hw1/homework.py"),
+                                       ((FIXTURES / "independent" / "homework.py").read_text(),
+                                        "homework.py")], start=1):
+        path = subs / f"submission_{k}" / where
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+    (subs / "submission_metadata.yml").write_text(METADATA)
+    config = tmp_path / "autograder" / "grading.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"assignment": "hw1", "seed": 0, "hidden_seed": None, "timeout": 2,
+                                  "float32_case": False,
+                                  "late": {"due": "2026-11-21T00:00:00Z", "penalty_percent": 10},
+                                  "functions": [{"name": "softmax", "weight": 6},
+                                                {"name": "relu", "weight": 4}]}))
+    overrides = tmp_path / "overrides.csv"
+    overrides.write_text("student,function,score,reason\n1003,relu_forward,1.6,fixed by hand in "
+                         "office hours\nada@example.edu,total,9,academic integrity: halved\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    grades = out / "grades.csv"
+    argv = ["grade", str(subs), "--config", str(config), "--csv", str(grades), "--jobs", "2",
+            "--overrides", str(overrides), "--export", "canvas", str(out / "canvas.csv"),
+            "--export", "moodle", str(out / "moodle.csv"), "--similarity", str(out / "similar.txt")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "canvas export:" in printed and "similarity:" in printed
+    with open(grades, newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    ada, alan, grace = rows["submission_1"], rows["submission_2"], rows["submission_3"]
+    assert (ada["name"], ada["sid"], ada["email"]) == ("Ada Lovelace", "1001", "ada@example.edu")
+    assert ada["graded_score"] == "10.00" and ada["score"] == "9.00" and ada["late"] == "on time"
+    assert "total=9 (academic integrity: halved)" == ada["overrides"]
+    assert alan["late_penalty_percent"] == "20.0" and "1.54 days late" in alan["late"]
+    assert float(alan["score"]) == pytest.approx(round(float(alan["graded_score"]) * 0.8, 2))
+    assert alan["submitted_from"] == "created_at in submission_metadata.yml"
+    assert grace["relu_forward"] == "1.60" and grace["overrides"].startswith("relu_forward=1.6")
+    report = (out / "grades_results" / "submission_2" / "report.txt").read_text()
+    assert "graded hw1/homework.py, the only .py or .ipynb file" in report
+    assert "due 2026-11-21T00:00+00:00: 1.54 days late" in report
+    assert "override: total 10 -> 9 (academic integrity: halved)" in \
+        (out / "grades_results" / "submission_1" / "report.txt").read_text()
+    canvas = list(csv.reader(open(out / "canvas.csv")))
+    assert canvas[0][-1] == "hw1" and canvas[1][-1] == "10.00"
+    assert ["Lovelace, Ada", "", "1001", "ada@example.edu", "", "9.00"] in canvas
+    moodle = list(csv.reader(open(out / "moodle.csv")))
+    assert moodle[0] == ["First name", "Last name", "ID number", "Email address", "hw1", "Feedback"]
+    similar = (out / "similar.txt").read_text()
+    assert "submission_1  ~  submission_2" in similar            # correct.py twice: flagged
+    assert "submission_3" not in similar.split("close to")[0]      # independent work: not
+
+    # a re-run keeps the overrides; a hand edit of the CSV is refused, not silently reverted
+    assert main(argv) == 0
+    capsys.readouterr()
+    rows2 = {r["student"]: r for r in csv.DictReader(open(grades, newline=""))}
+    assert rows2["submission_1"]["score"] == "9.00" and rows2["submission_3"]["relu_forward"] == "1.60"
+    text = grades.read_text().replace(f"submission_2,{alan['score']},", "submission_2,12.50,")
+    grades.write_text(text)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "edited by hand" in err and "grades-edits.csv" in err and len(err.strip().splitlines()) == 1
+    assert grades.read_text() == text                                      # nothing reverted
+    edits = (out / "grades-edits.csv").read_text()
+    assert "submission_2,total,12.50,edited in the grades CSV" in edits
+    # the edit as an override: applied from then on
+    overrides.write_text(overrides.read_text() + "submission_2,total,12.5,regraded by the TA\n")
+    assert main(argv + ["--force"]) == 0
+    capsys.readouterr()
+    rows3 = {r["student"]: r for r in csv.DictReader(open(grades, newline=""))}
+    assert rows3["submission_2"]["score"] == "12.50"
+    # an export path holding a file grade did not write is refused without --force
+    (out / "moodle.csv").write_text("the instructor's own gradebook\n")
+    assert main(argv) == 2
+    assert "--export moodle" in capsys.readouterr().err
+    assert (out / "moodle.csv").read_text() == "the instructor's own gradebook\n"
+    (out / "moodle.csv").unlink()
+    # usage errors name the flag or the file
+    for extra, message in ((["--export", "blackboard", str(out / "b.csv")], "--export 'blackboard'"),
+                           (["--roster", str(tmp_path / "none.csv")], "--roster"),):
+        assert main(argv + extra) == 2 and message in capsys.readouterr().err
+    assert main(["grade", str(subs / "submission_1"), "--only", "relu", "--similarity",
+                 str(out / "s.txt")]) == 2
+    assert "--similarity applies to a whole class" in capsys.readouterr().err

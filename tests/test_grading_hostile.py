@@ -58,7 +58,7 @@ MODES = [pytest.param("bubblewrap", marks=needs_root),
 @pytest.fixture
 def no_audit_hook(monkeypatch):
     """Run the child without its audit hook: the student defeated it."""
-    call = "    install_sandbox(protected, os.getcwd())\n"
+    call = "    install_sandbox(protected, os.getcwd(), blocked)\n"
     assert call in channel.CHILD_SOURCE
     monkeypatch.setattr(channel, "CHILD_SOURCE", channel.CHILD_SOURCE.replace(call, "    pass\n"))
 
@@ -209,7 +209,7 @@ def test_the_gradescope_run_gets_nothing_through_and_root_follows_no_link(tmp_pa
     shutil.copy(subs / "hostile.py", root / "submission" / "homework.py")
     # the student's process defeats the hook in the copy of the grader that Gradescope runs
     child = source / "numpytfmr" / "grading" / "child.py"
-    child.write_text(child.read_text().replace("    install_sandbox(protected, os.getcwd())\n",
+    child.write_text(child.read_text().replace("    install_sandbox(protected, os.getcwd(), blocked)\n",
                                                "    pass\n"))
     digests = _before(Path(paths["config"]), canary, subs)
     path = [os.path.dirname(sys.executable), os.environ["PATH"]]

@@ -246,3 +246,23 @@ def test_frames_carry_arrays_of_every_numeric_dtype_exactly():
         a = np.asarray(a)
         assert got[k].dtype == a.dtype and got[k].shape == a.shape
         assert got[k].tobytes() == a.tobytes()
+
+
+def test_a_module_the_instructor_allows_imports_in_the_sandbox_and_others_do_not(tmp_path):
+    pytest.importorskip("iniconfig")           # a small pure package the test extra brings
+    path = tmp_path / "homework.py"
+    path.write_text(CORRECT.read_text() + '''
+
+_ok = relu_forward
+
+
+def relu_forward(x):
+    import iniconfig  # noqa: F401
+    return _ok(x)
+''')
+    config = {"float32_case": False, "functions": ["relu"]}
+    report = grade(path, config=dict(config, allow_modules=["iniconfig"]))
+    assert all(t.passed for t in report.tests), [t.output() for t in report.tests][:1]
+    report = grade(path, config=config)
+    forward = next(t for t in report.tests if t.function == "relu_forward")
+    assert not forward.passed and "iniconfig" in forward.output()

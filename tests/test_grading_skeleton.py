@@ -408,7 +408,7 @@ def test_drop_flag_of_the_command_line(tmp_path, capsys):
 def test_make_assignment_refuses_a_non_empty_folder(tmp_path, capsys):
     out = tmp_path / "hw"
     assert main(["make-assignment", "softmax", "-o", str(out)]) == 0
-    skeleton = out / "homework.py"
+    skeleton = out / "student" / "homework.py"
     skeleton.write_text("# the instructor's edits\n")
     seed = json.loads((out / "autograder" / "grading.json").read_text())["hidden_seed"]
     capsys.readouterr()
@@ -444,3 +444,81 @@ def test_make_assignment_files_get_the_modes_the_umask_gives(tmp_path, umask, da
         assert os.stat(paths[key]).st_mode & 0o777 == data, key
     for key in ("setup", "run"):
         assert os.stat(paths[key]).st_mode & 0o777 == script, key
+
+
+# --- the Gradescope bundle and its tests (issue #25, item 7) ------------------------------------
+
+def test_make_assignment_writes_the_gradescope_zip_with_its_files_at_the_root(tmp_path):
+    import stat
+    import zipfile
+
+    paths = make_assignment(["relu", "softmax"], tmp_path / "hw", hidden_seed=3,
+                            weights={"softmax": 7}, late={"due": "2026-12-01T23:59:00+00:00",
+                                                          "penalty_percent": 10})
+    with zipfile.ZipFile(paths["zip"]) as z:
+        names = z.namelist()
+        assert {"setup.sh", "run_autograder", "grading.json"} <= set(names)
+        assert "numpytfmr/grading/grader.py" in names and "numpytfmr/__init__.py" in names
+        assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+        assert not [n for n in names if n.startswith(("student/", "autograder/"))]
+        for script in ("setup.sh", "run_autograder"):
+            assert (z.getinfo(script).external_attr >> 16) & stat.S_IXUSR
+            assert z.read(script) == (tmp_path / "hw" / "autograder" / script).read_bytes()
+        config = json.loads(z.read("grading.json"))
+    assert config["hidden_seed"] == 3 and config["late"]["penalty_percent"] == 10
+    assert sum(f["weight"] for f in config["functions"]) == 17          # Gradescope's total
+    # written atomically: no temporary file left beside it
+    assert sorted(os.listdir(tmp_path / "hw")) == ["autograder", "autograder.zip", "student"]
+
+
+def test_students_see_one_gradescope_test_per_function_with_its_cases(tmp_path):
+    path = tmp_path / "homework.py"
+    path.write_text("\n\n".join((FIXTURES.parent / "selfcheck" / name).read_text()
+                                for name in ("correct.py", "softmax_tuple.py")))
+    report = grade(path, only=["softmax", "relu"], hidden_seed=5)
+    results = report.gradescope()
+    names = [t["name"] for t in results["tests"]]
+    assert names == ["softmax_forward", "softmax_backward", "softmax_forward [hidden: 4 cases]",
+                     "softmax_backward [hidden: 4 cases]", "relu_forward", "relu_backward",
+                     "relu_forward [hidden: 3 cases]", "relu_backward [hidden: 3 cases]"]
+    tests = {t["name"]: t for t in results["tests"]}
+    back = tests["softmax_backward"]         # (dx,): a contract slip, 10% of each case's points
+    assert back["status"] == "passed" and back["score"] == pytest.approx(0.9 * back["max_score"], abs=0.03)
+    assert back["output"].startswith("softmax_backward: 5 of 5 cases passed")
+    assert "PASS  x (2, 3, 7), last axis" in back["output"]
+    assert tests["relu_forward"]["status"] == "passed"
+    assert {t["visibility"] for t in results["tests"] if "hidden" in t["name"]} == {"after_due_date"}
+    assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(results["max_score"])
+    assert sum(t["score"] for t in results["tests"]) == pytest.approx(results["score"])
+    per_case = report.gradescope(per_case=True)["tests"]
+    assert len(per_case) == len(report.tests) and per_case[0]["name"] == report.tests[0].name
+
+
+def test_a_load_failure_is_one_gradescope_test_and_said_once(tmp_path):
+    path = tmp_path / "homework.py"
+    path.write_text("import numpy as np\n\ndef relu_forward(x)\n    return x\n")
+    report = grade(path, only=["softmax", "relu", "layernorm"], hidden_seed=5)
+    results = report.gradescope()
+    assert len(results["tests"]) == 1 and results["tests"][0]["name"] == "submission"
+    assert results["tests"][0]["max_score"] == results["max_score"] == 30
+    assert "SyntaxError" in results["tests"][0]["output"]
+    table = report.table()
+    assert table.count("SyntaxError") == 1 and "layernorm_backward: 0.00/6.04" in table
+
+
+def test_make_assignment_options_for_the_course(tmp_path, capsys):
+    out = tmp_path / "hw"
+    assert main(["make-assignment", "relu", "-o", str(out), "--due", "2026-12-01T23:59:00+01:00",
+                 "--late-penalty", "5/hour", "--late-max", "50", "--grace-minutes", "10",
+                 "--gradescope-tests", "case"]) == 0
+    printed = capsys.readouterr().out
+    assert "autograder.zip" in printed and "python check.py homework.py" in printed
+    config = json.loads((out / "autograder" / "grading.json").read_text())
+    assert config["late"] == {"due": "2026-12-01T23:59:00+01:00", "penalty_percent": 5.0,
+                              "per": "hour", "max_percent": 50.0, "grace_minutes": 10.0}
+    assert config["gradescope_tests"] == "case"
+    for bad, message in ((["--late-penalty", "5/hour"], "--late-penalty needs --due"),
+                         (["--due", "2026-12-01T10:00", "--late-penalty", "5/week"], "PERCENT/day"),
+                         (["--due", "soon"], "late.due")):
+        assert main(["make-assignment", "relu", "-o", str(tmp_path / "x")] + bad) == 2
+        assert message in capsys.readouterr().err

@@ -5,8 +5,12 @@
   (``numpytfmr grade``); :func:`make_plan` fixes what a run grades.
 - :func:`grade_class` grades a whole class in parallel into a CSV and a results.json per
   student, skipping unchanged submissions on a later run (``numpytfmr grade DIR --csv``).
-- :func:`make_assignment` writes a student skeleton, its notebook, a grading config and the
-  Gradescope ``setup.sh``/``run_autograder`` pair (``numpytfmr make-assignment``).
+- :func:`make_assignment` writes the students' folder (a skeleton, its notebook and the
+  self-check ``check.py``, see :mod:`.selfcheck`), a grading config and the Gradescope
+  ``setup.sh``/``run_autograder`` pair and ``autograder.zip`` (``numpytfmr make-assignment``).
+- A class's logistics: :mod:`.course` (identity, late policy, overrides), :mod:`.exports`
+  (Canvas and Moodle), :mod:`.similarity` (alike submissions, for review). The instructor's
+  guide is docs/instructor.md.
 
 ``child.py`` is the script that runs inside the submission process; it imports only NumPy and
 the standard library, and installs the sandbox (an audit hook) before the submission loads.

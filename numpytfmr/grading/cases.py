@@ -304,11 +304,13 @@ def load_config(source):
     if not isinstance(source, dict):
         raise ValueError("grading config: expected a JSON object")
     allowed = {"assignment", "seed", "hidden_seed", "timeout", "memory_mb", "float32_case",
-               "functions", "names", "slip_deduction"}
+               "functions", "names", "submission", "allow_modules", "late", "gradescope_tests",
+               "slip_deduction"}
     unknown = set(source) - allowed
     if unknown:
         raise ValueError(f"grading config: unknown key(s) {', '.join(sorted(unknown))}; expected "
                          f"some of {', '.join(sorted(allowed))}")
+    _check_course_keys(source)
     functions = source.get("functions", [])
     if not isinstance(functions, list):
         raise ValueError("grading config: 'functions' must be a list")
@@ -328,6 +330,28 @@ def load_config(source):
             raise ValueError(f"grading config: weight of {f['name']!r} is {weight!r}; expected a "
                              "number >= 0")
     return dict(source)
+
+
+def _check_course_keys(config):
+    """The keys of a course's logistics: the submitted file's name, the modules allowed besides
+    NumPy and the standard library, the late policy and the Gradescope test layout."""
+    from .course import late_policy
+    sub = config.get("submission")
+    if sub is not None and (not isinstance(sub, str) or not sub.strip() or "/" in sub
+                            or not sub.endswith((".py", ".ipynb"))):
+        raise ValueError(f"grading config: 'submission' is {sub!r}; expected a file name ending "
+                         "in .py or .ipynb, e.g. \"homework.py\"")
+    mods = config.get("allow_modules", [])
+    if not isinstance(mods, list) or not all(isinstance(m, str) and m.replace("_", "a").isalnum()
+                                             and not m[:1].isdigit() for m in mods):
+        raise ValueError(f"grading config: 'allow_modules' is {mods!r}; expected a list of "
+                         "top-level module names, e.g. [\"scipy\"]")
+    if config.get("late") is not None:
+        late_policy(config["late"])
+    tests = config.get("gradescope_tests", "function")
+    if tests not in ("function", "case"):
+        raise ValueError(f"grading config: 'gradescope_tests' is {tests!r}; expected \"function\" "
+                         "(one Gradescope test per function) or \"case\" (one per case)")
 
 
 def items_from_config(config):

@@ -223,7 +223,8 @@ class Submission:
                 os.close(fd)
         for fd in (self._w, self._r, self._out):
             os.set_blocking(fd, False)
-        job = {"chunks": chunks, "protect": [[str(p), str(why)] for p, why in protect]}
+        job = {"chunks": chunks, "protect": [[str(p), str(why)] for p, why in protect],
+               "allow": list(modules)}
         self._send(frame(job), time.monotonic() + STARTUP_SECONDS, "sending the submission")
 
     # -- requests --------------------------------------------------------------------------

@@ -56,6 +56,15 @@ AUTODIFF = ("torch", "functorch", "jax", "jaxlib", "flax", "autograd", "tensorfl
 ESCAPES = ("ctypes", "_ctypes", "cffi", "_cffi_backend", "_xxsubinterpreters", "_xxinterpchannels",
            "_posixsubprocess")
 BLOCKED = REFERENCE + AUTODIFF + ESCAPES
+FOREIGN = ("ctypes", "_ctypes", "cffi", "_cffi_backend")   # what compiled libraries load with
+
+
+def blocked_for(allowed):
+    """The blocked packages when the instructor allows ``allowed`` (beyond NumPy): those minus
+    the allowed, and minus ctypes and cffi, which compiled libraries such as SciPy load with
+    (the operating system's sandbox, not this process, is what contains them)."""
+    extra = set(allowed) - {"numpy"}
+    return tuple(b for b in BLOCKED if b not in extra and not (extra and b in FOREIGN))
 MAX_MESSAGE = 64 << 20           # bytes of arrays in one message; larger answers are refused
 MAX_HEADER = 1 << 20             # bytes of one message's JSON header
 MAX_ARRAYS = 4096                # arrays in one message
@@ -76,17 +85,20 @@ def _why_blocked(root):
 class _Blocker:
     """A meta-path finder, first in ``sys.meta_path``, that refuses the blocked packages."""
 
+    def __init__(self, blocked):
+        self.blocked = blocked
+
     def find_spec(self, fullname, path=None, target=None):
         root = fullname.partition(".")[0]
-        if root in BLOCKED:
+        if root in self.blocked:
             raise ImportError(f"import of {fullname!r} is not allowed in a graded submission: "
                               f"{_why_blocked(root)}", name=fullname)
         return None
 
 
-def _install_blocker():
+def _install_blocker(blocked):
     import _posixsubprocess          # before the blocker: see below
-    sys.meta_path.insert(0, _Blocker())
+    sys.meta_path.insert(0, _Blocker(blocked))
     # Drop finders that serve the reference from an editable install, so removing the
     # blocker from sys.meta_path is not enough to reach it.
     def serves_reference(finder):
@@ -102,7 +114,7 @@ def _install_blocker():
         raise PermissionError(f"starting another program (subprocess) {_NOT_ALLOWED}")
     _posixsubprocess.fork_exec = fork_exec
     for name in list(sys.modules):
-        if name.partition(".")[0] in BLOCKED and name != "_posixsubprocess":
+        if name.partition(".")[0] in blocked and name != "_posixsubprocess":
             del sys.modules[name]
 
 
@@ -238,23 +250,24 @@ def _proc_refusal(where, pid):
     return None
 
 
-def install_sandbox(protected, workdir):
+def install_sandbox(protected, workdir, blocked=BLOCKED):
     """Install the audit hook (see above). ``protected``: (path, why) pairs; ``workdir``: the
-    only folder the submission may write to."""
+    only folder the submission may write to; ``blocked``: the packages not to import."""
     roots = tuple((_resolve(p) or p, why) for p, why in protected)
     own = (_resolve(workdir) or workdir, "the working directory")
     writable = (own, ("/dev/null", "the null device"))
     function_type = types.FunctionType
 
     def hook(event, args, _watched=_WATCHED, _mutating=_MUTATING, _spawning=_SPAWNING,
-             _roots=roots, _writable=writable, _blocked=BLOCKED, _why=_why_blocked,
+             _roots=roots, _writable=writable, _blocked=blocked, _why=_why_blocked,
+             _ctypes="ctypes" in blocked, _own=globals(),
              _resolve=_resolve, _within=_within, _holds=_holds, _proc=_proc_refusal,
              _pid=str(os.getpid()), _write_flags=_WRITE_FLAGS, _no=_NOT_ALLOWED,
              _PermissionError=PermissionError, _ImportError=ImportError, _type=type,
              _str=str, _int=int, _bytes=bytes, _function=function_type, _len=len,
              _lstat=os.lstat, _OSError=OSError):
         if event not in _watched:
-            if event.startswith("ctypes."):
+            if _ctypes and event.startswith("ctypes."):
                 raise _PermissionError(f"ctypes ({event}) {_no}: it reaches around the grader's "
                                        "limits; NumPy and the standard library suffice")
             return
@@ -328,8 +341,10 @@ def install_sandbox(protected, workdir):
         if event == "os.symlink" or event == "os.link":
             raise _PermissionError(f"making links ({event}) {_no}")
         if event == "object.__setattr__":
+            # the hook's own functions and state (the grader's code, not a library's)
             if _type(args[0]) is _function and args[1] in ("__code__", "__defaults__",
-                                                           "__kwdefaults__"):
+                                                           "__kwdefaults__") \
+                    and args[0].__globals__ is _own:
                 raise _PermissionError(f"replacing a function's {args[1]} {_no}")
             return
         raise _PermissionError(f"{_spawning.get(event, event)} ({event}) {_no}")
@@ -844,14 +859,15 @@ def main(argv):
         job, _ = _recv(fd_in)                      # the first request: what to run
         chunks = job["chunks"]
         protected = _protected(job.get("protect", []), os.getcwd())
+        blocked = blocked_for(job.get("allow", []))
     except _BaseException as exc:
         _send(fd_out, {"ok": False, "error": {"kind": "protocol", "message": f"cannot read the "
                                                                           f"submission: {exc}"}})
         return 0
     sys.dont_write_bytecode = True
-    _install_blocker()
+    _install_blocker(blocked)
     _save_modules()
-    install_sandbox(protected, os.getcwd())
+    install_sandbox(protected, os.getcwd(), blocked)
     _send(fd_out, {"ok": True, "started": True})   # the time limit of loading starts now
     module, error, warnings = _load(chunks)
     _restore()

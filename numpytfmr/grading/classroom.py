@@ -29,11 +29,14 @@ import time
 
 from ..run.fileio import atomic_write_text, write_json
 from .grader import POINT_DECIMALS, grade
+from .notebook import SubmissionError, candidate_files, choose_submission, import_problems
 from .sandbox import choose as choose_isolation
 
 __all__ = ["find_submissions", "grade_class", "ClassResult", "CSV_HEAD", "distribution"]
 
-CSV_HEAD = ["student", "score", "max_score"]       # then one column per function, then TAIL
+CSV_HEAD = ["student", "score", "max_score"]       # then COURSE, one column per function, TAIL
+CSV_COURSE = ["name", "sid", "email", "graded_score", "late_penalty_percent", "late",
+              "submitted_at", "submitted_from", "overrides"]
 CSV_TAIL = ["status", "isolation", "seconds", "submission", "message"]
 _SUFFIXES = (".py", ".ipynb")
 
@@ -92,11 +95,12 @@ def find_submissions(target, *, skip=()):
 
 def content_digest(path):
     """A digest of what would be graded at ``path``: the file's bytes, or, for a folder, the
-    names and bytes of every .py/.ipynb file in it (so adding a file counts as a change)."""
+    names and bytes of every .py/.ipynb file in it and its subfolders (so adding a file counts
+    as a change)."""
     h = hashlib.sha256()
     try:
         if os.path.isdir(path):
-            for name in sorted(os.listdir(path)):
+            for name in candidate_files(path):
                 full = os.path.join(path, name)
                 if name.endswith(_SUFFIXES) and os.path.isfile(full):
                     h.update(name.encode() + b"\0")
@@ -131,12 +135,28 @@ def _row(student, path, report, seconds):
             "message": " ".join(m.strip() for m in message[:3])[:300]}
 
 
+def submission_notes(path, plan):
+    """``(file, notes)``: the file to grade at ``path`` under ``plan`` (see
+    :func:`.notebook.choose_submission`), and the sentences the feedback carries about it: which
+    file was graded and why, and imports the assignment does not allow."""
+    cfg = plan.config
+    functions = None if plan.items is None else [f for i in plan.items for f in i.functions]
+    try:
+        chosen, note = choose_submission(path, cfg.get("assignment"), submission=cfg.get("submission"),
+                                         functions=functions)
+    except SubmissionError:
+        return path, []                    # grade() reports why, as it always has
+    return chosen, ([note] if note else []) + import_problems(chosen, cfg.get("allow_modules", ()))
+
+
 def _grade_one(student, path, key, folder):
     """Grade one submission, write its results.json and report.txt; return its CSV row."""
     state = _WORKER
     start = time.monotonic()
     try:
-        report = grade(path, plan=state["plan"], isolation=state["isolation"])
+        chosen, notes = submission_notes(path, state["plan"])
+        report = grade(chosen, plan=state["plan"], isolation=state["isolation"])
+        report.warnings[:0] = notes
     except Exception as exc:  # noqa: BLE001 -- a grader failure on one submission ends nothing
         return {"student": student, "score": "", "max_score": "", "functions": {},
                 "status": "grader error", "seconds": round(time.monotonic() - start, 2),
@@ -144,7 +164,7 @@ def _grade_one(student, path, key, folder):
                 "submission": os.fspath(path), "message": f"{type(exc).__name__}: {exc}"[:300]}
     seconds = time.monotonic() - start
     row = _row(student, path, report, seconds)
-    results = report.gradescope()
+    results = report.gradescope(per_case=state["plan"].config.get("gradescope_tests") == "case")
     results["extra_data"].update({"student": student, "grading_key": key, "row": row})
     write_json(os.path.join(folder, "results.json"), results)
     atomic_write_text(os.path.join(folder, "report.txt"), report.table() + "\n")
@@ -170,18 +190,107 @@ def _fmt(x):
     return "" if x == "" or x is None else f"{x:.{POINT_DECIMALS}f}"
 
 
-def _csv_text(rows, functions):
+def _csv_text(rows, functions, course_columns=()):
+    """The CSV of ``rows``, with the ``course_columns`` (of :data:`CSV_COURSE`, see
+    :meth:`.course.Course.apply`) after the totals."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_HEAD + functions + CSV_TAIL)
+    course_columns = [c for c in CSV_COURSE if c in course_columns]
+    w.writerow(CSV_HEAD + course_columns + functions + CSV_TAIL)
     for r in sorted(rows, key=lambda r: r["student"]):
         per = r.get("functions") or {}
-        graded = r["status"] != "grader error"
-        w.writerow([r["student"], _fmt(r["score"]), _fmt(r["max_score"])]
+        graded = r["status"] != "grader error" or bool(r.get("overrides"))
+        course = [_fmt(r.get(c, "")) if c == "graded_score" else r.get(c, "") for c in course_columns]
+        w.writerow([r["student"], _fmt(r["score"]), _fmt(r["max_score"])] + course
                    + [_fmt(per.get(f, 0.0)) if graded else "" for f in functions]
                    + [r["status"], "not isolated" if r.get("isolation") == "none"
                       else r.get("isolation", ""), r["seconds"], r["submission"], r["message"]])
     return buf.getvalue()
+
+
+_COURSE_MARK = "\n\n--- course: submission time, late policy, overrides ---\n"
+
+
+def _add_feedback(folder, lines):
+    """Append the course's lines to ``folder``/report.txt (replacing those of an earlier run)."""
+    path = os.path.join(folder, "report.txt")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return
+    base = text.split(_COURSE_MARK, 1)[0].rstrip("\n")
+    new = base + (_COURSE_MARK + "\n".join(lines) if lines else "") + "\n"
+    if new != text:
+        atomic_write_text(path, new)
+
+
+def _written_record(folder):
+    return os.path.join(folder, ".written.json")
+
+
+def written_by_grade(path, folder):
+    """Whether the file at ``path`` is absent or holds what this command last wrote there (its
+    digest is recorded in ``folder``): an export or report it may replace without --force."""
+    if not os.path.exists(path):
+        return True
+    try:
+        with open(_written_record(folder), encoding="utf-8") as f:
+            known = json.load(f)
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except (OSError, ValueError):
+        return False
+    return isinstance(known, dict) and known.get(os.path.abspath(path)) == digest
+
+
+def remember_written(path, folder):
+    """Record the digest of the file this command just wrote at ``path``."""
+    record = _written_record(folder)
+    try:
+        with open(record, encoding="utf-8") as f:
+            known = json.load(f)
+    except (OSError, ValueError):
+        known = {}
+    with open(path, "rb") as f:
+        known[os.path.abspath(path)] = hashlib.sha256(f.read()).hexdigest()
+    os.makedirs(folder, exist_ok=True)
+    write_json(record, known)
+
+
+def _last_copy(folder):
+    return os.path.join(folder, ".grades-as-written.csv")
+
+
+def check_hand_edits(csv_path, functions):
+    """Refuse to replace a grades CSV whose scores were edited by hand since the grader wrote
+    it: the edits are written, as overrides, to ``<csv name>-edits.csv`` beside it, and a
+    FileExistsError says to pass that file with --overrides (or --force to drop the edits)."""
+    from .course import csv_edits, edits_as_overrides
+    last = _last_copy(results_folder(csv_path))
+    try:
+        with open(csv_path, encoding="utf-8") as f:
+            current = f.read()
+        with open(last, encoding="utf-8") as f:
+            written = f.read()
+    except (OSError, UnicodeDecodeError):
+        return
+    edits = csv_edits(written, current, functions)
+    if not edits:
+        return
+    root, _ = os.path.splitext(csv_path)
+    target = root + "-edits.csv"
+    k = 1
+    while not written_by_grade(target, results_folder(csv_path)):   # reasons filled in: kept
+        k += 1
+        target = f"{root}-edits-{k}.csv"
+    atomic_write_text(target, edits_as_overrides(edits))
+    remember_written(target, results_folder(csv_path))
+    cells = ", ".join(f"{s} {c} {o or '-'} -> {n or '-'}" for s, c, o, n in edits[:3])
+    raise FileExistsError(f"{csv_path} was edited by hand since grade wrote it ({len(edits)} "
+                          f"score cell(s): {cells}{', ...' if len(edits) > 3 else ''}); a re-run "
+                          f"would revert that. The edits are in {target} as overrides: fill in "
+                          "the reasons and pass it with --overrides, or give --force to drop them")
 
 
 def is_grades_csv(path):
@@ -272,13 +381,15 @@ def results_folder(csv_path):
 
 
 def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force=False,
-                regrade=False, log=None):
+                regrade=False, log=None, course=None):
     """Grade ``submissions`` (``[(student, path)]``, see :func:`find_submissions`) under ``plan``
     (which must name its items) with ``jobs`` worker processes; return a :class:`ClassResult`.
 
     force: replace a file at ``csv_path`` that this command did not write.
     regrade: grade every submission again, even those unchanged since the last run.
     log: a callable taking one line per finished submission, or None.
+    course: a :class:`.course.Course` (identities, submission times, late policy, overrides)
+    whose columns and adjusted scores go into the CSV and whose lines go into each report.txt.
     """
     if plan.items is None:
         raise ValueError("grading a class needs the functions to grade: give a config (--config) "
@@ -290,8 +401,15 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
     jobs = max(1, int(jobs or os.cpu_count() or 1))
     start = time.monotonic()
     folder = results_folder(csv_path)
-    fingerprint = plan.fingerprint()
     functions = [fn for item in plan.items for fn in item.functions]
+    if not force:
+        check_hand_edits(csv_path, functions)
+    from .course import Course
+    course = course or Course()
+    # what decides a submission's grade besides the plan: the chosen file and allowed modules
+    fingerprint = plan.fingerprint() + repr((plan.config.get("submission"),
+                                             sorted(plan.config.get("allow_modules", [])),
+                                             plan.config.get("gradescope_tests")))
     max_score = round(sum(item.weight for item in plan.items), POINT_DECIMALS)
 
     rows, todo = {}, []
@@ -308,7 +426,10 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
     total = len(submissions)
 
     def save():
-        atomic_write_text(csv_path, _csv_text(list(rows.values()), functions))
+        text = _csv_text([course.apply(r) for r in rows.values()], functions, course.columns())
+        os.makedirs(folder, exist_ok=True)
+        atomic_write_text(csv_path, text)
+        atomic_write_text(_last_copy(folder), text)
 
     def done(row):
         rows[row["student"]] = row
@@ -349,9 +470,12 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
                 for future in futures:
                     future.cancel()
                 raise
+    final = {s: course.apply(r) for s, r in rows.items()}
+    for student, row in final.items():
+        _add_feedback(os.path.join(folder, student), course.feedback(row))
     seconds = time.monotonic() - start
-    scored = [r["score"] for r in rows.values() if r["status"] != "grader error" and r["score"] != ""]
-    return ClassResult(rows=sorted(rows.values(), key=lambda r: r["student"]), functions=functions,
+    scored = [r["score"] for r in final.values() if r["score"] != ""]
+    return ClassResult(rows=sorted(final.values(), key=lambda r: r["student"]), functions=functions,
                        max_score=max_score, seconds=seconds, graded=len(todo), reused=reused,
                        csv=csv_path, results=folder, jobs=jobs,
                        distribution=distribution(scored, max_score))

@@ -163,12 +163,31 @@ class Report:
         return (f"visible tests: {got:g} / {most:g} ({sum(t.passed for t in shown)} of "
                 f"{len(shown)} passed); hidden tests are graded too and shown after the due date")
 
-    def gradescope(self):
-        """The Gradescope ``results.json`` content (a dict)."""
+    def gradescope(self, per_case=False):
+        """The Gradescope ``results.json`` content (a dict).
+
+        One test per function (and one more for its hidden cases, visible after the due date),
+        each case a line of its output with the failures' details; ``per_case`` gives one test
+        per case instead. A submission that could not be read or loaded is one test, holding
+        the reason once, at 0 of every point.
+        """
         out = [self.visible_summary(), self.isolation_line]
         if self.load_error:
             out.append(self.load_error)
         out += [f"warning: {w}" for w in self.warnings]
+        if self.load_error:
+            tests = [{"name": "submission", "number": "1", "score": 0.0,
+                      "max_score": self.max_score, "status": "failed",
+                      "output": self.load_error + "\n\nEvery test of the assignment scores 0 until "
+                                "the submission loads: " + ", ".join(self.function_scores()),
+                      "visibility": "visible"}]
+        elif per_case:
+            tests = [{"name": t.name, "number": t.number, "score": round(t.score, POINT_DECIMALS),
+                      "max_score": round(t.max_score, POINT_DECIMALS),
+                      "status": "passed" if t.passed else "failed", "output": t.output(),
+                      "visibility": "after_due_date" if t.hidden else "visible"} for t in self.tests]
+        else:
+            tests = self._function_tests()
         return {
             "score": self.score,
             "max_score": self.max_score,
@@ -176,11 +195,7 @@ class Report:
             "output": "\n".join(out),
             "visibility": "visible",
             "stdout_visibility": "hidden",
-            "tests": [{"name": t.name, "number": t.number, "score": round(t.score, POINT_DECIMALS),
-                       "max_score": round(t.max_score, POINT_DECIMALS),
-                       "status": "passed" if t.passed else "failed",
-                       "output": t.output(),
-                       "visibility": "after_due_date" if t.hidden else "visible"} for t in self.tests],
+            "tests": tests,
             "extra_data": {"submission": self.submission, "seed": self.seed,
                            "hidden_cases": self.hidden_seed is not None,
                            "isolation": self.isolation, "start_seconds": round(self.start_seconds, 3),
@@ -188,14 +203,46 @@ class Report:
                            "processes": self.processes},
         }
 
+    def _function_tests(self):
+        """One Gradescope test per function and visibility, its cases listed in the output."""
+        groups = {}
+        for t in self.tests:
+            groups.setdefault((t.function, t.hidden), []).append(t)
+        tests = []
+        for k, ((function, hidden), group) in enumerate(groups.items(), start=1):
+            score = round(math.fsum(t.score for t in group), POINT_DECIMALS)
+            most = round(math.fsum(t.max_score for t in group), POINT_DECIMALS)
+            n_ok = sum(t.passed for t in group)
+            lines = [f"{function}: {n_ok} of {len(group)} {'hidden ' if hidden else ''}cases passed"]
+            lines += [f"  {'PASS' if t.passed else 'FAIL'}  {t.label}  ({t.score:.2f}/{t.max_score:.2f})"
+                      + ("" if t.passed else f": {t.short}") for t in group]
+            seen = set()
+            for t in group:
+                if t.passed or not t.lines:
+                    continue
+                body = "\n".join(t.lines)
+                lines += ["", f"case '{t.label}': {t.short}"]
+                lines += ["  (same as above)"] if body in seen else ["  " + x for x in t.lines]
+                seen.add(body)
+            tests.append({"name": f"{function} [hidden: {len(group)} cases]" if hidden else function,
+                          "number": str(k), "score": score, "max_score": most,
+                          "status": "passed" if n_ok == len(group) else "failed",
+                          "output": "\n".join(lines),
+                          "visibility": "after_due_date" if hidden else "visible"})
+        return tests
+
     def table(self, details=True):
         """A readable report for the terminal."""
         lines = [f"grading {self.submission} (seed {self.seed}"
                  + (", with hidden cases" if self.hidden_seed is not None else "") + ")"]
         lines.append(self.isolation_line)
-        if self.load_error:
-            lines.append(self.load_error)
         lines += [f"warning: {w}" for w in self.warnings]
+        if self.load_error:                 # said once, with each function's points
+            lines.append(self.load_error)
+            lines.append("so every test scores 0:")
+            lines += [f"  {f}: {a:.2f}/{b:.2f}" for f, (a, b) in self.function_scores().items()]
+            lines += ["", self.summary()]
+            return "\n".join(lines)
         w_fn = max([len("function")] + [len(t.function) for t in self.tests])
         w_case = min(48, max([len("case")] + [len(t.label) for t in self.tests]))
         lines.append(f"{'#':>6}  {'function':<{w_fn}}  {'case':<{w_case}}  {'points':>11}  result")
@@ -475,7 +522,8 @@ class _ItemGrader:
             return self.session
         self.session = None
         session = Submission(self.ctx["chunks"], timeout=self.ctx["timeout"], limits=self.ctx["limits"],
-                             protect=self.ctx["protect"], isolation=self.ctx["isolation"])
+                             protect=self.ctx["protect"], isolation=self.ctx["isolation"],
+                             modules=self.ctx["modules"])
         self.ctx["start_seconds"].append(session.start_seconds)
         if session.load_error:
             session.close()
@@ -1058,11 +1106,12 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     limits = {"cpu_seconds": int(float(s["timeout"]) * 40) + 5,
               "memory_bytes": int(s["memory_mb"]) << 20, "file_bytes": 16 << 20}
     isolation = isolation or choose_isolation()
+    modules = ("numpy",) + tuple(m for m in cfg.get("allow_modules", ()) if m != "numpy")
     probe, start_seconds = None, []
     if chunks is not None:
         try:
             probe = Submission(chunks, timeout=float(s["timeout"]), limits=limits,
-                               protect=plan.protect, isolation=isolation)
+                               protect=plan.protect, isolation=isolation, modules=modules)
             start_seconds.append(probe.start_seconds)
             defined = set(probe.defined)
             warnings = [_cell_warning(w) for w in probe.warnings]
@@ -1093,7 +1142,7 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     ctx = {"chunks": chunks, "defined": defined, "timeout": float(s["timeout"]), "limits": limits,
            "memory_mb": s["memory_mb"], "load_error": load_error, "session": probe,
            "protect": plan.protect, "isolation": isolation, "start_seconds": start_seconds,
-           "slip_deduction": float(s["slip_deduction"]), "review": []}
+           "slip_deduction": float(s["slip_deduction"]), "review": [], "modules": modules}
     graders = [_ItemGrader(ctx, item, k, make_graded_cases(
         item, seed=s["seed"], hidden_seed=s["hidden_seed"], float32_case=bool(s["float32_case"])))
         for k, item in enumerate(items, start=1)]

@@ -7,43 +7,168 @@ that raises is reported and the next cells still run, as in a notebook.
 """
 import json
 import os
-import re
 
-__all__ = ["SubmissionError", "find_submission", "read_submission", "notebook_to_chunks",
-           "make_notebook"]
+from .selfcheck import cell_code
 
-# `!cmd`, `%magic`, `x = !cmd`, `x = %magic` at any indentation
-_MAGIC = re.compile(r"^(\s*)(?:[!%]|[\w.,\s\[\]]+=\s*[!%])")
+__all__ = ["SubmissionError", "find_submission", "choose_submission", "read_submission",
+           "notebook_to_chunks", "make_notebook", "imported_modules", "import_problems",
+           "candidate_files"]
 
 
 class SubmissionError(ValueError):
     """The submission cannot be read (missing file, unknown type, broken notebook)."""
 
 
-def find_submission(path, name=None):
-    """The file to grade: ``path`` itself, or the .py/.ipynb inside a directory.
+_MAX_DEPTH = 4                 # folders below the submission's that are searched
+_MAX_CANDIDATES = 50
+_IGNORED_DIRS = {"__pycache__", "__MACOSX", ".ipynb_checkpoints", ".git", "node_modules",
+                 ".venv", "venv", "site-packages"}
 
-    In a directory, ``{name}.py`` / ``{name}.ipynb`` win; otherwise there must be exactly one
-    .py or .ipynb file (as in a Gradescope submission folder).
+
+def candidate_files(folder):
+    """The .py/.ipynb files in ``folder`` and its subfolders (hidden and tool folders left out),
+    as paths relative to it, shallowest first."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        depth = os.path.relpath(root, folder).count(os.sep) + (root != folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _IGNORED_DIRS
+                         and depth < _MAX_DEPTH)
+        for f in sorted(files):
+            if f.endswith((".py", ".ipynb")) and not f.startswith((".", "._")) \
+                    and os.path.isfile(os.path.join(root, f)):
+                found.append(os.path.relpath(os.path.join(root, f), folder))
+        if len(found) > _MAX_CANDIDATES:
+            break
+    return sorted(found, key=lambda r: (r.count(os.sep), r))[:_MAX_CANDIDATES]
+
+
+def _defined_functions(path):
+    """(names defined at top level, names whose body is more than ``raise NotImplementedError``)."""
+    import ast
+    try:
+        chunks = read_submission(path)
+    except SubmissionError:
+        return set(), set()
+    defined, implemented = set(), set()
+    for chunk in chunks:
+        try:
+            tree = ast.parse(chunk["source"])
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defined.add(node.name)
+                body = [n for n in node.body if not (isinstance(n, ast.Expr)
+                                                     and isinstance(n.value, ast.Constant))]
+                stub = len(body) == 1 and isinstance(body[0], ast.Raise) and \
+                    "NotImplementedError" in ast.unparse(body[0])
+                if body and not stub:
+                    implemented.add(node.name)
+    return defined, implemented
+
+
+def choose_submission(path, name=None, *, submission=None, functions=None):
+    """``(file, note)``: the file to grade at ``path``, and a sentence saying which file was
+    chosen and why ("" when there was no choice to make).
+
+    ``path`` is a file (graded as it is) or a folder, searched with its subfolders (a nested
+    ``hw1/homework.py`` is found). Among several .py/.ipynb files the winner is, in order:
+    the file the config names (``submission``, e.g. "homework.ipynb"); the one defining the
+    most of the assignment's ``functions`` with a body (not just ``raise NotImplementedError``),
+    then the most defined; then the one named after the assignment (``{name}.py`` /
+    ``{name}.ipynb``); then a .py over a notebook, and the shallower, alphabetically first
+    file. SubmissionError when there is no candidate.
     """
     path = os.fspath(path)
     if os.path.isfile(path):
-        return path
+        return path, ""
     if not os.path.isdir(path):
         raise SubmissionError(f"submission {path!r} not found")
-    if name:
-        for ext in (".py", ".ipynb"):
-            candidate = os.path.join(path, name + ext)
-            if os.path.isfile(candidate):
-                return candidate
-    found = sorted(f for f in os.listdir(path)
-                   if f.endswith((".py", ".ipynb")) and os.path.isfile(os.path.join(path, f)))
-    if len(found) == 1:
-        return os.path.join(path, found[0])
+    found = candidate_files(path)
     if not found:
-        raise SubmissionError(f"no .py or .ipynb file in {path!r}")
-    raise SubmissionError(f"several candidate files in {path!r} ({', '.join(found)}); expected one"
-                          + (f", or one named {name}.py / {name}.ipynb" if name else ""))
+        raise SubmissionError(f"no .py or .ipynb file in {path!r} (nor in its subfolders)")
+    if len(found) == 1:
+        nested = os.sep in found[0]
+        return os.path.join(path, found[0]), (f"graded {found[0]}, the only .py or .ipynb file "
+                                               "of the submission" if nested else "")
+    if submission:
+        named = [r for r in found if os.path.basename(r) == submission]
+        if named:
+            chosen = named[0]
+            others = [r for r in found if r != chosen]
+            return os.path.join(path, chosen), (
+                f"graded {chosen}, the file the assignment names ({submission}); not graded: "
+                f"{', '.join(others)}")
+    if functions is None:
+        from .cases import contract_names
+        functions = set(contract_names())
+    functions = set(functions)
+
+    def rank(rel):
+        defined, implemented = _defined_functions(os.path.join(path, rel))
+        base = os.path.basename(rel)
+        return (len(implemented & functions), len(defined & functions),
+                bool(name) and base in (f"{name}.py", f"{name}.ipynb"), base.endswith(".py"))
+    ranks = {r: rank(r) for r in found}
+    order = sorted(found, key=lambda r: tuple(-int(x) for x in ranks[r]) + (r.count(os.sep), r))
+    chosen, runner = order[0], order[1]
+    n_impl, n_def, by_name, is_py = ranks[chosen]
+    if ranks[chosen][:2] != ranks[runner][:2]:
+        why = (f"it defines {n_impl} of the assignment's functions"
+               + (f" ({n_def} counting stubs)" if n_def != n_impl else "")
+               + f", {runner} {ranks[runner][0]}")
+    elif by_name and not ranks[runner][2]:
+        why = f"both define the same functions, and {os.path.basename(chosen)} has the assignment's name"
+    elif is_py and not ranks[runner][3]:
+        why = "both define the same functions: a .py file wins over a notebook"
+    else:
+        why = "they define the same functions: the first by name"
+    others = [r for r in order[1:]]
+    return os.path.join(path, chosen), (f"graded {chosen} of {len(found)} files ({why}); not "
+                                        f"graded: {', '.join(others)}")
+
+
+def find_submission(path, name=None):
+    """The file to grade: ``path`` itself, or the one :func:`choose_submission` picks in a
+    folder (the file named after the assignment, or the one defining the most functions)."""
+    return choose_submission(path, name)[0]
+
+
+def imported_modules(path):
+    """Top-level modules the file at ``path`` imports (read from its source, never run)."""
+    import ast
+    try:
+        chunks = read_submission(path)
+    except SubmissionError:
+        return set()
+    mods = set()
+    for chunk in chunks:
+        try:
+            tree = ast.parse(chunk["source"])
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods.update(a.name.partition(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods.add(node.module.partition(".")[0])
+    return mods
+
+
+def import_problems(path, allowed=()):
+    """Sentences for the modules a submission imports that the assignment does not allow: the
+    rule is NumPy, the standard library and the modules the instructor allows (``grade
+    --allow-module``, ``"allow_modules"`` in grading.json)."""
+    import sys
+    ok = set(sys.stdlib_module_names) | {"numpy", "__future__"} | set(allowed)
+    own = {os.path.splitext(f)[0] for f in os.listdir(os.path.dirname(os.path.abspath(path)) or ".")}
+    bad = sorted(m for m in imported_modules(path) if m not in ok and m not in own)
+    rule = ("a submission may import NumPy and the standard library"
+            + (f", and the modules this assignment allows ({', '.join(sorted(allowed))})"
+               if allowed else "") + "; the instructor can allow more (grade --allow-module NAME, or "
+            "\"allow_modules\" in grading.json)")
+    return [f"{os.path.basename(path)} imports {m}, which this assignment does "
+            f"not allow: {rule}" for m in bad]
 
 
 def read_submission(path):
@@ -61,19 +186,6 @@ def read_submission(path):
     if path.endswith(".py"):
         return [{"filename": base, "source": text, "continue_on_error": False}]
     raise SubmissionError(f"{base}: expected a .py file or a .ipynb notebook")
-
-
-def _clean_cell(source):
-    """The cell's code with shell/magic lines made ``pass`` (None for a cell magic)."""
-    lines = source.splitlines()
-    first = next((line for line in lines if line.strip()), "")
-    if first.lstrip().startswith("%%"):
-        return None
-    out = []
-    for line in lines:
-        m = _MAGIC.match(line)
-        out.append(f"{m.group(1)}pass  # IPython line dropped" if m else line)
-    return "\n".join(out) + "\n"
 
 
 def notebook_to_chunks(text, name="notebook.ipynb"):
@@ -99,7 +211,7 @@ def notebook_to_chunks(text, name="notebook.ipynb"):
             src = "".join(s for s in src if isinstance(s, str))
         if not isinstance(src, str):
             continue
-        code = _clean_cell(src)
+        code = cell_code(src)
         if code is None or not code.strip():
             continue
         chunks.append({"filename": f"{name} [cell {k}]", "source": code, "continue_on_error": True})

@@ -1,5 +1,6 @@
-"""``numpytfmr make-assignment``: a student skeleton, its notebook, a grading config, and the
-Gradescope ``setup.sh``/``run_autograder`` pair.
+"""``numpytfmr make-assignment``: the folder handed to students (a skeleton, its notebook and
+the self-check ``check.py`` with the visible cases' data), a grading config, and the Gradescope
+``setup.sh``/``run_autograder`` pair, also bundled as ``autograder.zip``.
 
 Each function of the skeleton is the reference function's signature with a student docstring
 (:mod:`.contracts`: what is required and graded, what is only suggested, what the student may
@@ -15,16 +16,20 @@ records them so that the cases using them are skipped.
 """
 import ast
 import inspect
+import io
 import json
 import os
 import secrets
 import shutil
 import textwrap
+import zipfile
+import zlib
 
 import numpy as np
 
-from ..run.fileio import atomic_write_text, write_json
-from .cases import DEFAULTS, load_config, make_graded_cases, resolve
+from ..registry import bind
+from ..run.fileio import atomic_write_bytes, atomic_write_text, write_json
+from .cases import DEFAULTS, input_names, load_config, make_graded_cases, resolve
 from .contracts import backward_doc, forward_doc, helper_doc, notes_for
 from .notebook import make_notebook
 
@@ -152,7 +157,8 @@ positional input of the forward, in order, as a tuple (bare when the forward has
 with None for inputs that take no gradient. float32 inputs give float32 results; inputs are
 never modified in place. The inputs are always valid: you need not check them.
 
-Check your work with:   numpytfmr grade {filename}"""
+Check your work on the visible cases with:   python check.py {filename}
+(check.py needs only Python and NumPy; the grader adds hidden cases.)"""
 
 _HEADER = '''"""{title}
 
@@ -162,6 +168,128 @@ import math
 
 import numpy as np
 '''
+
+
+# --- the student's self-check: visible cases and their expected results ---------------------------
+
+def _encode(value, arrays, key):
+    """A case's value as JSON, its arrays stored in ``arrays`` under keys built from ``key``."""
+    if isinstance(value, np.ndarray):
+        arrays[key] = value
+        return {"array": key}
+    if isinstance(value, np.generic):
+        return {"value": value.item()}
+    if isinstance(value, dict):
+        return {"dict": {str(k): _encode(v, arrays, f"{key}.{k}") for k, v in value.items()}}
+    if isinstance(value, (tuple, list)):
+        kind = "tuple" if isinstance(value, tuple) else "list"
+        return {kind: [_encode(v, arrays, f"{key}.{i}") for i, v in enumerate(value)]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"value": value}
+    raise TypeError(f"a case holds {type(value).__name__}, which the self-check cannot store")
+
+
+def _draw(item, gc, out):
+    """What the self-check needs to judge a random case against the student's own draw, or None
+    (the conditions are those of :func:`.cases.own_draw`)."""
+    kwargs = gc.case.kwargs
+    p_name = {"dropout": "p", "lora_linear": "dropout"}.get(item.name) if item.kind == "op" else None
+    if p_name is None:
+        return None
+    p = float(kwargs.get(p_name, 0.0) or 0.0)
+    if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
+        return None
+    return {"op": item.name, "p": p, "shape": list(np.shape(out))}
+
+
+def check_data(items, *, seed, float32_case=True):
+    """The self-check's data: (a JSON-able dict, {key: array}) holding, for every visible case
+    of ``items``, its inputs and options, the upstream gradient and the expected output and
+    gradients. Hidden cases are never included; neither is any code of the reference."""
+    arrays, out_items, skipped = {}, [], []
+    for n, item in enumerate(items):
+        names = input_names(item.spec)
+        cases = []
+        for k, gc in enumerate(make_graded_cases(item, seed=seed, hidden_seed=None,
+                                                 float32_case=float32_case)):
+            if gc.hidden:
+                continue
+            key = f"i{n}c{k}"
+            try:
+                args = [_encode(a, arrays, f"{key}.a{i}") for i, a in enumerate(gc.case.args)]
+                kwargs = {name: _encode(v, arrays, f"{key}.k.{name}")
+                          for name, v in gc.case.kwargs.items()}
+            except TypeError as exc:          # e.g. a Generator object: the grader's alone
+                for k2 in [k2 for k2 in arrays if k2.startswith(key + ".")]:
+                    del arrays[k2]
+                skipped.append({"functions": list(item.functions), "label": gc.label,
+                                "why": str(exc)})
+                continue
+            entry = {"label": gc.label, "dtype": gc.dtype, "check": bool(gc.case.check),
+                     "args": args, "kwargs": kwargs}
+            if item.kind == "op":
+                out, cache = bind(item.spec.forward, gc.case.kwargs)(*gc.case.args)
+                out = np.asarray(out)
+                rng = np.random.default_rng([0x73656c66, seed, zlib.crc32(item.name.encode()), k])
+                dout = rng.standard_normal(out.shape).astype(out.dtype)
+                if out.dtype.kind == "f":
+                    dout = np.where(np.isfinite(out), dout, 0).astype(out.dtype)
+                raw = item.spec.backward(dout.copy(), cache)
+                grads = list(raw) if len(gc.case.args) > 1 else [raw]
+                arrays[f"{key}.out"], arrays[f"{key}.dout"] = out, dout
+                entry.update(out=f"{key}.out", dout=f"{key}.dout", draw=_draw(item, gc, out),
+                             grads=[])
+                for i, g in enumerate(grads):
+                    if g is None:
+                        entry["grads"].append(None)
+                    else:
+                        arrays[f"{key}.g{i}"] = np.asarray(g)
+                        entry["grads"].append(f"{key}.g{i}")
+            else:
+                arrays[f"{key}.out"] = np.asarray(item.spec.reference(*gc.case.args, **gc.case.kwargs))
+                entry["out"] = f"{key}.out"
+            cases.append(entry)
+        out_items.append({"name": item.name, "kind": item.kind, "functions": list(item.functions),
+                          "inputs": names, "cases": cases})
+    return {"format": 1, "seed": int(seed), "items": out_items, "skipped": skipped}, arrays
+
+
+def _npz_bytes(arrays):
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+def _selfcheck_source():
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "selfcheck.py"),
+              encoding="utf-8") as f:
+        return f.read()
+
+
+def _zip_bytes(folder, files, package):
+    """The Gradescope bundle: ``files`` of ``folder`` and the package copy, at the zip's root."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in files:
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            mode = 0o755 if name in ("setup.sh", "run_autograder") else 0o644
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with open(os.path.join(folder, name), "rb") as f:
+                z.writestr(info, f.read())
+        for root, dirs, names in os.walk(package):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(names):
+                if name.endswith(".pyc"):
+                    continue
+                full = os.path.join(root, name)
+                arc = os.path.relpath(full, folder).replace(os.sep, "/")
+                info = zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0))
+                info.external_attr = (0o100000 | 0o644) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with open(full, "rb") as f:
+                    z.writestr(info, f.read())
+    return buf.getvalue()
 
 
 def _existing_hidden_seed(config_path):
@@ -181,12 +309,25 @@ def _existing_hidden_seed(config_path):
 
 def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None, weights=None,
                     timeout=DEFAULTS["timeout"], memory_mb=DEFAULTS["memory_mb"], drop=None,
-                    force=False, new_seed=False):
+                    force=False, new_seed=False, submission=None, allow_modules=(), late=None,
+                    gradescope_tests="function"):
     """Write the assignment for ``names`` into ``out_dir``; return the paths written.
 
-    out_dir/{name}.py, out_dir/{name}.ipynb      the student skeleton (script and notebook)
-    out_dir/autograder/grading.json              weights, cases, seeds (the hidden seed is secret)
+    out_dir/student/                    the folder handed to students: the skeleton ({name}.py
+                                        and {name}.ipynb), check.py and its data (the visible
+                                        cases and their expected results; no reference code and
+                                        no hidden case)
+    out_dir/autograder/grading.json     weights, cases, seeds (the hidden seed is secret)
     out_dir/autograder/setup.sh, run_autograder  Gradescope's pair, plus a copy of numpytfmr
+    out_dir/autograder.zip              the same files at the zip's root: Gradescope's upload
+
+    submission:    the file name students hand in (recorded as ``"submission"``), when a
+                   submission may hold several files
+    allow_modules: modules the submissions may import besides NumPy and the standard library
+    late:          the late policy (``{"due": ISO time, "penalty_percent": ..., "per": "day"}``,
+                   see :mod:`.course`)
+    gradescope_tests: "function" (one Gradescope test per function, its cases in the output)
+                   or "case" (one per case)
 
     drop:     {item name: [option, ...]}, options left out of the skeleton and of the graded
               cases (e.g. {"lora_linear": ["dropout", "rank_stabilized"]})
@@ -236,6 +377,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     script = _HEADER.format(title=title, intro=_INTRO.format(filename=filename))
     for item, sources in blocks:
         script += "\n\n" + "\n\n".join(sources)
+    script += f"\n\n# Check your work on the visible cases:   python check.py {filename}\n"
     compile(script, filename, "exec")       # the skeleton must at least be valid Python
 
     cells = [("markdown", f"# {title}\n\n" + _INTRO.format(filename=f"{name}.ipynb"), None),
@@ -258,14 +400,36 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
               "timeout": timeout, "memory_mb": memory_mb, "float32_case": True,
               "functions": functions}
 
+    if submission is not None:
+        config["submission"] = submission
+    if allow_modules:
+        config["allow_modules"] = sorted(set(allow_modules))
+    if late is not None:
+        config["late"] = late
+    if gradescope_tests != "function":
+        config["gradescope_tests"] = gradescope_tests
+    load_config(config)                      # the new keys' values are checked once, here
+    data, arrays = check_data(items, seed=int(seed), float32_case=True)
+    data["assignment"] = name
+
+    student = os.path.join(out_dir, "student")
     os.makedirs(auto, exist_ok=True)
-    paths = {"skeleton": os.path.join(out_dir, filename),
-             "notebook": os.path.join(out_dir, f"{name}.ipynb"),
+    os.makedirs(student, exist_ok=True)
+    paths = {"skeleton": os.path.join(student, filename),
+             "notebook": os.path.join(student, f"{name}.ipynb"),
+             "check": os.path.join(student, "check.py"),
+             "check_data": os.path.join(student, "check_data.json"),
+             "check_arrays": os.path.join(student, "check_data.npz"),
+             "student": student,
              "config": config_path,
              "setup": os.path.join(auto, "setup.sh"),
-             "run": os.path.join(auto, "run_autograder")}
+             "run": os.path.join(auto, "run_autograder"),
+             "zip": os.path.join(out_dir, "autograder.zip")}
     atomic_write_text(paths["skeleton"], script)
     atomic_write_text(paths["notebook"], json.dumps(notebook, indent=1) + "\n")
+    atomic_write_text(paths["check"], _selfcheck_source())
+    write_json(paths["check_data"], data)
+    atomic_write_bytes(paths["check_arrays"], _npz_bytes(arrays))
     write_json(paths["config"], config)
     atomic_write_text(paths["setup"], _SETUP.format(numpy_version=np.__version__))
     atomic_write_text(paths["run"], _RUN.format(name=name))
@@ -278,6 +442,8 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
         shutil.rmtree(target)
     shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     paths["package"] = target
+    atomic_write_bytes(paths["zip"], _zip_bytes(auto, ["setup.sh", "run_autograder", "grading.json"],
+                                                target))
     return paths
 
 

@@ -4,6 +4,8 @@
                                 [--config grading.json] [--hidden-seed N] [--memory-mb M]
     numpytfmr grade DIR_OR_GLOB --csv grades.csv [--config grading.json | --only NAMES]
                                 [--jobs N] [--summary FILE] [--force] [--regrade]
+                                [--roster FILE] [--overrides FILE] [--export canvas|moodle FILE]
+                                [--similarity FILE] [--allow-module NAME]
     ... [--isolation auto|bubblewrap|user|none | --no-isolation]
 
 One submission: exit status 0 when every test passes, 1 when any fails. A class (``--csv``):
@@ -11,6 +13,7 @@ One submission: exit status 0 when every test passes, 1 when any fails. A class 
 A usage error (a missing submission or config, bad JSON, a bad flag value) exits 2 with one
 line naming the file or the flag.
 """
+import argparse
 import glob
 import json
 import os
@@ -72,11 +75,25 @@ def _plan(args, protect=()):
     if args.config is not None:
         _check_config(args.config)
     try:
-        return make_plan(only=only or None, config=args.config, seed=args.seed,
+        plan = make_plan(only=only or None, config=args.config, seed=args.seed,
                          hidden_seed=args.hidden_seed, timeout=args.timeout,
                          memory_mb=args.memory_mb, protect=protect)
     except ValueError as exc:           # the config's own values (a seed, a weight, a case)
         raise UsageError(f"--config {args.config!r}: {exc}" if args.config else str(exc)) from None
+    allowed = _names(args.allow_module)
+    for name in allowed:
+        if not name.isidentifier():
+            raise UsageError(f"--allow-module {name!r}: expected a top-level module name, e.g. scipy")
+    if allowed:
+        plan.config = dict(plan.config, allow_modules=sorted(set(plan.config.get("allow_modules", []))
+                                                             | set(allowed)))
+    import importlib.util
+    for name in plan.config.get("allow_modules", []):
+        if importlib.util.find_spec(name) is None:     # the submissions import from this Python
+            where = "--allow-module" if name in allowed else f"--config {args.config!r} allow_modules"
+            raise UsageError(f"{where}: module {name!r} is not installed for the Python that runs "
+                             f"the grader ({sys.executable}); install it there, or drop it")
+    return plan
 
 
 def _isolation(args, whole_class):
@@ -137,15 +154,23 @@ def cmd_grade(args):
         if value:
             raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
 
+    for flag, value in (("--roster", args.roster), ("--overrides", args.overrides),
+                        ("--export", args.export), ("--similarity", args.similarity)):
+        if value:
+            raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
     from numpytfmr.grading import grade
+    from numpytfmr.grading.classroom import submission_notes
 
     start = time.monotonic()
     plan = _plan(args)
     _warn_exposed(isolation, plan)
-    report = grade(target, plan=plan, isolation=isolation, log=None)
+    chosen, notes = submission_notes(target, plan)
+    report = grade(chosen, plan=plan, isolation=isolation, log=None)
+    report.warnings[:0] = notes
     print(report.table(details=not args.brief))
     if args.json:
-        write_json(args.json, report.gradescope())
+        write_json(args.json, report.gradescope(
+            per_case=plan.config.get("gradescope_tests") == "case"))
         print(f"results written to {args.json}")
     if args.summary:
         write_summary(args.summary, {"seconds": round(time.monotonic() - start, 2), "submissions": 1,
@@ -182,10 +207,12 @@ def _grade_class(args, target, isolation):
     if plan.items is None:
         raise UsageError("--csv grades a class on the same functions for every student: give "
                          "--config grading.json or --only NAMES")
+    course = _course(args, target, submissions, plan)
+    exports = _exports(args, csv_path)
     try:
         result = grade_class(submissions, csv_path, plan=plan, jobs=args.jobs, isolation=isolation,
                              force=args.force, regrade=args.regrade,
-                             log=lambda line: print(line, flush=True))
+                             log=lambda line: print(line, flush=True), course=course)
     except FileExistsError as exc:
         raise UsageError(f"--csv: {exc}") from None
     print()
@@ -196,9 +223,105 @@ def _grade_class(args, target, isolation):
     print(distribution_table(result.distribution, result.max_score))
     print(f"grades: {result.csv}\nresults: {result.results}{os.sep}<student>{os.sep}results.json "
           "and report.txt")
+    _course_outputs(args, result, submissions, plan, course, exports)
     if args.summary:
         write_summary(args.summary, result.summary())
     return 1 if any(r["status"] == "grader error" for r in result.rows) else 0
+
+
+def _course(args, target, submissions, plan):
+    """The class's :class:`~numpytfmr.grading.course.Course`; UsageError on a bad file."""
+    from numpytfmr.grading.course import build_course
+
+    for flag, path in (("--roster", args.roster), ("--overrides", args.overrides)):
+        if path is not None and not os.path.isfile(path):
+            raise UsageError(f"{flag} {path!r} does not exist; expected a CSV file")
+    functions = [fn for item in plan.items for fn in item.functions]
+    folder = target if os.path.isdir(target) else None
+    try:
+        return build_course(submissions, functions, metadata_dir=folder, roster=args.roster,
+                            late=plan.config.get("late"), overrides=args.overrides)
+    except ValueError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+
+
+def _exports(args, csv_path):
+    """[(kind, path)] of --export; UsageError on an unknown kind, a clash of files, or a file
+    this command did not write (without --force)."""
+    from numpytfmr.grading.classroom import results_folder, written_by_grade
+    from numpytfmr.grading.exports import FORMATS
+
+    out = []
+    for kind, path in args.export or []:
+        if kind not in FORMATS:
+            raise UsageError(f"--export {kind!r}: expected one of {', '.join(FORMATS)}, then a file")
+        try:
+            output_file(path)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--export {kind} {exc}") from None
+        if os.path.abspath(path) in (csv_path, *(os.path.abspath(p) for _, p in out)):
+            raise UsageError(f"--export {kind} {path!r}: the same file as another output")
+        out.append((kind, path))
+    folder = results_folder(csv_path)
+    for flag, path in [("--export " + kind, path) for kind, path in out] + \
+            ([("--similarity", args.similarity)] if args.similarity else []):
+        if not args.force and not written_by_grade(path, folder):
+            raise UsageError(f"{flag} {path!r} exists and was not written by numpytfmr grade; "
+                             "give --force to replace it")
+    return out
+
+
+def _course_outputs(args, result, submissions, plan, course, exports):
+    """The gradebook exports and the similarity report, after grading."""
+    from numpytfmr.grading.classroom import remember_written
+    from numpytfmr.grading.exports import export
+
+    assignment = plan.config.get("assignment") or "numpytfmr homework"
+    for kind, path in exports:
+        left_out = export(kind, path, result.rows, assignment=assignment,
+                          max_score=result.max_score)
+        remember_written(path, result.results)
+        print(f"{kind} export: {path} ({len(result.rows) - len(left_out)} students)"
+              + (f"; left out: {'; '.join(left_out[:5])}{' ...' if len(left_out) > 5 else ''}"
+                 if left_out else ""))
+    if args.similarity:
+        rep = _similarity(submissions, plan)
+        from numpytfmr.grading.similarity import write_report
+        write_report(args.similarity, rep)
+        remember_written(args.similarity, result.results)
+        print(f"similarity: {args.similarity} ({len(rep['pairs'])} pairs and "
+              f"{len(rep['reference'])} close to the reference flagged for review; flags are "
+              "never penalties)")
+
+
+def _similarity(submissions, plan):
+    """The similarity report of the class: each submission's graded file, against the others
+    and the reference functions of the plan, with the skeleton as boilerplate."""
+    import inspect
+
+    from numpytfmr.grading.classroom import submission_notes
+    from numpytfmr.grading.notebook import SubmissionError, read_submission
+    from numpytfmr.grading.similarity import report
+    from numpytfmr.grading.skeleton import skeleton_source
+
+    sources = {}
+    for student, path in submissions:
+        chosen, _ = submission_notes(path, plan)
+        try:
+            sources[student] = "\n".join(c["source"] for c in read_submission(chosen))
+        except SubmissionError:
+            continue
+    boiler, refs = [], {}
+    for item in plan.items:
+        boiler += skeleton_source(item)
+        fns = ([item.spec.forward, item.spec.backward] if item.kind == "op"
+               else [item.spec.reference])
+        for fn in fns:
+            try:
+                refs[f"{fn.__module__}.{fn.__name__}"] = inspect.getsource(fn)
+            except (OSError, TypeError):
+                continue
+    return report(sources, boilerplate_sources=boiler, references=refs)
 
 
 def add_command(sub):
@@ -246,6 +369,23 @@ def add_command(sub):
     p.add_argument("--regrade", action="store_true",
                    help="with --csv: grade every submission again, even those unchanged since the "
                         "last run")
+    p.add_argument("--allow-module", action="append", nargs="+", metavar="NAME",
+                   help="a module submissions may import besides NumPy and the standard library "
+                        "(repeatable; added to grading.json's allow_modules)")
+    p.add_argument("--roster", metavar="FILE",
+                   help="with --csv: a CSV mapping file or folder names to students (columns "
+                        "file, name, sid, email); Gradescope's submission_metadata.yml in the "
+                        "folder is read without it")
+    p.add_argument("--overrides", metavar="FILE",
+                   help="with --csv: the staff's overrides, a CSV with columns student, function "
+                        "(or total), score, reason; applied after grading on every run")
+    p.add_argument("--export", nargs=2, action="append", metavar=("KIND", "FILE"),
+                   help="with --csv: also write a gradebook import file, KIND canvas or moodle "
+                        "(repeatable)")
+    p.add_argument("--similarity", type=output_file, metavar="FILE",
+                   help="with --csv: a report of submissions whose code is unusually alike, and "
+                        "of those close to numpytfmr's reference (text; JSON for a .json name); "
+                        "for review, never a penalty")
     p.add_argument("--isolation", choices=("auto", "bubblewrap", "user", "none"), default="auto",
                    help="how each submission process is isolated (docs/instructor.md): bubblewrap "
                         "(namespaces, a read-only filesystem without the reference), user (root "

@@ -1,4 +1,5 @@
 """``numpytfmr make-assignment NAMES... -o DIR``: a homework skeleton and its autograder."""
+import os
 
 
 def _weights(values):
@@ -27,6 +28,30 @@ def _drops(values):
     return drop
 
 
+def _late(args):
+    """The ``"late"`` entry of grading.json from --due and --late-penalty, or None."""
+    if args.late_penalty and not args.due:
+        raise ValueError("--late-penalty needs --due (the due date it counts from)")
+    if not args.due:
+        return None
+    late = {"due": args.due, "penalty_percent": 0.0, "per": "day"}
+    if args.late_penalty:
+        amount, sep, per = args.late_penalty.partition("/")
+        try:
+            late["penalty_percent"] = float(amount.strip().rstrip("%"))
+        except ValueError:
+            sep = ""
+        if not sep or per.strip() not in ("day", "hour"):
+            raise ValueError(f"--late-penalty {args.late_penalty!r}: expected PERCENT/day or "
+                             "PERCENT/hour, e.g. 10/day")
+        late["per"] = per.strip()
+    if args.late_max is not None:
+        late["max_percent"] = args.late_max
+    if args.grace_minutes is not None:
+        late["grace_minutes"] = args.grace_minutes
+    return late
+
+
 def cmd_make_assignment(args):
     from numpytfmr.grading import make_assignment
 
@@ -34,11 +59,19 @@ def cmd_make_assignment(args):
     paths = make_assignment(names, args.output, name=args.name, seed=args.seed,
                             hidden_seed=args.hidden_seed, weights=_weights(args.weight),
                             timeout=args.timeout, drop=_drops(args.drop), force=args.force,
-                            new_seed=args.new_seed)
-    print(f"student skeleton:  {paths['skeleton']}\n                   {paths['notebook']}")
+                            new_seed=args.new_seed, submission=args.submission,
+                            allow_modules=[m for v in args.allow_module or [] for m in
+                                           v.replace(",", " ").split()],
+                            late=_late(args), gradescope_tests=args.gradescope_tests)
+    print(f"for students:      {paths['student']}{os.sep}  (hand out this folder)")
+    print(f"                   {os.path.basename(paths['skeleton'])}, "
+          f"{os.path.basename(paths['notebook'])}: the skeleton")
+    print("                   check.py + check_data.*: the self-check on the visible cases "
+          f"(python check.py {os.path.basename(paths['skeleton'])}; needs only NumPy)")
     print(f"autograder:        {paths['config']} (keep it from students: it holds the hidden seed)")
     print(f"                   {paths['setup']}, {paths['run']}, and a copy of numpytfmr")
-    print("Gradescope: zip the contents of the autograder folder and upload it as the autograder.")
+    print(f"Gradescope:        upload {paths['zip']} as the autograder (its total is the sum of "
+          "the weights)")
     return 0
 
 
@@ -74,4 +107,22 @@ def add_command(sub):
     p.add_argument("--new-seed", action="store_true",
                    help="with --force: draw a new hidden seed instead of keeping the existing one")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per case (default 10)")
+    p.add_argument("--submission", metavar="FILE",
+                   help="the file name students hand in (e.g. homework.ipynb), recorded in "
+                        "grading.json: when a submission holds several files, this one is graded")
+    p.add_argument("--allow-module", action="append", metavar="NAME",
+                   help="a module submissions may import besides NumPy and the standard library "
+                        "(repeatable, e.g. --allow-module scipy), recorded in grading.json")
+    p.add_argument("--due", metavar="TIME",
+                   help="the due date, e.g. 2026-12-01T23:59:00+01:00 (UTC without an offset): "
+                        "with --late-penalty, the late policy grade DIR --csv applies")
+    p.add_argument("--late-penalty", metavar="PERCENT/UNIT",
+                   help="percent of the score lost per started day or hour late, e.g. 10/day")
+    p.add_argument("--late-max", type=float, default=None, metavar="PERCENT",
+                   help="the most a late submission loses (default 100)")
+    p.add_argument("--grace-minutes", type=float, default=None, metavar="M",
+                   help="minutes after the due date that are not late (default 0)")
+    p.add_argument("--gradescope-tests", choices=("function", "case"), default="function",
+                   help="Gradescope test boxes: one per function, its cases in the output "
+                        "(default), or one per case")
     p.set_defaults(func=cmd_make_assignment)

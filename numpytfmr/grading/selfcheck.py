@@ -1,0 +1,709 @@
+"""Check your homework on the visible cases, without the grader and without the answer key.
+
+    python check.py homework.py            (or homework.ipynb)
+    python check.py homework.py --only softmax_forward softmax_backward
+    python check.py homework.py --json verdicts.json
+
+It needs only Python and NumPy. ``check_data.json`` and ``check_data.npz`` beside it hold
+the visible cases of the assignment: their inputs, the upstream gradients, and the expected
+outputs and gradients. Your functions are run on them and judged as the grader judges its
+visible tests: the values (with the grader's tolerances), the shapes and dtypes, what comes
+back (a pair (out, cache) from a forward, one gradient per input from a backward), inputs,
+caches and dout left unchanged. Where a backward is wrong, it is also checked against finite
+differences of your own forward, which tells whether the forward or the backward is at fault.
+Random ops (dropout) are judged against your own draw: the mask is read off your output and its
+statistics tested, and the backward is checked against finite differences of your forward
+(the same seed gives the same mask).
+
+The hidden cases are not here; the grader adds them. Exit status: 0 when every visible case
+passes, 1 when one fails, 2 on a usage error.
+
+This file is written by ``numpytfmr make-assignment`` (numpytfmr/grading/selfcheck.py); it
+imports only the standard library and NumPy.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import traceback
+import types
+
+import numpy as np
+
+# (rtol, atol): an entry is right when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected|
+TOLERANCES = {"float64": (1e-6, 1e-9), "float32": (2e-3, 1e-5)}
+DRAW_ALPHA = 1e-6        # a fair dropout mask fails the statistics test with at most this probability
+RNG_DRAWS = 6            # more draws of a random case's mask, from other generators
+SLIP = "slip (right values, but it costs part of the points): "
+FD_STEP = 1e-3           # finite-difference step (five-point stencil)
+FD_MAX_ENTRIES = 4000    # inputs larger than this are checked on a sample of their entries
+
+
+class UsageError(Exception):
+    pass
+
+
+# --- reading the homework ------------------------------------------------------------------
+
+# `!cmd`, `%magic`, `x = !cmd`, `x = %magic` at any indentation
+_MAGIC = re.compile(r"^(\s*)(?:[!%]|[\w.,\s\[\]]+=\s*[!%])")
+
+
+def cell_code(source):
+    """A notebook cell's code with IPython shell and magic lines made ``pass`` (None for a cell
+    magic such as ``%%bash``). The grader reads notebooks with this same function."""
+    lines = source.splitlines()
+    first = next((line for line in lines if line.strip()), "")
+    if first.lstrip().startswith("%%"):
+        return None
+    out = []
+    for line in lines:
+        m = _MAGIC.match(line)
+        out.append(f"{m.group(1)}pass  # IPython line dropped" if m else line)
+    return "\n".join(out) + "\n"
+
+
+def read_chunks(path):
+    """[(filename, source, continue_on_error)] of a .py file or a notebook's code cells."""
+    base = os.path.basename(path)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UsageError(f"{path!r} cannot be read: {exc.strerror}") from None
+    if path.endswith(".py"):
+        return [(base, text, False)]
+    if not path.endswith(".ipynb"):
+        raise UsageError(f"{path!r}: expected a .py file or a .ipynb notebook")
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path!r} is not a valid notebook ({exc.msg}, line {exc.lineno})") from None
+    chunks = []
+    for k, cell in enumerate(nb.get("cells", []) if isinstance(nb, dict) else [], start=1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        code = cell_code(src) if isinstance(src, str) else None
+        if code and code.strip():
+            chunks.append((f"{base} [cell {k}]", code, True))
+    return chunks
+
+
+def load_homework(path):
+    """(module, problems): the homework run as a module, and what went wrong while loading."""
+    module = types.ModuleType("submission")
+    module.__file__ = os.path.abspath(path)
+    problems = []
+    for filename, source, keep_going in read_chunks(path):
+        try:
+            exec(compile(source, filename, "exec"), module.__dict__)
+        except Exception as exc:  # noqa: BLE001 -- reported, as the grader reports it
+            problems.append(f"{filename}: {type(exc).__name__}: {exc}")
+            if not keep_going:
+                return None, problems
+    return module, problems
+
+
+# --- the cases -----------------------------------------------------------------------------
+
+def decode(enc, arrays):
+    """A stored value: arrays by key, dicts, lists, tuples and plain JSON values."""
+    if isinstance(enc, dict):
+        if "array" in enc:
+            return arrays[enc["array"]].copy()
+        if "dict" in enc:
+            return {k: decode(v, arrays) for k, v in enc["dict"].items()}
+        if "tuple" in enc:
+            return tuple(decode(v, arrays) for v in enc["tuple"])
+        if "list" in enc:
+            return [decode(v, arrays) for v in enc["list"]]
+        if "value" in enc:
+            return enc["value"]
+    return enc
+
+
+def fresh_kwargs(kwargs):
+    """Options for one call: an int ``rng`` is a seed, made a new Generator every time."""
+    kw = dict(kwargs)
+    if type(kw.get("rng")) is int:
+        kw["rng"] = np.random.default_rng(kw["rng"])
+    return kw
+
+
+def _copy(obj):
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if type(obj) is dict:
+        return {k: _copy(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(_copy(v) for v in obj)
+    return obj
+
+
+def _same(a, b):
+    if isinstance(a, np.ndarray):
+        return (isinstance(b, np.ndarray) and a.shape == b.shape and a.dtype == b.dtype
+                and a.tobytes() == b.tobytes())
+    if type(a) is dict:
+        return type(b) is dict and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if type(a) in (list, tuple):
+        return type(b) is type(a) and len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b))
+    return a is b
+
+
+# --- judging one value ---------------------------------------------------------------------
+
+def kind_of(v):
+    """(kind, array, why): how the grader classes a returned value."""
+    if v is None:
+        return "none", None, ""
+    if type(v) is np.ndarray:
+        if v.dtype.kind not in "biuf":
+            return "refused", None, f"returned an array of dtype {v.dtype}; expected a numeric array"
+        return "array", v, ""
+    if isinstance(v, np.ndarray):
+        return "refused", None, (f"returned an object of type {type(v).__name__} (a subclass of "
+                                 "np.ndarray); expected a plain np.ndarray")
+    if isinstance(v, np.generic) and type(v).__module__ == "numpy" and np.dtype(type(v)).kind in "biuf":
+        return "scalar", np.asarray(v), ""
+    if type(v) in (float, int, bool):
+        return "pyscalar", np.asarray(v), ""
+    if type(v) in (tuple, list):
+        return type(v).__name__, None, ""
+    return "refused", None, f"returned an object of type {type(v).__name__}; expected np.ndarray"
+
+
+def describe(v):
+    kind, a, _ = kind_of(v)
+    if kind == "array":
+        return f"an array of shape {a.shape} and dtype {a.dtype}"
+    if kind in ("tuple", "list"):
+        return f"a {kind} of {len(v)}"
+    if kind == "none":
+        return "None"
+    return f"an object of type {type(v).__name__}"
+
+
+def _number(v):
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return f"{float(v):.10g}"
+
+
+def check_value(v, expected, what, tol="float64", none_reason=""):
+    """(ok, short, lines): the grader's verdict on one returned value."""
+    kind, got, why = kind_of(v)
+    if expected is None:
+        if kind == "none":
+            return True, "", []
+        return False, f"{what}: expected None", [
+            f"{what}: returned {describe(v)}; expected None" + (f" ({none_reason})" if none_reason else "")]
+    exp = np.asarray(expected)
+    want = f"an np.ndarray of shape {exp.shape} and dtype {exp.dtype}"
+    if kind == "refused":
+        return False, f"{what}: wrong type", [f"{what}: {why}; expected {want}"]
+    if kind == "none":
+        return False, f"{what}: returned None", [f"{what}: returned None; expected {want}"]
+    if kind in ("tuple", "list"):
+        return False, f"{what}: returned a {kind}", [f"{what}: returned a {kind}; expected {want}"]
+    if kind != "array" and exp.ndim > 0:
+        return False, f"{what}: returned a scalar", [f"{what}: returned a scalar; expected {want}"]
+    if got.shape != exp.shape:
+        return False, f"{what}: wrong shape", [f"{what}: shape {got.shape}; expected {exp.shape}"]
+    problems = [] if got.dtype == exp.dtype else [f"{what}: dtype {got.dtype}; expected {exp.dtype}"]
+    if exp.dtype.kind in "biu":
+        wrong = got.astype(np.float64) != exp.astype(np.float64)
+    else:
+        rtol, atol = TOLERANCES[tol]
+        g, e = got.astype(np.float64), exp.astype(np.float64)
+        finite = np.isfinite(e)
+        scale = max(1.0, float(np.max(np.abs(e[finite]))) if finite.any() else 1.0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            wrong = ~(np.abs(g - e) <= atol * scale + rtol * np.abs(e))
+            wrong &= ~(~finite & (g == e))
+            wrong |= np.isnan(g) & ~np.isnan(e)
+    if not wrong.any():
+        if problems and kind == "array" and exp.dtype == np.float32 and got.dtype == np.float64:
+            return True, "", [SLIP + problems[0] + " (float32 inputs give float32 results)"]
+        return not problems, "" if not problems else f"{what}: wrong dtype", problems
+    idx = tuple(int(i) for i in np.argwhere(wrong)[0]) if exp.ndim else ()
+    lines = problems + [f"{what}: {int(wrong.sum())} of {wrong.size} entries differ (shape {exp.shape})",
+                        f"  first mismatch at index {idx}: got {_number(got[idx])}, expected "
+                        f"{_number(exp[idx])}"]
+    return False, f"{what}: wrong values", lines
+
+
+# --- random ops: the student's own draw ---------------------------------------------------------
+
+def _binomial_tails(n, k, q):
+    if q >= 1.0:
+        return (1.0 if k >= n else 0.0), 1.0
+    if q <= 0.0:
+        return 1.0, (1.0 if k <= 0 else 0.0)
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+            + i * math.log(q) + (n - i) * math.log1p(-q) for i in range(n + 1)]
+    top = max(logs)
+    w = [math.exp(v - top) for v in logs]
+    return sum(w[:k + 1]) / sum(w), sum(w[k:]) / sum(w)
+
+
+def _dropout_mask(args, kw, got, tol):
+    """Kept where out = x/(1-p), dropped where out = 0; None when neither."""
+    x = np.asarray(args[0], dtype=np.float64)
+    want = x / (1.0 - kw["p"])
+    rtol, atol = TOLERANCES[tol]
+    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    kept = (got != 0) & (np.abs(got - want) <= atol * scale + rtol * np.abs(want))
+    if (~(kept | (got == 0)) & (x != 0)).any():
+        return None
+    return kept | (x == 0)
+
+
+def _lora_mask(args, kw, got, tol):
+    """Per row, the dropout mask of the branch input that gives ``out``; None when none does."""
+    x, W, A, B = (np.asarray(a, dtype=np.float64) for a in args[:4])
+    b = np.asarray(args[4], dtype=np.float64) if len(args) > 4 and args[4] is not None else 0.0
+    r = A.shape[1]
+    s = kw["alpha"] / (math.sqrt(r) if kw.get("rank_stabilized") else r)
+    X = x.reshape(-1, x.shape[-1])
+    Y = np.asarray(got, dtype=np.float64).reshape(X.shape[0], -1)
+    if X.shape[1] > 14:
+        return None
+    C = (s / (1.0 - kw["dropout"])) * (A @ B)
+    masks = ((np.arange(2 ** X.shape[1])[:, None] >> np.arange(X.shape[1])) & 1).astype(bool)
+    rtol, atol = TOLERANCES[tol]
+    scale = max(1.0, float(np.max(np.abs(Y))) if Y.size else 1.0)
+    out = np.zeros(X.shape, dtype=bool)
+    for i in range(X.shape[0]):
+        cand = (X[i] @ W + b) + (masks * X[i]) @ C
+        worst = (np.abs(cand - Y[i]) - rtol * np.abs(cand)).max(axis=1)
+        best = int(np.argmin(worst))
+        if worst[best] > atol * scale:
+            return None
+        out[i] = masks[best]
+    return out.reshape(x.shape)
+
+
+def _rng_dependence(masks, known, p):
+    """(ok, lines): masks drawn from different generators must vary as independent Bernoulli
+    draws do; positions kept in every draw or dropped in every draw are counted."""
+    stack = np.stack(masks)[:, known]
+    n_draws, n = stack.shape
+    always = int(np.sum(stack.all(axis=0) | (~stack).all(axis=0)))
+    q = p ** n_draws + (1 - p) ** n_draws
+    hi = next((k for k in range(n, -1, -1) if _binomial_tails(n, k, q)[1] >= DRAW_ALPHA / 2), n)
+    if always <= hi:
+        return True, []
+    same = all(np.array_equal(stack[0], m) for m in stack[1:])
+    return False, [f"mask: over {n_draws} calls with different generators (rng), {always} of {n} "
+                   f"entries were kept in every call or dropped in every call; independent draws do "
+                   f"that to at most {hi}" + (": the mask was the same every time" if same else ""),
+                   "  draw the mask from the rng argument (keep = rng.random(x.shape) < 1 - p)"]
+
+
+def judge_draw(draw, args, kw, got, tol, redraw=None):
+    """(ok, short, lines, mask_read) for a random forward judged against its own draw, or None
+    when the output is not an array of the right shape (then compared as any other).
+    ``redraw(seed)``: the forward's output under another generator, for the larger cases."""
+    kind, arr, _ = kind_of(got)
+    if kind != "array" or arr.shape != tuple(draw["shape"]) or not np.isfinite(arr).all():
+        return None
+    reader = _dropout_mask if draw["op"] == "dropout" else _lora_mask
+    mask = reader(args, kw, arr.astype(np.float64), tol)
+    if mask is None:
+        return False, "out: no dropout mask gives it", [
+            "out: no dropout mask explains your output (dropped entries are 0, kept ones are "
+            "scaled by 1/(1-p)); your backward is compared with the expected gradients of one "
+            "particular draw"], False
+    known = np.asarray(args[0]) != 0
+    n, k, q = int(known.sum()), int((mask & known).sum()), 1.0 - draw["p"]
+    low, high = _binomial_tails(n, k, q)
+    if min(low, high) < DRAW_ALPHA / 2:
+        return False, "mask statistics", [
+            f"mask: your forward keeps {k} of {n} entries ({k / max(n, 1):.3f}); each entry must "
+            f"be kept with probability 1 - p = {q:g}"], True
+    if redraw is not None and n >= 200 and type(kw.get("rng")) is int:
+        masks = [mask]
+        for j in range(1, RNG_DRAWS + 1):
+            kind, arr, _ = kind_of(redraw(kw["rng"] + 7919 * j))
+            m = reader(args, kw, arr.astype(np.float64), tol) if kind == "array" \
+                and arr.shape == mask.shape else None
+            if m is None:
+                return True, "", [], True
+            masks.append(m)
+        ok, lines = _rng_dependence(masks, known, draw["p"])
+        if not ok:
+            return False, "mask ignores rng", lines, True
+    return True, "", [], True
+
+
+# --- finite differences of the student's own forward ----------------------------------------------
+
+def finite_differences(forward, args, kw, dout, p, rng):
+    """(indices, numeric) of d sum(forward(args) * dout) / d args[p] at some entries."""
+    base = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    x = base[p]
+    n = x.size
+    idx = np.arange(n) if n <= FD_MAX_ENTRIES else np.sort(rng.choice(n, FD_MAX_ENTRIES, replace=False))
+    num = np.zeros(idx.size)
+
+    def f(xp):
+        call = list(base)
+        call[p] = xp
+        out = forward(*[_copy(a) for a in call], **fresh_kwargs(kw))[0]
+        return float(np.sum(np.asarray(out, dtype=np.float64) * dout))
+    for m, j in enumerate(idx):
+        values = []
+        for step in (-2, -1, 1, 2):
+            xp = x.copy()
+            xp.reshape(-1)[j] += step * FD_STEP
+            values.append(f(xp))
+        num[m] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * FD_STEP)
+    return idx, num
+
+
+def own_forward_check(forward, args, kw, dout, grads, names):
+    """(consistent, lines): the backward's gradients against finite differences of the forward.
+    float32 inputs are differentiated in float64 (the same draw for random ops), and compared
+    with float32's tolerance."""
+    rng = np.random.default_rng(0)
+    lines, ok = [], True
+    single = any(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in args)
+    args = [a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype == np.float32 else a
+            for a in args]
+    dout = np.asarray(dout, dtype=np.float64)
+    rtol, atol = (2e-3, 1e-3) if single else (1e-4, 1e-5)
+    for p, (a, g) in enumerate(zip(args, grads)):
+        if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.size):
+            continue
+        kind, garr, _ = kind_of(g)
+        if kind != "array" or garr.shape != a.shape:
+            continue
+        idx, num = finite_differences(forward, args, kw, dout, p, rng)
+        ana = garr.astype(np.float64).reshape(-1)[idx]
+        scale = max(1.0, float(np.max(np.abs(num))))
+        bad = np.abs(ana - num) > atol * scale + rtol * np.abs(num)
+        if bad.any():
+            ok = False
+            j = int(idx[np.argmax(bad)])
+            where = tuple(int(i) for i in np.unravel_index(j, a.shape))
+            lines.append(f"d{names[p]}: {int(bad.sum())} of {idx.size} entries differ from finite "
+                         f"differences of your forward; first at {where}: yours "
+                         f"{ana[np.argmax(bad)]:.6g}, finite differences {num[np.argmax(bad)]:.6g}")
+            lines += ["  diagnosis: " + s for s in _patterns(ana, num)]
+    return ok, lines
+
+
+def _patterns(got, num):
+    """Simple patterns between a gradient and its finite differences."""
+    if not np.any(num) or not np.all(np.isfinite(got)):
+        return []
+    if not np.any(got):
+        return ["your gradient is all zeros: a term is never computed or never added in"]
+    big = np.abs(num) > 1e-6 * max(1.0, float(np.max(np.abs(num))))
+    ratio = got[big] / num[big]
+    if ratio.size and np.allclose(ratio, ratio[0], rtol=1e-4):
+        if np.isclose(ratio[0], -1.0):
+            return ["your gradient has the wrong sign everywhere"]
+        return [f"your gradient is {ratio[0]:.6g} times the finite differences everywhere: a "
+                "constant factor is off"]
+    return []
+
+
+# --- one function, case by case ------------------------------------------------------------------
+
+def call(fn, *args, **kw):
+    """(value, error_short, error_lines)."""
+    try:
+        return fn(*args, **kw), "", []
+    except NotImplementedError:
+        return None, "not implemented", [f"not implemented: {fn.__name__} raises NotImplementedError"]
+    except Exception as exc:  # noqa: BLE001 -- reported to the student
+        tb = traceback.extract_tb(exc.__traceback__)[1:]
+        lines = [f"{fn.__name__} raised {type(exc).__name__}: {exc}"]
+        lines += [f"    {fr.filename}, line {fr.lineno}, in {fr.name}" for fr in tb[-3:]]
+        return None, f"raised {type(exc).__name__}", lines
+
+
+def check_op(module, item, arrays):
+    """{function: [(label, passed, short, lines)]} for an op's forward and backward."""
+    fwd_name, bwd_name = item["functions"]
+    fwd, bwd = getattr(module, fwd_name, None), getattr(module, bwd_name, None)
+    names = item["inputs"]
+    results = {fwd_name: [], bwd_name: []}
+    for case in item["cases"]:
+        label, tol = case["label"], case["dtype"]
+        args = [decode(a, arrays) for a in case["args"]]
+        kw = {k: decode(v, arrays) for k, v in case["kwargs"].items()}
+        dout = arrays[case["dout"]]
+        grads = [None if g is None else arrays[g] for g in case["grads"]]
+        fwd_ok, cache, out, own_draw = False, None, None, False
+        if fwd is None or not callable(fwd):
+            results[fwd_name].append((label, False, "not defined", [f"{fwd_name} is not defined"]))
+        else:
+            given = [_copy(a) for a in args]
+            value, short, lines = call(fwd, *given, **fresh_kwargs(kw))
+            if short:
+                results[fwd_name].append((label, False, short, lines))
+            elif type(value) not in (tuple, list) or len(value) != 2:
+                results[fwd_name].append((label, False, "not (out, cache)", [
+                    f"{fwd_name} returned {describe(value)}; expected a pair (out, cache)"]))
+            else:
+                out, cache = value
+                flags = [f"{fwd_name} changed its input {names[i]} in place; a function must not "
+                         "modify its inputs (copy first, e.g. x = x.copy())"
+                         for i, (a, b) in enumerate(zip(args, given)) if not _same(a, b)]
+                def redraw(seed):
+                    again, _, _ = call(fwd, *_copy(args), **fresh_kwargs(dict(kw, rng=seed)))
+                    return again[0] if type(again) in (tuple, list) and len(again) == 2 else None
+                verdict = (judge_draw(case["draw"], args, kw, out, tol, redraw)
+                           if case.get("draw") else None)
+                if verdict is None:
+                    verdict = check_value(out, arrays[case["out"]], "out", tol) + (False,)
+                ok, short, lines, own_draw = verdict
+                fwd_ok = ok
+                results[fwd_name].append(_with_slips(label, ok, short, lines, flags))
+        if bwd is None or not callable(bwd):
+            results[bwd_name].append((label, False, "not defined", [f"{bwd_name} is not defined"]))
+            continue
+        if out is None:
+            _, short, lines = call(bwd, dout.copy(), {})
+            if short == "not implemented":
+                results[bwd_name].append((label, False, short, lines))
+            else:
+                results[bwd_name].append((label, False, "not run", [
+                    f"not run: {fwd_name} did not return (out, cache) on this case, and "
+                    f"{bwd_name} needs that cache"]))
+            continue
+        pristine, given = _copy(cache), dout.copy()
+        value, short, lines = call(bwd, given, cache)
+        if short:
+            results[bwd_name].append((label, False, short, lines))
+            continue
+        flags = []
+        if not _same(pristine, cache):
+            flags.append(f"{bwd_name} changed its cache in place; a backward must leave the cache "
+                         "as the forward returned it")
+        if not _same(dout, given):
+            flags.append(f"{bwd_name} changed dout in place; dout belongs to the caller -- copy it "
+                         "before modifying it")
+        ok, short, lines, items = _check_grads(value, grads, args, names, bwd_name, tol, own_draw,
+                                               fwd, kw, dout)
+        passed = ok
+        if not passed and items is not None and case["check"] and not own_draw:
+            consistent, extra = own_forward_check(fwd, args, kw, dout, items, names)
+            head = f"check of {bwd_name} against finite differences of your own {fwd_name}"
+            if consistent:
+                lines.append(f"{head}: PASSED -- your backward is consistent with your forward"
+                             + ("" if fwd_ok else f", so the mismatch comes from {fwd_name}: fix the "
+                                "forward first"))
+                if not fwd_ok and _nontrivial(items, grads):
+                    passed, short = True, "consistent with your own forward"
+                    lines.insert(0, f"credited: {bwd_name} is the gradient of your own {fwd_name}, "
+                                    "so it keeps its points; the forward's own check says what is wrong")
+            else:
+                lines += [f"{head}: FAILED -- your backward does not match your forward:"]
+                lines += ["  " + line for line in extra]
+        results[bwd_name].append(_with_slips(label, passed, short, lines, flags))
+    return results
+
+
+def _with_slips(label, passed, short, lines, flags):
+    """One case's verdict: right values with a contract slip (an input changed in place, ...)
+    pass, with the slip named; it costs a small part of the points in the grader."""
+    slips = [line for line in lines if line.startswith(SLIP)] + [SLIP + f for f in flags]
+    lines = [line for line in lines if not line.startswith(SLIP)]
+    if passed:
+        return label, True, "contract slip" if slips else short, lines + slips
+    return label, False, short or ("contract slip" if slips else ""), lines + slips
+
+
+def _nontrivial(items, grads):
+    """Nonzero wherever the correct gradient is: a forward and backward that both ignore an
+    input are consistent, and earn nothing for it."""
+    for got, exp in zip(items, grads):
+        if exp is not None and np.any(np.asarray(exp) != 0):
+            kind, arr, _ = kind_of(got)
+            if kind not in ("array", "scalar", "pyscalar") or not np.any(arr != 0):
+                return False
+    return True
+
+
+def _check_grads(value, grads, args, names, bwd_name, tol, own_draw, fwd, kw, dout):
+    """(ok, short, lines, items) for a backward's gradients; ``own_draw``: judged under the
+    mask the student's forward drew (read off its output)."""
+    n = len(args)
+    gnames = [f"d_{x}" if "_" in x or len(x) > 5 else f"d{x}" for x in names]
+    slips = []
+    if n == 1:
+        if type(value) in (tuple, list) and len(value) == 1 and kind_of(value[0])[0] in ("array", "scalar"):
+            slips.append(SLIP + f"{bwd_name} returned a {type(value).__name__} of one gradient for an "
+                         "op with one input; the gradient of a single input is returned bare")
+            items = list(value)
+        elif type(value) in (tuple, list):
+            return False, "not a bare gradient", [
+                f"{bwd_name} returned a {type(value).__name__} of {len(value)} for an op with one "
+                "input; the gradient of a single input is returned bare, not in a tuple"], None
+        else:
+            items = [value]
+    else:
+        if type(value) not in (tuple, list):
+            return False, "not a tuple of gradients", [
+                f"{bwd_name} returned {describe(value)}; expected a tuple of {n} gradients "
+                f"({', '.join(gnames)}), None for inputs that take no gradient"], None
+        if len(value) != n:
+            return False, "wrong number of gradients", [
+                f"{bwd_name} returned {len(value)} gradients; expected {n}, one per input "
+                f"({', '.join(gnames)})"], None
+        items = list(value)
+    if own_draw:
+        # the expected gradients depend on the student's own mask: the kinds, shapes and dtypes
+        # are checked here, the values against finite differences of the forward under the
+        # same seed (so the same mask)
+        ok, shorts, lines = True, [], []
+        for p, (g, e) in enumerate(zip(items, grads)):
+            v_ok, s, ls = check_value(g, e, gnames[p], tol)
+            if not v_ok and not s.endswith("wrong values"):
+                ok = False
+                shorts.append(s)
+                lines += ls
+        if not ok:
+            return False, "; ".join(dict.fromkeys(shorts)), lines, None
+        consistent, lines = own_forward_check(fwd, args, kw, dout, items, names)
+        return consistent, ("" if consistent else "wrong values"), lines, items
+    ok, shorts, lines = True, [], []
+    for p, (g, e) in enumerate(zip(items, grads)):
+        reason = ""
+        if e is None:
+            a = args[p]
+            reason = (f"{names[p]} was passed as None" if a is None
+                      else f"{names[p]} holds integers, which take no gradient"
+                      if isinstance(a, np.ndarray) and a.dtype.kind != "f"
+                      else f"{names[p]} takes no gradient (frozen)")
+        v_ok, s, ls = check_value(g, e, gnames[p], tol, none_reason=reason)
+        if not v_ok:
+            ok = False
+            shorts.append(s)
+        lines += ls
+    return ok, "; ".join(dict.fromkeys(shorts)), slips + lines, items
+
+
+def check_function(module, item, arrays):
+    """{function: [(label, passed, short, lines)]} for a plain function."""
+    name = item["functions"][0]
+    fn = getattr(module, name, None)
+    out = []
+    for case in item["cases"]:
+        if fn is None or not callable(fn):
+            out.append((case["label"], False, "not defined", [f"{name} is not defined"]))
+            continue
+        args = [decode(a, arrays) for a in case["args"]]
+        kw = {k: decode(v, arrays) for k, v in case["kwargs"].items()}
+        given = [_copy(a) for a in args]
+        value, short, lines = call(fn, *given, **kw)
+        if short:
+            out.append((case["label"], False, short, lines))
+            continue
+        flags = [f"{name} changed its input {item['inputs'][i] if i < len(item['inputs']) else i} in "
+                 "place; a function must not modify its inputs"
+                 for i, (a, b) in enumerate(zip(args, given)) if not _same(a, b)]
+        ok, short, lines = check_value(value, arrays[case["out"]], "result", "float64")
+        out.append(_with_slips(case["label"], ok, short, lines, flags))
+    return {name: out}
+
+
+# --- the whole homework -----------------------------------------------------------------------
+
+def run(homework, data_dir, only=()):
+    """{"functions": {name: {"passed", "cases": [...]}}, "load_problems": [...]}."""
+    try:
+        with open(os.path.join(data_dir, "check_data.json"), encoding="utf-8") as f:
+            data = json.load(f)
+        with np.load(os.path.join(data_dir, "check_data.npz"), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read check_data.json / check_data.npz in {data_dir!r}: {exc}") from None
+    module, problems = load_homework(homework)
+    functions = {}
+    for item in data["items"]:
+        wanted = [f for f in item["functions"] if not only or f in only or item["name"] in only]
+        if not wanted:
+            continue
+        if module is None:
+            results = {f: [(c["label"], False, "submission not loaded", problems)
+                           for c in item["cases"]] for f in item["functions"]}
+        else:
+            with np.errstate(all="ignore"):
+                results = (check_op if item["kind"] == "op" else check_function)(module, item, arrays)
+        for f in wanted:
+            cases = [{"label": lab, "passed": bool(ok), "short": short, "lines": lines}
+                     for lab, ok, short, lines in results[f]]
+            functions[f] = {"passed": all(c["passed"] for c in cases) and bool(cases), "cases": cases}
+    skipped = [f"{', '.join(s['functions'])} on case '{s['label']}'" for s in data.get("skipped", [])]
+    return {"assignment": data.get("assignment"), "homework": homework, "load_problems": problems,
+            "functions": functions, "not_checked_here": skipped}
+
+
+def table(result, details=True):
+    lines = [f"checking {result['homework']} on the visible cases"]
+    lines += [f"while loading: {p}" for p in result["load_problems"]]
+    width = max([len(f) for f in result["functions"]] + [8])
+    for f, r in result["functions"].items():
+        n_ok = sum(c["passed"] for c in r["cases"])
+        verdict = "PASS" if r["passed"] else "FAIL"
+        lines.append(f"  {f:<{width}}  {verdict}  ({n_ok} of {len(r['cases'])} visible cases)")
+    if details:
+        for f, r in result["functions"].items():
+            groups = {}                   # the same message on several cases is said once
+            for c in r["cases"]:                # failures, and passes with something to say
+                if not c["passed"] or c["short"]:
+                    head = c["short"] if not c["passed"] else f"PASS, {c['short']}"
+                    groups.setdefault((head, "\n".join(c["lines"])), []).append(c["label"])
+            for (short, body), labels in groups.items():
+                where = (f"case '{labels[0]}'" if len(labels) == 1 else
+                         f"{len(labels)} cases ('" + "', '".join(labels) + "')")
+                lines += ["", f"{f} on {where}: {short}"]
+                lines += ["  " + line for line in body.splitlines()]
+    if result.get("not_checked_here"):
+        lines += ["", "judged by the grader only (their inputs cannot be stored here): "
+                  + "; ".join(result["not_checked_here"])]
+    passed = sum(r["passed"] for r in result["functions"].values())
+    lines += ["", f"{passed} of {len(result['functions'])} functions pass every visible case. "
+              "The grader also runs hidden cases."]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Check homework on the assignment's visible cases.")
+    parser.add_argument("homework", help="your homework.py or homework.ipynb")
+    parser.add_argument("--only", nargs="+", default=(), metavar="NAME",
+                        help="check only these functions (or ops)")
+    parser.add_argument("--brief", action="store_true", help="the verdicts only, without details")
+    parser.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON")
+    parser.add_argument("--data", metavar="DIR", default=os.path.dirname(os.path.abspath(__file__)),
+                        help="the folder of check_data.json (default: this script's folder)")
+    args = parser.parse_args(argv)
+    try:
+        if not os.path.isfile(args.homework):
+            raise UsageError(f"{args.homework!r} does not exist; expected your homework.py or .ipynb")
+        result = run(args.homework, args.data, set(args.only))
+    except UsageError as exc:
+        print(f"check.py: error: {exc}", file=sys.stderr)
+        return 2
+    print(table(result, details=not args.brief))
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, args.json)
+    return 0 if all(r["passed"] for r in result["functions"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The students' self-check (numpytfmr/grading/selfcheck.py, shipped as check.py): the folder
+``make-assignment`` hands out holds neither the reference nor a hidden case, check.py runs
+without numpytfmr, and its verdicts on the visible cases are the grader's.
+
+Submissions: tests/grading_fixtures/selfcheck/ (slips and bugs planted in a solution written
+from the skeleton's docstrings), correct.py with planted bugs, and independent/.
+"""
+import ast
+import hashlib
+import inspect
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from numpytfmr.grading import grade, make_assignment
+from numpytfmr.grading.cases import make_graded_cases, resolve
+
+FIXTURES = pathlib.Path(__file__).parent / "grading_fixtures"
+NAMES = ["relu", "softmax", "dropout", "layernorm", "attention", "lora_linear", "causal_mask"]
+
+
+@pytest.fixture(scope="module")
+def assignment(tmp_path_factory):
+    out = tmp_path_factory.mktemp("selfcheck") / "hw"
+    paths = make_assignment(NAMES, out, hidden_seed=4242)
+    return out, paths
+
+
+def _check(paths, submission, tmp_path, *extra):
+    """Run check.py as a student would: another directory, isolated mode (no PYTHONPATH, no
+    user site), so numpytfmr cannot be imported."""
+    out = tmp_path / f"{pathlib.Path(submission).stem}.json"
+    proc = subprocess.run([sys.executable, "-I", paths["check"], str(submission), "--json", str(out),
+                           *extra], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return proc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def _reference_functions():
+    for name in NAMES:
+        item = resolve(name)
+        yield from ([item.spec.forward, item.spec.backward] if item.kind == "op"
+                    else [item.spec.reference])
+
+
+def _body_lines(fn):
+    """The reference body's code lines (no docstring, no comment, no trivial line)."""
+    src = inspect.getsource(fn)
+    tree = ast.parse(src.lstrip() if src[0] == " " else src)
+    node = tree.body[0]
+    body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body
+    out = []
+    for stmt in body:
+        for line in ast.get_source_segment(src.lstrip() if src[0] == " " else src, stmt).splitlines():
+            code = line.split("#")[0].strip()
+            if len(code) >= 25:
+                out.append(code)
+    return out
+
+
+def test_the_student_folder_holds_no_reference_code_and_no_hidden_case(assignment):
+    out, paths = assignment
+    student = pathlib.Path(paths["student"])
+    assert sorted(p.name for p in student.iterdir()) == ["check.py", "check_data.json", "check_data.npz",
+                                                         "homework.ipynb", "homework.py"]
+    texts = {p.name: p.read_text(errors="replace") for p in student.iterdir() if p.suffix != ".npz"}
+    # no line of a reference body, and nothing of numpytfmr imported
+    lines = [line for fn in _reference_functions() for line in _body_lines(fn)]
+    assert len(lines) > 20
+    for name, text in texts.items():
+        flat = "\n".join(t.strip() for t in text.splitlines())
+        leaked = [line for line in lines if line in flat]
+        assert not leaked, (name, leaked[:3])
+    for name in ("check.py", "homework.py"):
+        tree = ast.parse(texts[name])
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                    for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert imported <= set(sys.stdlib_module_names) | {"numpy"}, (name, imported)
+    # the data holds the visible cases only: no hidden label, no hidden input
+    data = json.loads(texts["check_data.json"])
+    assert not any("hidden" in c["label"] for i in data["items"] for c in i["cases"])
+    with np.load(student / "check_data.npz") as z:
+        stored = {hashlib.sha256(np.ascontiguousarray(z[k]).tobytes()).hexdigest() for k in z.files}
+    config = json.loads((out / "autograder" / "grading.json").read_text())
+    def digests(hidden):
+        out = set()
+        for name in NAMES:
+            for gc in make_graded_cases(resolve(name), seed=0, hidden_seed=config["hidden_seed"]):
+                for a in list(gc.case.args) + list(gc.case.kwargs.values()):
+                    if gc.hidden == hidden and isinstance(a, np.ndarray) and a.size > 4:
+                        out.add(hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest())
+        return out
+    secret = digests(True) - digests(False)     # a fixed mask both use is no secret
+    assert len(secret) > 20 and not secret & stored
+    # the skeleton's last line points to the check, not to the grader
+    skeleton = texts["homework.py"]
+    assert skeleton.rstrip().splitlines()[-1] == "# Check your work on the visible cases:   python check.py homework.py"
+    assert "numpytfmr grade" not in skeleton and "python check.py homework.ipynb" in texts["homework.ipynb"]
+
+
+def _submission(tmp_path, *parts):
+    path = tmp_path / f"{pathlib.Path(parts[-1]).stem}.py"
+    path.write_text("\n\n".join((FIXTURES / p).read_text() for p in parts))
+    return path
+
+
+BASE = "selfcheck/correct.py"
+SUBMISSIONS = [(BASE,), (BASE, "selfcheck/dropout_unscaled.py"),
+               (BASE, "selfcheck/dropout_backward_unscaled.py"),
+               (BASE, "selfcheck/dropout_dout_in_place.py"), (BASE, "selfcheck/softmax_tuple.py"),
+               (BASE, "selfcheck/softmax_in_place.py"), (BASE, "selfcheck/relu_wrong_backward.py"),
+               ("selfcheck/not_loading.py",),
+               ("correct.py",), ("correct.py", "bugs/attention_no_scale.py"),
+               ("correct.py", "bugs/layernorm_unbiased.py"), ("correct.py", "bugs/causal_off_by_one.py"),
+               ("correct.py", "bugs/lora_alpha.py"), ("independent/homework.py",),
+               ("independent/dropout_binomial.py",), ("independent/lora_other_draw.py",)]
+
+
+@pytest.mark.parametrize("parts", SUBMISSIONS, ids=lambda p: "+".join(pathlib.Path(x).stem for x in p))
+def test_check_py_gives_the_graders_visible_verdicts(assignment, tmp_path, parts):
+    out, paths = assignment
+    path = _submission(tmp_path, *parts)
+    report = grade(path, config=paths["config"])
+    graded = {}
+    for t in report.tests:
+        if not t.hidden:
+            graded[t.function] = graded.get(t.function, True) and t.passed
+    proc, verdicts = _check(paths, path, tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    checked = {f: r["passed"] for f, r in verdicts["functions"].items()}
+    assert checked == graded, proc.stdout
+    assert proc.returncode == (0 if all(checked.values()) else 1)
+    # case by case too, under the grader's labels
+    for t in report.tests:
+        if not t.hidden:
+            case = [c for c in verdicts["functions"][t.function]["cases"] if c["label"] == t.label]
+            assert len(case) == 1 and case[0]["passed"] == t.passed, (t.function, t.label)
+
+
+def test_check_py_says_what_is_wrong_with_the_students_own_functions(assignment, tmp_path):
+    _, paths = assignment
+    proc, verdicts = _check(paths, _submission(tmp_path, BASE, "selfcheck/dropout_backward_unscaled.py"),
+                            tmp_path)
+    assert proc.returncode == 1
+    assert "differ from finite differences of your forward" in proc.stdout
+    assert "0.7 times the finite differences everywhere" in proc.stdout
+    proc, _ = _check(paths, FIXTURES / "correct.py", tmp_path, "--only", "attention")
+    assert "PASS" in proc.stdout and "relu" not in proc.stdout
+    # a forward bug: the backward is consistent with it, keeps its points, and the check says to
+    # fix the forward
+    path = _submission(tmp_path, "correct.py", "bugs/attention_no_scale.py")
+    proc, verdicts = _check(paths, path, tmp_path, "--only", "attention")
+    assert "your backward is consistent with your forward, so the mismatch comes from " \
+           "attention_forward" in proc.stdout and "credited: attention_backward" in proc.stdout
+    assert verdicts["functions"]["attention_backward"]["passed"]
+    assert not verdicts["functions"]["attention_forward"]["passed"]
+    # contract slips pass, named
+    proc, _ = _check(paths, _submission(tmp_path, BASE, "selfcheck/softmax_tuple.py"), tmp_path)
+    assert "PASS, contract slip" in proc.stdout and "returned a tuple of one gradient" in proc.stdout
+    proc, _ = _check(paths, _submission(tmp_path, BASE, "selfcheck/dropout_dout_in_place.py"), tmp_path)
+    assert "dropout_backward changed dout in place" in proc.stdout
+
+
+def test_check_py_runs_where_numpytfmr_cannot_be_imported(assignment, tmp_path):
+    proc = subprocess.run([sys.executable, "-I", "-c", "import numpytfmr"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "No module named 'numpytfmr'" in proc.stderr
+    _, paths = assignment
+    proc, verdicts = _check(paths, _submission(tmp_path, "selfcheck/correct.py"), tmp_path,
+                            "--only", "relu", "softmax", "dropout")
+    assert proc.returncode == 0 and len(verdicts["functions"]) == 6, proc.stdout
+
+
+def test_check_py_usage_errors_exit_2(assignment, tmp_path):
+    _, paths = assignment
+    proc, _ = _check(paths, tmp_path / "missing.py", tmp_path)
+    assert proc.returncode == 2 and "missing.py" in proc.stderr and "Traceback" not in proc.stderr
+    other = tmp_path / "data"
+    other.mkdir()
+    proc, _ = _check(paths, FIXTURES / "correct.py", tmp_path, "--data", str(other))
+    assert proc.returncode == 2 and "check_data.json" in proc.stderr
+
+
+def test_a_case_whose_inputs_cannot_be_stored_is_left_to_the_grader_and_said(tmp_path, monkeypatch):
+    import numpytfmr.grading.skeleton as sk
+    from numpytfmr.registry import Case
+
+    real = sk.make_graded_cases
+
+    def with_a_generator(item, **kw):
+        cases = real(item, **kw)
+        gc = cases[0]
+        odd = type(gc)(gc.index, Case(gc.case.args, dict(gc.case.kwargs, rng=np.random.default_rng(1)),
+                                      "a Generator object"), "a Generator object")
+        return cases + [odd]
+    monkeypatch.setattr(sk, "make_graded_cases", with_a_generator)
+    data, arrays = sk.check_data([resolve("dropout")], seed=0)
+    assert data["skipped"] == [{"functions": ["dropout_forward", "dropout_backward"],
+                                "label": "a Generator object",
+                                "why": "a case holds Generator, which the self-check cannot store"}]
+    assert "a Generator object" not in [c["label"] for c in data["items"][0]["cases"]]
+    paths = sk.make_assignment(["dropout"], tmp_path / "hw", hidden_seed=1)
+    proc, verdicts = _check(paths, FIXTURES / "selfcheck" / "correct.py", tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert "judged by the grader only (their inputs cannot be stored here): dropout_forward, " \
+           "dropout_backward on case 'a Generator object'" in proc.stdout
