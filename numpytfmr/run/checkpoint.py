@@ -21,6 +21,7 @@ import zipfile
 
 import numpy as np
 
+from ..gpt import GPTConfig, gpt_param_shapes
 from . import fileio
 from .data import tokenizer_from_dict
 from .loop import TrainSettings
@@ -224,7 +225,6 @@ def load_model(path, *, kind=None):
     ck = load_checkpoint(path, kind=kind)
     json_path = ck["path"]
     if ck["kind"] == "gpt":
-        from ..gpt import GPTConfig, gpt_param_shapes
         cfg = _config_from(GPTConfig, ck["config"], json_path)
         _check_weights(ck["params"], gpt_param_shapes(cfg), json_path)
         ck["tokenizer"] = _tokenizer_from(ck.get("tokenizer"), json_path, cfg.vocab_size)

@@ -39,10 +39,11 @@ import numpy as np
 from ..classical import bits_per_byte, ngram_bits_per_byte
 from .checkpoint import checkpoint_file, load_checkpoint, resumed_settings, save_checkpoint
 from .corpus import default_corpus, split_text
-from .data import tokenizer_from_dict
 from .loop import STREAM_INIT, TrainSettings, step_rng, train_loop
 from .progress import Progress
 from .tasks import token_budget
+from .tokenizers import (DEFAULT_VOCAB_SIZE, TEXT_TOKENIZERS, TextCharTokenizer, make_tokenizer,
+                         token_byte_lengths, tokenizer_from_dict)
 
 __all__ = [
     "PRETRAIN_DEFAULTS", "PRETRAIN_MODEL", "PRETRAIN_SETTINGS", "TOKENIZERS", "SAMPLE_PROMPTS",
@@ -53,116 +54,15 @@ __all__ = [
 ]
 
 # The default run of ``numpytfmr pretrain`` (README, "Pretraining on real text").
-PRETRAIN_DEFAULTS = {"tokenizer": "bpe", "vocab_size": 4096, "context": 64, "minutes": 4.5}
+PRETRAIN_DEFAULTS = {"tokenizer": "bpe", "vocab_size": DEFAULT_VOCAB_SIZE, "context": 64, "minutes": 4.5}
 PRETRAIN_MODEL = {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": None, "d_ff": None,
                   "positional": "learned", "norm": "pre", "activation": "gelu"}
 PRETRAIN_SETTINGS = {"steps": 2000, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100,
                      "weight_decay": 0.1, "clip_norm": 1.0, "seed": 0, "eval_every": 200}
-TOKENIZERS = ("bpe", "byte", "char")
+TOKENIZERS = TEXT_TOKENIZERS
 SAMPLE_PROMPTS = ("The ", "Return ", "If ")
 DEFAULT_SOURCE = "stdlib-docstrings"      # the ``source`` of the default corpus (corpus.py)
 EVAL_WINDOWS = 64                         # windows of held-out text in a periodic evaluation
-
-
-# ---------------------------------------------------------------------------------------
-# Tokenizers of text
-# ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TextCharTokenizer:
-    """One token per character of the training text, with a byte fallback.
-
-    ids ``0 .. C-1`` are the distinct characters of the text it was made from (sorted by
-    code point); ids ``C .. C+255`` are the 256 bytes, which spell in UTF-8 any character
-    not among them. Every string therefore has an encoding, and ``decode(encode(s)) == s``.
-    """
-    chars: str
-
-    def __post_init__(self):
-        if not isinstance(self.chars, str) or len(set(self.chars)) != len(self.chars):
-            raise ValueError(f"TextCharTokenizer: chars is {self.chars[:40]!r}...; expected a "
-                             "string of distinct characters")
-
-    @classmethod
-    def from_text(cls, text):
-        return cls("".join(sorted(set(text))))
-
-    @property
-    def vocab_size(self):
-        return len(self.chars) + 256
-
-    def encode(self, text):
-        """``str -> list[int]``: a character's id, or the ids of its UTF-8 bytes."""
-        index = {c: i for i, c in enumerate(self.chars)}
-        first_byte = len(self.chars)
-        ids = []
-        for c in text:
-            i = index.get(c)
-            if i is None:
-                ids.extend(first_byte + b for b in c.encode("utf-8"))
-            else:
-                ids.append(i)
-        return ids
-
-    def decode(self, ids):
-        """``ids -> str``, invalid UTF-8 (a character cut after some of its bytes) as U+FFFD."""
-        C = len(self.chars)
-        pieces = []
-        for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist():
-            if not 0 <= i < C + 256:
-                raise ValueError(f"TextCharTokenizer.decode: {i} is not an id of the vocabulary "
-                                 f"(0..{C + 255})")
-            pieces.append(self.chars[i].encode("utf-8") if i < C else bytes([i - C]))
-        return b"".join(pieces).decode("utf-8", errors="replace")
-
-    def byte_lengths(self):
-        """``(vocab_size,)``: the UTF-8 bytes each token spells."""
-        return np.array([len(c.encode("utf-8")) for c in self.chars] + [1] * 256, dtype=np.int64)
-
-    def to_dict(self):
-        return {"type": "text-char", "chars": self.chars}
-
-    @classmethod
-    def from_dict(cls, d):
-        if not isinstance(d, dict) or d.get("type") != "text-char" or \
-                not isinstance(d.get("chars"), str):
-            raise ValueError(f"TextCharTokenizer.from_dict: got {str(d)[:80]!r}; expected "
-                             "{'type': 'text-char', 'chars': '...'}")
-        return cls(d["chars"])
-
-
-def make_tokenizer(kind, text, vocab_size=None):
-    """The tokenizer of a run, made from its training text.
-
-    ``"bpe"``: byte-level BPE with ``vocab_size`` tokens learnt on ``text`` (bpe.py);
-    ``"byte"``: the 256 bytes of UTF-8; ``"char"``: :class:`TextCharTokenizer`.
-    ``vocab_size`` applies to BPE only (None: ``PRETRAIN_DEFAULTS["vocab_size"]``).
-    """
-    from .bpe import BPETokenizer, train_bpe
-    where = "make_tokenizer"
-    if kind not in TOKENIZERS:
-        raise ValueError(f"{where}: tokenizer is {kind!r}; expected one of {TOKENIZERS}")
-    if kind != "bpe" and vocab_size is not None:
-        raise ValueError(f"{where}: vocab_size is {vocab_size} but the {kind!r} tokenizer has a "
-                         "fixed vocabulary; vocab_size applies to 'bpe'")
-    if kind == "byte":
-        return BPETokenizer.byte_level()
-    if kind == "char":
-        return TextCharTokenizer.from_text(text)
-    vocab, merges = train_bpe(text, PRETRAIN_DEFAULTS["vocab_size"] if vocab_size is None
-                              else vocab_size)
-    return BPETokenizer(vocab, merges)
-
-
-def token_byte_lengths(tokenizer):
-    """``(vocab_size,)`` int64: how many UTF-8 bytes of text each token spells (0 for an
-    id that is no token). ``lengths[ids].sum()`` is the length of the text ``ids`` encode."""
-    if isinstance(tokenizer, TextCharTokenizer):
-        return tokenizer.byte_lengths()
-    out = np.zeros(tokenizer.vocab_size, dtype=np.int64)
-    for i, token in tokenizer.vocab.items():
-        out[i] = len(token)
-    return out
 
 
 def encode_text(tokenizer, text):

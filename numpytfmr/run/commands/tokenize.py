@@ -80,7 +80,7 @@ def _lines(f, path, bar):
 
 def cmd_tokenize(args):
     from numpytfmr.run.batches import write_tokens
-    from numpytfmr.run.bpe import load_tokenizer
+    from numpytfmr.run.tokenizers import load_tokenizer
     from numpytfmr.run.progress import Progress
 
     if os.path.exists(args.output) and not args.force:
