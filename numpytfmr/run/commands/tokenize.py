@@ -4,8 +4,9 @@
     numpytfmr tokenize --text corpus.txt --tokenizer bpe.json -o corpus.bin --force
 
 The text is read line by line and streamed through the tokenizer into the token file
-(``numpytfmr.run.batches``: a header, then the ids as uint16 or uint32), so a corpus larger
-than memory can be tokenized; ``open_tokens`` maps the result for ``get_batch``. The file
+(``numpytfmr.run.batches``: a header naming the tokenizer, then the ids as uint16 or
+uint32), so a corpus larger than memory can be tokenized; ``open_tokens`` maps the result
+for ``get_batch``, and ``numpytfmr pretrain --tokens`` trains on it. The file
 is written under a temporary name and renamed when complete; an existing file is replaced
 only with ``--force``.
 """
@@ -52,8 +53,9 @@ def add_command(sub):
     p.add_argument("--text", required=True, type=text_file, metavar="FILE",
                    help="the UTF-8 text file to tokenize")
     p.add_argument("--tokenizer", required=True, type=tokenizer_spec, metavar="T",
-                   help="'byte' (the UTF-8 bytes as ids 0..255) or a tokenizer JSON saved by "
-                        "BPETokenizer.save")
+                   help="'byte' (the UTF-8 bytes as ids 0..255) or a tokenizer JSON (written by "
+                        "pretrain --tokenizer-out, a run's tokenizer.json, or BPETokenizer.save); "
+                        "the token file's header names it")
     p.add_argument("-o", "--output", required=True, type=output_file, metavar="FILE",
                    help="the token file to write")
     p.add_argument("--force", action="store_true", help="replace --output if it exists")
@@ -93,7 +95,7 @@ def cmd_tokenize(args):
     start = time.perf_counter()
     with open(args.text, "rb") as f, Progress(size, "tokenize", enabled=not args.quiet) as bar:
         n = write_tokens(args.output, tokenizer.encode_iterable(_lines(f, args.text, bar)),
-                         vocab_size=tokenizer.vocab_size)
+                         vocab_size=tokenizer.vocab_size, tokenizer=tokenizer.to_dict())
     seconds = time.perf_counter() - start
     per_token = f", {size / n:.3f} bytes/token" if n else ""
     print(f"{args.output}: {n:,} tokens (vocabulary {tokenizer.vocab_size:,}) from {size:,} bytes "
