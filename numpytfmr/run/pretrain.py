@@ -21,13 +21,24 @@ see the README's errata). Beside them stand the n-gram models of 003 ch. 2 (smoo
 unigram, bigram and trigram over bytes, ``classical.ngram_model``), fitted on the same
 training text and scored on the same held-out text: the transformer has to beat counting.
 
+The data is a text, or token files of ``numpytfmr tokenize`` (``read_token_file``: their
+header names the tokenizer); the tokenizer is learnt on the text, read from a file, or
+that of the token files or of ``init``, a trained model to continue from. There is one
+held-out measure: every evaluation scores the whole held-out stream, from step 0 (before
+any update: what ``init`` brings) to the final figure, the last point of the curve.
+
 A run is the training loop of loop.py with a checkpoint (checkpoint.py) at each
 evaluation; the batch of a step is a fixed function of ``(seed, step)``, so ``resume=True``
 continues a stopped run bit for bit. ``minutes=`` gives a wall-clock budget: the number of
 steps (and so the learning-rate schedule) is planned from the measured speed of the first
-steps, and training stops when the budget is used, whatever the plan said.
+steps and re-planned every few seconds from the speed measured so far, so that the run and
+its final evaluation end near the budget; training stops when the budget is used, whatever
+the plan said.
+
+Generation (``generate_ids``) goes on past the context window: each token is conditioned on
+the last ``max_len`` tokens, as nanoGPT crops its context, the KV cache being rebuilt when
+the window slides.
 """
-from dataclasses import dataclass
 import hashlib
 import json
 import math

@@ -237,7 +237,8 @@ def cmd_dpo(args):
         "seconds": seconds, "base_seconds": base["seconds"], "pair_seconds": pair_seconds,
         "dpo_seconds": dpo_seconds, "base_weights_unchanged": unchanged(params, before),
         "base_exact_match": base["exact_match"], "base_checkpoint": base["checkpoint"],
-        "checkpoint": checkpoint, "settings": settings.to_dict(), "evals": history["evals"]}
+        "checkpoint": checkpoint, "settings": settings.to_dict(), "evals": history["evals"],
+        "loss_history": history["loss"]}
     lines = [f"preferred behaviour ({prefer}) on {len(test['prompts'])} held-out prompts: "
              f"{100 * rates_before['preferred']:.1f}% before, "
              f"{100 * rates_after['preferred']:.1f}% after DPO "
