@@ -1,4 +1,5 @@
 """Random windows of a token stream, token files, and ``numpytfmr tokenize``."""
+import json
 import os
 import resource
 import struct
@@ -239,3 +240,26 @@ def test_tokenize_reports_text_that_is_not_utf8(tmp_path, capsys):
                  "--quiet"]) == 2
     one_line_error(capsys, "--text", "line 3 is not UTF-8", "0xff")
     assert sorted(os.listdir(tmp_path)) == ["bad.txt"]                # nothing left behind
+
+
+def test_a_token_file_can_name_its_tokenizer(tmp_path):
+    """Version 2: the tokenizer's dict in the header; the ids after it, as in version 1."""
+    from numpytfmr.run.tokenizers import make_tokenizer, tokenizer_from_dict
+    tok = make_tokenizer("bpe", "hello world, hello there " * 40, 270)
+    ids = np.array(tok.encode("hello there world"))
+    path = tmp_path / "named.bin"
+    assert write_tokens(path, ids, vocab_size=tok.vocab_size, tokenizer=tok.to_dict()) == ids.size
+    info = read_token_header(path)
+    assert info.tokenizer == json.loads(json.dumps(tok.to_dict()))
+    assert tokenizer_from_dict(info.tokenizer).encode("hello") == tok.encode("hello")
+    assert info.offset > 32 and open_tokens(path).tolist() == ids.tolist()
+    assert read_token_header(tmp_path / "named.bin").count == ids.size
+    plain = tmp_path / "plain.bin"
+    write_tokens(plain, ids, vocab_size=tok.vocab_size)
+    assert read_token_header(plain).tokenizer is None and read_token_header(plain).offset == 32
+    data = path.read_bytes()
+    path.write_bytes(data[:40] + b"x" + data[41:])          # the JSON broken
+    with pytest.raises(ValueError, match="tokenizer is not readable JSON"):
+        read_token_header(path)
+    with pytest.raises(TypeError, match="tokenizer is"):
+        write_tokens(tmp_path / "bad.bin", ids, vocab_size=tok.vocab_size, tokenizer="bpe")
