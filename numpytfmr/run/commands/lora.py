@@ -27,6 +27,8 @@ import time
 
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, positive_float,
                                positive_int)
+from numpytfmr.run.commands import posttext
+from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
 from numpytfmr.run.commands.train import add_run_options as add_out_options
 from numpytfmr.run.commands.train import check_out, finish, logger, out_dir
 
@@ -142,33 +144,6 @@ def base_model(args, *, where):
             "seconds": summary["seconds"], "exact_match": summary["exact_match"]}
 
 
-def adapter_settings(args):
-    from numpytfmr.run.loop import TrainSettings
-    return TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                         warmup_steps=min(args.warmup_steps, args.steps - 1), weight_decay=0.0,
-                         clip_norm=1.0, seed=args.seed, eval_every=args.eval_every)
-
-
-def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, history=None):
-    """``train_loop`` over the adapters only, with a progress bar unless ``--quiet``;
-    ``history``: the training state to start from (e.g. holding the step-0 evaluation).
-
-    Returns ``(adapters, history, seconds)``.
-    """
-    from numpytfmr.run.loop import train_loop
-    from numpytfmr.run.progress import Progress
-
-    bar = Progress(settings.steps, desc) if not args.quiet else None
-    t0 = time.perf_counter()
-    try:
-        adapters, _, history = train_loop(adapters, loss_and_grads, settings, evaluate=evaluate,
-                                          history=history, progress=bar, log=logger(args))
-    finally:
-        if bar is not None:
-            bar.close()
-    return adapters, history, time.perf_counter() - t0
-
-
 def save_adapted(out, base, merged, adapters, meta):
     """The merged model as a GPT checkpoint (``numpytfmr generate`` runs it) plus the
     adapters alone in ``adapters.npz``; returns the checkpoint.json path."""
@@ -182,26 +157,14 @@ def save_adapted(out, base, merged, adapters, meta):
     return path
 
 
-def snapshot(params):
-    """Copies of the base arrays, to show afterwards that training left them untouched."""
-    return {k: p.copy() for k, p in params.items()}
-
-
-def unchanged(params, before):
-    import numpy as np
-    return all(np.array_equal(params[k], before[k]) and params[k].dtype == before[k].dtype
-               for k in before) and set(params) == set(before)
-
-
 def start_adapter_run(args, where):
     """The start shared by ``lora`` and ``dpo``: check what the argument types cannot see
     before any work (the targets, an --out that would replace a previous run without
     --force, one's own data without a model to tune), and load or train the base model
     (the BLAS threads and kernels are set by ``adapter_command``). Returns (targets, start
     time, base)."""
-    from numpytfmr.run.commands.posttext import check_data_flags
     targets = parse_targets(args.targets)
-    check_data_flags(args, where)
+    posttext.check_data_flags(args, where)
     check_out(args, where)
     start = time.perf_counter()
     return targets, start, base_model(args, where=where)
@@ -233,11 +196,10 @@ def cmd_lora(args):
     from numpytfmr.run.loop import STREAM_INIT, STREAM_TEST, step_rng
     from numpytfmr.run.tasks import IGNORE, evaluate_gpt, gpt_task_data, task_record
 
-    from numpytfmr.run.commands.posttext import check_base_kind, lora_text
     where = "lora"
     targets, start, base = start_adapter_run(args, where)
-    if check_base_kind(args, base, where):
-        return lora_text(args, targets, start, base)
+    if posttext.check_base_kind(args, base, where):
+        return posttext.lora_text(args, targets, start, base)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     task = args.task or RELATED_TASKS.get(base["task"])
     if task is None:
@@ -339,8 +301,7 @@ def add_command(sub):
     g.add_argument("--task", choices=[t for t in TASKS if t not in ("sort_either", "dyck")],
                    default=None, help="target task (default: related to the base's task: "
                    "sort <-> sort_desc, reverse <-> rotate)")
-    from numpytfmr.run.commands.posttext import add_data_options
-    add_data_options(p, "lora")
+    posttext.add_data_options(p, "lora")
     add_adapter_options(p, LORA_DEFAULTS)
     add_run_options(p, "runs/lora")
     p.set_defaults(func=cmd_lora)

@@ -15,6 +15,7 @@ import os
 import time
 
 from numpytfmr.run.cli import UsageError
+from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
 from numpytfmr.run.commands.pretrain import text_file
 from numpytfmr.run.commands.train import finish, out_dir
 
@@ -127,7 +128,6 @@ def lora_text(args, targets, start, base):
     from numpytfmr.posttrain import add_lora, lora_parameter_counts, merge_lora
     from numpytfmr.run.batches import get_batch
     from numpytfmr.run.checkpoint import load_model
-    from numpytfmr.run.commands.lora import adapter_settings, snapshot, train_adapters, unchanged
     from numpytfmr.run.loop import STREAM_INIT, step_rng
     from numpytfmr.run.posttext import (PROMPT_COMPLETION, completion_arrays, completion_metrics,
                                         read_rows, split_rows, split_stream)
@@ -242,7 +242,6 @@ def dpo_text(args, targets, start, base):
     from numpytfmr.fast.posttrain import dpo_loss_and_grads as lora_dpo
     from numpytfmr.posttrain import add_lora, dpo_loss_and_grads, lora_parameter_counts, \
         merge_lora
-    from numpytfmr.run.commands.lora import adapter_settings, snapshot, train_adapters, unchanged
     from numpytfmr.run.loop import STREAM_INIT, step_rng
     from numpytfmr.run.posttext import (PREFERENCE, full_logprobs, pair_arrays,
                                         preference_metrics, read_rows, sequence_logprobs,
