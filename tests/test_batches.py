@@ -225,11 +225,35 @@ def test_tokenize_usage_errors_name_the_flag(files, tmp_path, capsys):
         (["--text", str(text), "--tokenizer", "byte"], "--output"),
         (["--text", str(text), "--tokenizer", "byte", "-o", str(tmp_path)], "--output"),
         (["--tokenizer", "byte", "-o", out], "--text"),
+        (["--text", str(text), "--tokenizer", "bpe", "-o", out], "--tokenizer-out"),
+        (["--text", str(text), "--tokenizer", "byte", "-o", out, "--vocab-size", "300"],
+         "--vocab-size goes with --tokenizer bpe"),
+        (["--text", str(text), "--tokenizer", "byte", "-o", out, "--tokenizer-out",
+          str(tmp_path / "t.json")], "--tokenizer-out goes with --tokenizer bpe"),
+        (["--text", str(text), "--tokenizer", "bpe", "--vocab-size", "100", "-o", out,
+          "--tokenizer-out", str(tmp_path / "t.json")], "--vocab-size is 100"),
+        (["--text", str(text), "--tokenizer", "bpe", "-o", out, "--tokenizer-out",
+          str(folder / "tok.json")], "--tokenizer-out"),
     ]
     for argv, flag in cases:
         assert main(["tokenize", *argv, "--quiet"]) == 2, argv
         one_line_error(capsys, flag)
     assert not os.path.exists(out)
+
+
+def test_tokenize_learns_a_bpe_and_names_it_in_the_token_file(files, tmp_path, capsys):
+    """``--tokenizer bpe``: the BPE learnt on the text is written to --tokenizer-out and named
+    in the token file's header; the ids are its encoding of the text."""
+    from numpytfmr.run.tokenizers import load_tokenizer, tokenizer_digest, tokenizer_from_dict
+    _, text, _ = files
+    out, tok_file = tmp_path / "o.bin", tmp_path / "bpe.json"
+    assert main(["tokenize", "--text", str(text), "--tokenizer", "bpe", "--vocab-size", "300",
+                 "--tokenizer-out", str(tok_file), "-o", str(out), "--quiet"]) == 0
+    tok = load_tokenizer(str(tok_file))
+    assert tok.vocab_size == 300 and np.array_equal(open_tokens(out), tok.encode(TEXT))
+    assert tokenizer_digest(tokenizer_from_dict(read_token_header(out).tokenizer)) == \
+        tokenizer_digest(tok)
+    assert "byte-level BPE, 300 tokens" in capsys.readouterr().out
 
 
 def test_tokenize_reports_text_that_is_not_utf8(tmp_path, capsys):

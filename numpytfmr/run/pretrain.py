@@ -731,8 +731,9 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
 def _planned_settings(settings, params, batch_loss, deadline, eval_seconds, minutes):
     """``settings`` with the number of steps that fits before ``deadline``: two steps are
     run on a scratch copy (the first warms up, the second is timed) and the evaluations
-    every ``eval_every`` steps and the final one are counted in; the warmup stays at most a
-    tenth. :func:`_replanner` corrects the plan as the run goes."""
+    along the way and the final one are counted in (``eval_every`` lowered so that the
+    curve gets up to EVALS_PLANNED points, for at most a tenth of the budget); the warmup
+    stays at most a tenth. :func:`_replanner` corrects the plan as the run goes."""
     state = adamw_init(params)
     for i in range(2):
         t0 = time.perf_counter()
@@ -743,8 +744,14 @@ def _planned_settings(settings, params, batch_loss, deadline, eval_seconds, minu
     if left <= 0:
         raise ValueError(f"pretrain: the budget of {minutes:g} minutes was used before training "
                          "began (reading and tokenizing the text); give more minutes")
-    per_step = step_seconds + 1.1 * eval_seconds / settings.eval_every   # evaluation + save
-    return _with_steps(settings, max(2, int(left / per_step)))
+    # evaluations (and saves) along the curve: every eval_every steps, but at most as many as
+    # a tenth of the budget pays for, and at most EVALS_PLANNED
+    affordable = max(1, min(EVALS_PLANNED, int(0.1 * left / max(eval_seconds, 1e-9))))
+    rough = max(2, int(0.9 * left / step_seconds))          # steps, evaluations aside
+    eval_every = min(settings.eval_every, max(1, rough // affordable))
+    per_step = step_seconds + 1.1 * eval_seconds / eval_every
+    steps = max(2, int(left / per_step))
+    return _with_steps(TrainSettings(**dict(settings.to_dict(), eval_every=eval_every)), steps)
 
 
 def _with_steps(settings, steps):
@@ -756,6 +763,7 @@ def _with_steps(settings, steps):
 
 
 REPLAN_SECONDS = 2.0      # how often a budgeted run measures its speed again
+EVALS_PLANNED = 10        # at most this many points on the curve of a budgeted run
 
 
 def _replanner(deadline, eval_seconds, first_step):
