@@ -701,7 +701,8 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
     if stopped and log is not None:
         log(f"the budget of {minutes:g} minutes is used: stopped at step {history['step']} "
             f"of {settings.steps}")
-    if history["evals"][-1]["step"] != history["step"]:     # the curve ends at the final figure
+    appended = history["evals"][-1]["step"] != history["step"]
+    if appended:            # stopped between evaluations: the curve ends at the final figure
         history["evals"].append({"step": history["step"], **evaluate(params)})
     final = history["evals"][-1]
     samples = _samples(params, config, tok, settings.seed, n_samples, sample_tokens) \
@@ -723,7 +724,7 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         "tokenizer_file": None if out is None else os.path.join(out, TOKENIZER_FILE)},
         {"grad_accum": record.get("grad_accum", 1), "dropout": config.dropout,
          "context": context, "minutes": minutes})
-    if out is not None and opt_state is not None:
+    if appended and out is not None and opt_state is not None:
         save(params, opt_state, history)       # the checkpoint holds the whole curve
     return params, summary
 
