@@ -560,3 +560,20 @@ def test_streamed_text_is_the_completion(base_run):
     text, ids = pt.complete_text(*args, max_new_tokens=40, temperature=0.9,
                                  rng=np.random.default_rng(5))
     assert "".join(pieces) == text and len(ids) == 40 and len(pieces) > 1
+
+
+def test_tokenizer_out_is_written_before_training_even_without_a_run_folder(text, tmp_path):
+    from numpytfmr.run.tokenizers import tokenizer_digest
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8")
+    argv = ["pretrain", "--text", str(path), "--vocab-size", "280", "--steps", "2",
+            "--eval-every", "2", "--batch-size", "4", "--context", "16", "--d-model", "16",
+            "--n-layers", "1", "--n-heads", "2", "--out", "none", "--quiet", "--samples", "0",
+            "--tokenizer-out", str(tmp_path / "tok.json"), "--summary", str(tmp_path / "s.json")]
+    assert _main(argv) == 0
+    tok = load_tokenizer(str(tmp_path / "tok.json"))
+    assert tok.vocab_size == 280
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["tokenizer_out"] == str(tmp_path / "tok.json") and s["checkpoint"] is None
+    assert tokenizer_digest(tok) == tokenizer_digest(make_tokenizer("bpe", split_text(text)[0],
+                                                                    280))

@@ -43,7 +43,7 @@ def _smoothed(y, width):
     return (c[end] - c[begin]) / (end - begin)
 
 
-def _loss_panel(loss, ylabel="training loss (nats per token)", scale=1.0):
+def _loss_panel(loss, ylabel="training loss", scale=1.0):
     steps = np.arange(1, len(loss) + 1)
     y = np.asarray(loss, dtype=np.float64) * scale
     width = max(1, len(loss) // 50)

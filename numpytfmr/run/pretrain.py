@@ -456,7 +456,8 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokens=N
              val_tokens=None, tokens_source=None, val_tokens_source=None, tokenizer=None,
              tokenizer_source=None, vocab_size=None, model=None, settings=None, grad_accum=None,
              init=None, minutes=None, out=None, resume=False, force=False, changes=None,
-             progress=False, log=None, n_samples=3, sample_tokens=100, baselines=True):
+             progress=False, log=None, n_samples=3, sample_tokens=100, baselines=True,
+             tokenizer_out=None):
     """Train a GPT on text and score it against the n-gram baselines: what ``numpytfmr
     pretrain`` runs (module docstring).
 
@@ -492,6 +493,7 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokens=N
     progress, log: a progress bar on stderr; ``f(str)`` for evaluation lines
     n_samples, sample_tokens: continuations printed in the summary's ``samples``
     baselines: fit and score the n-gram baselines (a second or two)
+    tokenizer_out: also write the run's tokenizer to this file, before training begins
 
     The held-out measure is one: every evaluation (the curve, ``summary["evals"]``) scores
     the whole held-out stream, from step 0 before any update to the last step, whose
@@ -511,7 +513,8 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokens=N
     opt_state = history = init_path = None
     if resume:
         if tokenizer is not None or vocab_size is not None or model is not None or \
-                settings is not None or init is not None or grad_accum is not None:
+                settings is not None or init is not None or grad_accum is not None or \
+                tokenizer_out is not None:
             raise ValueError(f"{where}: with resume=True the model, tokenizer and settings come "
                              "from the checkpoint; pass what should change as changes={...}")
         ck = _resume_record(out, where)
@@ -572,6 +575,8 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokens=N
             config = GPTConfig(vocab_size=tok.vocab_size, max_len=context, **fields)
             params = init_gpt(config, rng=step_rng(settings.seed, 0, STREAM_INIT))
         data.tok = tok
+        if tokenizer_out is not None:
+            save_tokenizer(tok, tokenizer_out)
         data.record = {"task": "text", "tokenizer": tokenizer_kind(tok),
                        "tokenizer_source": tokenizer_source if given is not None else None,
                        "vocab_size": vocab_size if made and kind in (None, "bpe") else None,
@@ -721,7 +726,8 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         "wall_seconds": time.perf_counter() - start,
         "samples": samples, "config": config.to_dict(),
         "checkpoint": None if out is None else checkpoint_file(out),
-        "tokenizer_file": None if out is None else os.path.join(out, TOKENIZER_FILE)},
+        "tokenizer_file": None if out is None else os.path.join(out, TOKENIZER_FILE),
+        "tokenizer_out": None if tokenizer_out is None else os.fspath(tokenizer_out)},
         {"grad_accum": record.get("grad_accum", 1), "dropout": config.dropout,
          "context": context, "minutes": minutes})
     if appended and out is not None and opt_state is not None:

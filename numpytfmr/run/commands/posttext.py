@@ -16,7 +16,7 @@ import time
 
 from numpytfmr.run.cli import UsageError
 from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
-from numpytfmr.run.commands.pretrain import text_file
+from numpytfmr.run.commands.pretrain import read_text, text_file
 from numpytfmr.run.commands.train import finish, out_dir
 
 TEXT_DATA_FLAGS = ("text", "val_text", "data", "val_data")
@@ -88,14 +88,6 @@ def check_base_kind(args, base, where):
     return is_text
 
 
-def _read(path, flag):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{flag} {path}: cannot be read as UTF-8 text ({exc})") from None
-
-
 def _save(args, base, params, adapters, extra):
     """The tuned model as a checkpoint of text, with adapters.npz (LoRA) and tokenizer.json;
     returns the checkpoint.json path (None for --out none)."""
@@ -139,8 +131,8 @@ def lora_text(args, targets, start, base):
     T = config.max_len
     settings = adapter_settings(args)
     if args.text:
-        ids = encode_text(tok, _read(args.text, "--text"))
-        val = encode_text(tok, _read(args.val_text, "--val-text")) if args.val_text else None
+        ids = encode_text(tok, read_text(args.text, "--text"))
+        val = encode_text(tok, read_text(args.val_text, "--val-text")) if args.val_text else None
         train_ids, val_ids = split_stream(ids, val, T)
         lengths = token_byte_lengths(tok)
         kind, n_train, n_val = "text", int(train_ids.size), int(val_ids.size)

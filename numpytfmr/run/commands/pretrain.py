@@ -68,7 +68,8 @@ def dropout_rate(text):
     return value
 
 
-def _read(path, flag):
+def read_text(path, flag):
+    """The UTF-8 text of ``path``; a UsageError naming ``flag`` when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -165,7 +166,7 @@ def _pretrain(args):
     from numpytfmr.run.plot import pretrain_panels
     from numpytfmr.run.pretrain import (PRETRAIN_DEFAULTS, PRETRAIN_MODEL, PRETRAIN_SETTINGS,
                                         pretrain, read_token_file)
-    from numpytfmr.run.tokenizers import make_tokenizer, save_tokenizer
+    from numpytfmr.run.tokenizers import make_tokenizer
     settings, changes = settings_from_args(args, PRETRAIN_SETTINGS)
     model = {k: getattr(args, k) for k in PRETRAIN_MODEL if getattr(args, k) is not None}
     if args.context is not None:
@@ -187,8 +188,8 @@ def _pretrain(args):
             data["val_tokens"] = read_token_file(args.val_tokens, tok, what="--val-tokens")
             data["val_tokens_source"] = args.val_tokens
     else:
-        data = dict(text=_read(args.text, "--text") if args.text else None,
-                    val_text=_read(args.val_text, "--val-text") if args.val_text else None,
+        data = dict(text=read_text(args.text, "--text") if args.text else None,
+                    val_text=read_text(args.val_text, "--val-text") if args.val_text else None,
                     source=args.text, val_source=args.val_text)
     if args.resume:
         changes.update(model)
@@ -205,16 +206,8 @@ def _pretrain(args):
                               tokenizer_source=args.tokenizer if _is_file(args.tokenizer)
                               else None, vocab_size=args.vocab_size, model=model,
                               settings=settings, grad_accum=args.grad_accum, init=args.init,
-                              force=args.force, **data, **common)
-    if args.tokenizer_out:
-        from numpytfmr.run.pretrain import load_text_model
-        if summary["checkpoint"]:
-            run_tok = load_text_model(summary["checkpoint"])["tokenizer"]
-        else:
-            run_tok = tok if tok is not None else None
-        if run_tok is not None:
-            save_tokenizer(run_tok, args.tokenizer_out)
-            summary["tokenizer_out"] = args.tokenizer_out
+                              force=args.force, tokenizer_out=args.tokenizer_out, **data,
+                              **common)
     lines = summary_lines(summary)
     if summary.get("tokenizer_out"):
         lines.append(f"tokenizer: {summary['tokenizer_out']}")
