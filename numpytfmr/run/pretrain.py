@@ -71,7 +71,8 @@ __all__ = [
 ]
 
 # The default run of ``numpytfmr pretrain`` (README, "Pretraining on real text").
-PRETRAIN_DEFAULTS = {"tokenizer": "bpe", "vocab_size": DEFAULT_VOCAB_SIZE, "context": 64, "minutes": 4.5}
+PRETRAIN_DEFAULTS = {"tokenizer": "bpe", "vocab_size": DEFAULT_VOCAB_SIZE, "context": 64,
+                     "minutes": 4.5}
 PRETRAIN_MODEL = {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": None, "d_ff": None,
                   "positional": "learned", "norm": "pre", "activation": "gelu", "dropout": 0.0}
 PRETRAIN_SETTINGS = {"steps": 2000, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100,
@@ -581,6 +582,8 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokens=N
                        "tokenizer_source": tokenizer_source if given is not None else None,
                        "vocab_size": vocab_size if made and kind in (None, "bpe") else None,
                        "context": config.max_len, "grad_accum": int(grad_accum),
+                       "tokenizer_out": None if tokenizer_out is None else
+                       os.fspath(tokenizer_out),
                        "init": None if init_path is None else os.path.dirname(init_path),
                        "source": None, "val_source": None, "tokens_source": None,
                        "val_tokens_source": None, **data.record}
@@ -727,7 +730,7 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         "samples": samples, "config": config.to_dict(),
         "checkpoint": None if out is None else checkpoint_file(out),
         "tokenizer_file": None if out is None else os.path.join(out, TOKENIZER_FILE),
-        "tokenizer_out": None if tokenizer_out is None else os.fspath(tokenizer_out)},
+        "tokenizer_out": record.get("tokenizer_out")},
         {"grad_accum": record.get("grad_accum", 1), "dropout": config.dropout,
          "context": context, "minutes": minutes})
     if appended and out is not None and opt_state is not None:

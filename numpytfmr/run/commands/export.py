@@ -1,8 +1,8 @@
 """``numpytfmr export``: a trained GPT as a Hugging Face folder.
 
     numpytfmr export --checkpoint runs/pretrain -o hf/my-gpt
-    python -c "from transformers import AutoModelForCausalLM, AutoTokenizer; \\
-        AutoModelForCausalLM.from_pretrained('hf/my-gpt'); AutoTokenizer.from_pretrained('hf/my-gpt')"
+    python -c "from transformers import AutoModelForCausalLM as M, AutoTokenizer as T; \\
+        M.from_pretrained('hf/my-gpt'); T.from_pretrained('hf/my-gpt')"
 
 The folder holds config.json and model.safetensors (``run.hf.save_hf_checkpoint``: the same
 logits in ``AutoModelForCausalLM``) and the tokenizer: GPT-2's vocab.json and merges.txt

@@ -51,9 +51,10 @@ def tokenizer_arg(text):
         return text
     path = os.path.expanduser(text)
     if not os.path.isfile(path):
-        raise argparse.ArgumentTypeError(f"is {text!r}, which is neither {', '.join(TEXT_TOKENIZERS)} "
-                                         "nor a file; expected a kind to learn, or a tokenizer "
-                                         "JSON (--tokenizer-out of a run, its tokenizer.json)")
+        kinds = ", ".join(TEXT_TOKENIZERS)
+        raise argparse.ArgumentTypeError(f"is {text!r}, which is neither {kinds} nor a file; "
+                                         "expected a kind to learn, or a tokenizer JSON "
+                                         "(--tokenizer-out of a run, its tokenizer.json)")
     return path
 
 
@@ -211,8 +212,8 @@ def _pretrain(args):
     lines = summary_lines(summary)
     if summary.get("tokenizer_out"):
         lines.append(f"tokenizer: {summary['tokenizer_out']}")
-    finish(args, summary, lines, pretrain_panels(summary),
-           f"numpytfmr pretrain: {os.path.basename(summary['source'] or summary['tokens_source'] or 'text')}")
+    data_name = os.path.basename(summary["source"] or summary["tokens_source"] or "text")
+    finish(args, summary, lines, pretrain_panels(summary), f"numpytfmr pretrain: {data_name}")
     return 0
 
 
