@@ -494,8 +494,8 @@ def test_init_refuses_another_tokenizer_or_shape(base_run, text):
 
 def test_the_budget_is_re_planned_from_the_measured_speed(monkeypatch):
     """A plan of 100 steps at first; the steps then take 0.5 s each: with 60 s left at the
-    start and 1 s of final evaluation, the total moves to what fits (about 118 steps in
-    all); when steps get slower, it moves down."""
+    start and an evaluation of 1 s (the finish: FINISH_EVALS of them), the total moves to
+    what fits (about 116 steps in all); when steps get slower, it moves down."""
     clock = {"t": 0.0}
     monkeypatch.setattr(pt.time, "perf_counter", lambda: clock["t"])
     replan = pt._replanner(deadline=60.0, eval_seconds=1.0, first_step=0)
@@ -507,14 +507,15 @@ def test_the_budget_is_re_planned_from_the_measured_speed(monkeypatch):
         history["step"] = step
         new = replan(history, settings) or new
     assert new is not None
-    assert new.steps == 10 + int((60.0 - 5.0 - 1.0) / 0.5)
+    finish = pt.FINISH_EVALS * 1.0
+    assert new.steps == 10 + int((60.0 - 5.0 - finish) / 0.5)
     assert new.warmup_steps == 10
     for step in range(11, 21):                      # now 2 s a step
         clock["t"] = 5.0 + 2.0 * (step - 10)
         history["step"] = step
         new = replan(history, new) or new
     per_step = 25.0 / 20
-    assert new.steps == 20 + int((60.0 - 25.0 - 1.0) / per_step)
+    assert new.steps == 20 + int((60.0 - 25.0 - finish) / per_step)
 
 
 def test_a_budgeted_run_records_its_plan(text):

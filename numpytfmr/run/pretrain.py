@@ -750,7 +750,7 @@ def _planned_settings(settings, params, batch_loss, deadline, eval_seconds, minu
         _, grads, _ = batch_loss(params, i)
         adamw_step(params, grads, state, lr=settings.lr)
         step_seconds = time.perf_counter() - t0
-    left = deadline - time.perf_counter() - eval_seconds       # the final evaluation
+    left = deadline - time.perf_counter() - FINISH_EVALS * eval_seconds     # the finish
     if left <= 0:
         raise ValueError(f"pretrain: the budget of {minutes:g} minutes was used before training "
                          "began (reading and tokenizing the text); give more minutes")
@@ -774,12 +774,14 @@ def _with_steps(settings, steps):
 
 REPLAN_SECONDS = 2.0      # how often a budgeted run measures its speed again
 EVALS_PLANNED = 10        # at most this many points on the curve of a budgeted run
+FINISH_EVALS = 2.0        # the final evaluation, the samples and the save, in evaluations
 
 
 def _replanner(deadline, eval_seconds, first_step):
     """The ``replan`` of ``train_loop`` for a wall-clock budget: every couple of seconds,
     the seconds per step measured so far in this run (evaluations and saves included)
-    give how many more steps fit before ``deadline``, less the final evaluation; the
+    give how many more steps fit before ``deadline``, less the finish (the final evaluation,
+    the samples and the save: FINISH_EVALS times the step-0 evaluation); the
     total is moved there (never below the step reached). Warmup steps already taken stay."""
     t_start = time.perf_counter()
     state = {"next": t_start + REPLAN_SECONDS}
@@ -791,7 +793,7 @@ def _replanner(deadline, eval_seconds, first_step):
             return None
         state["next"] = now + REPLAN_SECONDS
         per_step = (now - t_start) / done
-        final = eval_seconds if eval_seconds is not None else per_step
+        final = FINISH_EVALS * (eval_seconds if eval_seconds is not None else per_step)
         more = int((deadline - now - final) / per_step)
         steps = max(history["step"] + 1, history["step"] + more)
         if steps == settings.steps:
