@@ -1,4 +1,5 @@
 """Random windows of a token stream, token files, and ``numpytfmr tokenize``."""
+import json
 import os
 import resource
 import struct
@@ -224,11 +225,35 @@ def test_tokenize_usage_errors_name_the_flag(files, tmp_path, capsys):
         (["--text", str(text), "--tokenizer", "byte"], "--output"),
         (["--text", str(text), "--tokenizer", "byte", "-o", str(tmp_path)], "--output"),
         (["--tokenizer", "byte", "-o", out], "--text"),
+        (["--text", str(text), "--tokenizer", "bpe", "-o", out], "--tokenizer-out"),
+        (["--text", str(text), "--tokenizer", "byte", "-o", out, "--vocab-size", "300"],
+         "--vocab-size goes with --tokenizer bpe"),
+        (["--text", str(text), "--tokenizer", "byte", "-o", out, "--tokenizer-out",
+          str(tmp_path / "t.json")], "--tokenizer-out goes with --tokenizer bpe"),
+        (["--text", str(text), "--tokenizer", "bpe", "--vocab-size", "100", "-o", out,
+          "--tokenizer-out", str(tmp_path / "t.json")], "--vocab-size is 100"),
+        (["--text", str(text), "--tokenizer", "bpe", "-o", out, "--tokenizer-out",
+          str(folder / "tok.json")], "--tokenizer-out"),
     ]
     for argv, flag in cases:
         assert main(["tokenize", *argv, "--quiet"]) == 2, argv
         one_line_error(capsys, flag)
     assert not os.path.exists(out)
+
+
+def test_tokenize_learns_a_bpe_and_names_it_in_the_token_file(files, tmp_path, capsys):
+    """``--tokenizer bpe``: the BPE learnt on the text is written to --tokenizer-out and named
+    in the token file's header; the ids are its encoding of the text."""
+    from numpytfmr.run.tokenizers import load_tokenizer, tokenizer_digest, tokenizer_from_dict
+    _, text, _ = files
+    out, tok_file = tmp_path / "o.bin", tmp_path / "bpe.json"
+    assert main(["tokenize", "--text", str(text), "--tokenizer", "bpe", "--vocab-size", "300",
+                 "--tokenizer-out", str(tok_file), "-o", str(out), "--quiet"]) == 0
+    tok = load_tokenizer(str(tok_file))
+    assert tok.vocab_size == 300 and np.array_equal(open_tokens(out), tok.encode(TEXT))
+    assert tokenizer_digest(tokenizer_from_dict(read_token_header(out).tokenizer)) == \
+        tokenizer_digest(tok)
+    assert "byte-level BPE, 300 tokens" in capsys.readouterr().out
 
 
 def test_tokenize_reports_text_that_is_not_utf8(tmp_path, capsys):
@@ -239,3 +264,26 @@ def test_tokenize_reports_text_that_is_not_utf8(tmp_path, capsys):
                  "--quiet"]) == 2
     one_line_error(capsys, "--text", "line 3 is not UTF-8", "0xff")
     assert sorted(os.listdir(tmp_path)) == ["bad.txt"]                # nothing left behind
+
+
+def test_a_token_file_can_name_its_tokenizer(tmp_path):
+    """Version 2: the tokenizer's dict in the header; the ids after it, as in version 1."""
+    from numpytfmr.run.tokenizers import make_tokenizer, tokenizer_from_dict
+    tok = make_tokenizer("bpe", "hello world, hello there " * 40, 270)
+    ids = np.array(tok.encode("hello there world"))
+    path = tmp_path / "named.bin"
+    assert write_tokens(path, ids, vocab_size=tok.vocab_size, tokenizer=tok.to_dict()) == ids.size
+    info = read_token_header(path)
+    assert info.tokenizer == json.loads(json.dumps(tok.to_dict()))
+    assert tokenizer_from_dict(info.tokenizer).encode("hello") == tok.encode("hello")
+    assert info.offset > 32 and open_tokens(path).tolist() == ids.tolist()
+    assert read_token_header(tmp_path / "named.bin").count == ids.size
+    plain = tmp_path / "plain.bin"
+    write_tokens(plain, ids, vocab_size=tok.vocab_size)
+    assert read_token_header(plain).tokenizer is None and read_token_header(plain).offset == 32
+    data = path.read_bytes()
+    path.write_bytes(data[:40] + b"x" + data[41:])          # the JSON broken
+    with pytest.raises(ValueError, match="tokenizer is not readable JSON"):
+        read_token_header(path)
+    with pytest.raises(TypeError, match="tokenizer is"):
+        write_tokens(tmp_path / "bad.bin", ids, vocab_size=tok.vocab_size, tokenizer="bpe")

@@ -9,8 +9,9 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from numpytfmr.run import bpe
-from numpytfmr.run.bpe import (BPETokenizer, WHITE_SPACE, bytes_to_unicode, load_tokenizer,
-                               pretokenize, pretokenizer, train_bpe)
+from numpytfmr.run.bpe import (BPETokenizer, WHITE_SPACE, bytes_to_unicode, pretokenize,
+                               pretokenizer, train_bpe)
+from numpytfmr.run.tokenizers import load_tokenizer
 
 EOT = "<|endoftext|>"
 
@@ -407,5 +408,4 @@ def test_transformers_gpt2_tokenizer_encodes_like_ours(tokenizer, tmp_path):
 
 
 def test_module_exports():
-    assert set(bpe.__all__) >= {"train_bpe", "BPETokenizer", "bytes_to_unicode", "pretokenize",
-                                "load_tokenizer"}
+    assert set(bpe.__all__) >= {"train_bpe", "BPETokenizer", "bytes_to_unicode", "pretokenize"}

@@ -444,3 +444,64 @@ def test_greedy_generation_with_the_exported_tokenizer(tmp_path):
     ours = generate(params, tok.encode("<bos>3142<sep>")[None], config=config, max_new_tokens=8,
                     top_k=1)
     assert their_tok.decode(out[0]) == tok.decode(ours[0])
+
+
+# ---------------------------------------------------------------------------------------
+# numpytfmr export and load_run: a run of pretrain, on to transformers in one command
+# ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bpe_run(tmp_path_factory):
+    """A tiny pretrain run with a byte-level BPE learnt on its text, and the held-out text."""
+    from numpytfmr.run.cli import main
+    from numpytfmr.run.corpus import default_corpus, split_text
+    tmp = tmp_path_factory.mktemp("bpe-run")
+    text = default_corpus(max_bytes=20_000) + "\nÜnïcödé ½ 🙂 naïve café\n"
+    (tmp / "own.txt").write_text(text, encoding="utf-8")
+    assert main(["pretrain", "--text", str(tmp / "own.txt"), "--vocab-size", "400", "--steps",
+                 "20", "--eval-every", "20", "--batch-size", "8", "--context", "32",
+                 "--d-model", "32", "--n-layers", "2", "--n-heads", "2", "--quiet",
+                 "--samples", "0", "--out", str(tmp / "run")]) == 0
+    return tmp / "run", split_text(text)[1]
+
+
+def test_load_run_gives_params_config_and_tokenizer(bpe_run, tmp_path):
+    from numpytfmr.run.checkpoint import load_run
+    from numpytfmr.run.pretrain import load_text_model
+    run, _ = bpe_run
+    params, config, tokenizer = load_run(run)
+    ck = load_text_model(run)
+    assert config == ck["model_config"] and set(params) == set(ck["params"])
+    assert tokenizer.encode("The end") == ck["tokenizer"].encode("The end")
+    assert load_run(run / "checkpoint.json").config == config
+
+
+def test_export_writes_what_transformers_loads(bpe_run, tmp_path, capsys):
+    """``numpytfmr export``: AutoTokenizer gives our ids on the held-out text, and the
+    model's greedy continuation is ours."""
+    from numpytfmr.run.checkpoint import load_run
+    from numpytfmr.run.cli import main
+    from numpytfmr.run.pretrain import complete_text
+    torch, transformers = _transformers()
+    run, held_out = bpe_run
+    out = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(run), "-o", str(out), "--dtype", "float64"]) == 0
+    assert "GPT2LMHeadModel" in capsys.readouterr().out
+    assert {"config.json", "model.safetensors", "vocab.json", "merges.txt",
+            "tokenizer_config.json"} <= set(os.listdir(out))
+    params, config, tok = load_run(run)
+    theirs = transformers.AutoTokenizer.from_pretrained(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert theirs(held_out)["input_ids"] == tok.encode(held_out)
+        assert theirs.decode(tok.encode(held_out)) == held_out
+        model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+        for prompt in ("The ", "Return the value"):
+            ids = theirs(prompt, return_tensors="pt")
+            n = ids["input_ids"].shape[1]
+            generated = model.generate(**ids, max_new_tokens=config.max_len - n + 1,
+                                       do_sample=False, pad_token_id=0)
+            ours, _ = complete_text({k: v.astype(np.float64) for k, v in params.items()},
+                                    config, tok, prompt, temperature=0.0,
+                                    max_new_tokens=config.max_len - n + 1)
+            assert theirs.decode(generated[0, n:]) == ours

@@ -102,3 +102,96 @@ def test_dpo_command_writes_its_summary(pairs, tmp_path):
 def test_bad_arguments_exit_with_status_2(args, message, capsys):
     assert main(args + ["--quiet", "--out", "none"]) == 2
     assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# lora and dpo on a model of text with one's own data
+# ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory):
+    """A tiny model of text, its text, prompt-completion rows and preference rows."""
+    from numpytfmr.run.corpus import default_corpus
+    tmp = tmp_path_factory.mktemp("text")
+    text = default_corpus(max_bytes=15_000)
+    (tmp / "own.txt").write_text(text, encoding="utf-8")
+    assert main(["pretrain", "--text", str(tmp / "own.txt"), "--vocab-size", "300", "--steps",
+                 "6", "--eval-every", "3", "--batch-size", "8", "--context", "24", "--d-model",
+                 "16", "--n-layers", "1", "--n-heads", "2", "--quiet", "--samples", "0",
+                 "--out", str(tmp / "run")]) == 0
+    words = text.split()
+    pc = [{"prompt": " ".join(words[i:i + 3]) + " ", "completion": " ".join(words[i + 3:i + 5])}
+          for i in range(0, 400, 10)]
+    prefs = [{"prompt": " ".join(words[i:i + 3]) + " ", "chosen": "the same.",
+              "rejected": "not so"} for i in range(0, 400, 10)]     # a preference to learn
+    (tmp / "pc.jsonl").write_text("\n".join(json.dumps(r) for r in pc) + "\n")
+    (tmp / "prefs.jsonl").write_text("\n".join(json.dumps(r) for r in prefs) + "\n")
+    return tmp
+
+
+def _summary(tmp_path, argv):
+    summary = tmp_path / "s.json"
+    assert main([*argv, "--summary", str(summary), "--quiet"]) == 0
+    return json.loads(summary.read_text())
+
+
+def test_lora_on_ones_own_text(text_run, tmp_path, capsys):
+    from numpytfmr.run.checkpoint import load_run
+    from numpytfmr.run.pretrain import is_text_checkpoint
+    out = tmp_path / "lora"
+    s = _summary(tmp_path, ["lora", "--checkpoint", str(text_run / "run"), "--text",
+                            str(text_run / "own.txt"), "--steps", "8", "--eval-every", "4",
+                            "--batch-size", "8", "--lr", "3e-2", "--out", str(out)])
+    assert s["data"] == "text" and s["steps"] == 8 and s["base_weights_unchanged"]
+    assert [e["step"] for e in s["evals"]] == [0, 4, 8]
+    assert s["evals"][0]["val_bits_per_byte"] == s["val_bits_per_byte_before"]
+    assert s["evals"][-1]["val_bits_per_byte"] == s["val_bits_per_byte_after"]
+    assert s["val_loss_after"] < s["val_loss_before"]           # it learns the text
+    assert is_text_checkpoint(out) and (out / "adapters.npz").exists()
+    assert (out / "tokenizer.json").exists()
+    base, merged = load_run(text_run / "run"), load_run(out)
+    adapters = load_arrays(out / "adapters.npz")
+    expected = merge_lora(base.params, adapters, alpha=8.0)
+    for k in expected:
+        np.testing.assert_array_equal(merged.params[k], expected[k])
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(out), "--prompt", "The ", "--max-new-tokens",
+                 "60"]) == 0
+    assert capsys.readouterr().out.startswith("The ")
+
+
+def test_lora_on_prompt_completion_rows_scores_the_completions(text_run, tmp_path):
+    s = _summary(tmp_path, ["lora", "--checkpoint", str(text_run / "run"), "--data",
+                            str(text_run / "pc.jsonl"), "--steps", "6", "--eval-every", "3",
+                            "--batch-size", "8", "--lr", "3e-2", "--out", "none"])
+    assert s["data"] == "prompt-completion" and s["train_size"] == 36 and s["val_size"] == 4
+    assert s["val_loss_after"] < s["val_loss_before"]
+    assert s["checkpoint"] is None
+
+
+def test_dpo_on_ones_own_preferences(text_run, tmp_path):
+    out = tmp_path / "dpo"
+    s = _summary(tmp_path, ["dpo", "--checkpoint", str(text_run / "run"), "--data",
+                            str(text_run / "prefs.jsonl"), "--steps", "6", "--eval-every", "3",
+                            "--batch-size", "8", "--lr", "3e-2", "--nll-weight", "0",
+                            "--out", str(out)])
+    trl = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins")
+    assert all(s["before"][k] == 0.0 for k in trl)          # the policy starts as the reference
+    assert s["after"]["rewards/margins"] > 0 and s["rewards/margins"] == s["after"]["rewards/margins"]
+    assert s["after"]["rewards/margins"] == pytest.approx(
+        s["after"]["rewards/chosen"] - s["after"]["rewards/rejected"])
+    assert s["val_pairs"] == 4 and s["train_pairs"] == 36 and not s["full"]
+    assert (out / "adapters.npz").exists() and s["base_weights_unchanged"]
+
+
+def test_dpo_on_every_weight(text_run, tmp_path):
+    from numpytfmr.run.checkpoint import load_run
+    out = tmp_path / "full"
+    s = _summary(tmp_path, ["dpo", "--checkpoint", str(text_run / "run"), "--data",
+                            str(text_run / "prefs.jsonl"), "--full", "--steps", "4",
+                            "--eval-every", "4", "--batch-size", "8", "--lr", "1e-3",
+                            "--nll-weight", "0", "--out", str(out)])
+    assert s["full"] and s["trainable_fraction"] == 1.0 and s["after"]["rewards/margins"] > 0
+    assert not (out / "adapters.npz").exists()
+    base, tuned = load_run(text_run / "run"), load_run(out)
+    assert all(not np.array_equal(base.params[k], tuned.params[k]) for k in ("wte", "h0.attn.Wq"))

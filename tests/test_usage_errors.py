@@ -283,8 +283,8 @@ def test_train_refuses_a_directory_holding_a_run(gpt_run, tmp_path, capsys):
     assert main(["train", *TINY, "--seed", "5", "--out", str(run), "--force"]) == 0
     ck = load_checkpoint(run)
     assert ck["state"]["step"] == 2 and ck["settings"]["seed"] == 5
-    assert sorted(os.listdir(run)) == ["checkpoint.json", "optimizer-000002.npz",
-                                       "weights-000002.npz"]
+    assert sorted(set(os.listdir(run)) - {"curves.png"}) == [
+        "checkpoint.json", "optimizer-000002.npz", "weights-000002.npz"]
     # an empty directory is not work: no --force needed
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -425,3 +425,137 @@ def test_generate_translation_prompts(rnn_run, capsys):
     assert main(["generate", "--checkpoint", str(rnn_run), "--prompt", "the cat",
                  "--temperature", "1"]) == 2
     one_line_error(capsys, "numpytfmr generate", "--temperature: the checkpoint holds a 'rnn'")
+
+
+# ---------------------------------------------------------------------------------------
+# The learner's pipeline: every bad combination of pretrain, lora, dpo, generate, export
+# flags is one line naming the flag and what to pass instead (issue #26, item 8)
+# ---------------------------------------------------------------------------------------
+
+TINY_TEXT = ["--steps", "2", "--eval-every", "2", "--batch-size", "4", "--context", "16",
+             "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--quiet", "--samples",
+             "0"]
+
+
+@pytest.fixture(scope="module")
+def learner(tmp_path_factory):
+    """A text, a tiny BPE run, its tokenizer file, a token file that names it and one that
+    does not, a byte-level run, and JSON-lines data with bad rows."""
+    from numpytfmr.run.batches import write_tokens
+    from numpytfmr.run.corpus import default_corpus
+    from numpytfmr.run.tokenizers import load_tokenizer
+    tmp = tmp_path_factory.mktemp("learner")
+    text = default_corpus(max_bytes=12_000)
+    (tmp / "own.txt").write_text(text, encoding="utf-8")
+    assert main(["pretrain", "--text", str(tmp / "own.txt"), "--vocab-size", "300",
+                 *TINY_TEXT, "--out", str(tmp / "run"), "--tokenizer-out",
+                 str(tmp / "tok.json")]) == 0
+    assert main(["pretrain", "--text", str(tmp / "own.txt"), "--tokenizer", "byte",
+                 *TINY_TEXT, "--out", str(tmp / "byte-run")]) == 0
+    assert main(["tokenize", "--text", str(tmp / "own.txt"), "--tokenizer",
+                 str(tmp / "tok.json"), "-o", str(tmp / "own.bin"), "--quiet"]) == 0
+    tok = load_tokenizer(str(tmp / "tok.json"))
+    import numpy as np
+    write_tokens(tmp / "bare.bin", np.array(tok.encode(text)), vocab_size=tok.vocab_size)
+    rows = [{"prompt": "The value ", "completion": "is returned."}] * 6
+    (tmp / "pc.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    bad = ['{"prompt": "a ", "completion": "b"}', '{"prompt": "a "}', "not json",
+           '{"prompt": "", "completion": "b"}', '{"prompt": "a", "completion": 3}']
+    (tmp / "bad.jsonl").write_text("\n".join(bad) + "\n")
+    prefs = [{"prompt": "The value ", "chosen": "is returned.", "rejected": "is lost."}] * 6
+    (tmp / "prefs.jsonl").write_text("\n".join(json.dumps(r) for r in prefs) + "\n")
+    (tmp / "bad-prefs.jsonl").write_text('{"prompt": "a", "chosen": "b"}\n'
+                                         '{"prompt": "a", "chosen": "b", "rejected": "c"}\n')
+    return tmp
+
+
+def _paths(argv, tmp):
+    return [a.replace("@", str(tmp) + "/") if isinstance(a, str) else a for a in argv]
+
+
+LEARNER_ERRORS = [
+    # pretrain: the data
+    (["pretrain", "--tokens", "@own.bin", "--text", "@own.txt"], "--tokens and --text"),
+    (["pretrain", "--tokens", "@own.bin", "--val-text", "@own.txt"], "--tokens and --val-text"),
+    (["pretrain", "--val-tokens", "@own.bin"], "--val-tokens goes with --tokens"),
+    (["pretrain", "--tokens", "@bare.bin"], "--tokens"),
+    (["pretrain", "--tokens", "@own.txt"], "--tokens"),
+    (["pretrain", "--tokens", "@own.bin", "--tokenizer", "bpe"], "--tokenizer bpe"),
+    (["pretrain", "--tokens", "@own.bin", "--tokenizer", "byte"], "another tokenizer"),
+    (["pretrain", "--tokens", "@own.bin", "--vocab-size", "300"], "--vocab-size"),
+    (["pretrain", "--text", "@own.txt", "--tokenizer", "@tok.json", "--vocab-size", "300"],
+     "--vocab-size"),
+    (["pretrain", "--text", "@own.txt", "--tokenizer", "char", "--vocab-size", "300"],
+     "--vocab-size"),
+    (["pretrain", "--tokenizer", "@missing.json"], "--tokenizer"),
+    (["pretrain", "--tokenizer", "@own.txt"], "--tokenizer"),
+    (["pretrain", "--text", "@own.txt", "--tokenizer-out", "@tok.json"], "--tokenizer-out"),
+    # pretrain: --init
+    (["pretrain", "--text", "@own.txt", "--init", "@run", "--d-model", "32"], "--d-model"),
+    (["pretrain", "--text", "@own.txt", "--init", "@run", "--context", "8"], "--context"),
+    (["pretrain", "--text", "@own.txt", "--init", "@run", "--tokenizer", "bpe"],
+     "--tokenizer bpe"),
+    (["pretrain", "--text", "@own.txt", "--init", "@byte-run", "--tokenizer", "@tok.json"],
+     "--init"),
+    (["pretrain", "--tokens", "@own.bin", "--init", "@byte-run"], "--init"),
+    (["pretrain", "--text", "@own.txt", "--init", "@missing"], "--init"),
+    (["pretrain", "--resume", "--init", "@run", "--out", "@run"], "--init"),
+    (["pretrain", "--resume", "--tokenizer", "@tok.json", "--out", "@run"], "--tokenizer"),
+    (["pretrain", "--resume", "--tokenizer-out", "@t2.json", "--out", "@run"],
+     "--tokenizer-out"),
+    (["pretrain", "--dropout", "1.5"], "--dropout"),
+    (["pretrain", "--grad-accum", "0"], "--grad-accum"),
+    (["pretrain", "--text", "@own.txt", "--plot", "@nodir/x.png"], "--plot"),
+    # lora and dpo with one's own data
+    (["lora", "--checkpoint", "@run"], "--text FILE or --data"),
+    (["dpo", "--checkpoint", "@run"], "--data FILE.jsonl"),
+    (["lora", "--checkpoint", "@run", "--task", "sort", "--text", "@own.txt"], "--task"),
+    (["lora", "--text", "@own.txt"], "--checkpoint"),
+    (["dpo", "--data", "@prefs.jsonl"], "--checkpoint"),
+    (["lora", "--checkpoint", "@run", "--text", "@own.txt", "--data", "@pc.jsonl"],
+     "--text and --data"),
+    (["lora", "--checkpoint", "@run", "--val-text", "@own.txt"], "--val-text goes with --text"),
+    (["lora", "--checkpoint", "@run", "--data", "@bad.jsonl"], "line 2: missing 'completion'"),
+    (["lora", "--checkpoint", "@run", "--data", "@bad.jsonl"], "line 3: not JSON"),
+    (["lora", "--checkpoint", "@run", "--data", "@bad.jsonl"], "line 4: 'prompt' is empty"),
+    (["lora", "--checkpoint", "@run", "--data", "@bad.jsonl"], "line 5: 'completion' is int"),
+    (["dpo", "--checkpoint", "@run", "--data", "@bad-prefs.jsonl"],
+     "line 1: missing 'rejected'"),
+    (["dpo", "--checkpoint", "@run", "--full"], "--full"),
+    (["lora", "--checkpoint", "@gpt", "--text", "@own.txt"], "task model"),
+    (["dpo", "--checkpoint", "@gpt", "--data", "@prefs.jsonl"], "task model"),
+    # generate and export
+    (["export", "--checkpoint", "@run", "-o", "none"], "--output"),
+    (["export", "--checkpoint", "@rnn", "-o", "@hf-rnn"], "--checkpoint"),
+    (["export", "--checkpoint", "@missing", "-o", "@hf"], "--checkpoint"),
+    (["generate", "--checkpoint", "@run", "--prompt", ""], "--prompt"),
+    (["generate", "--checkpoint", "@run", "--prompt", "x", "--raw"], "--raw"),
+]
+
+
+@pytest.mark.parametrize("argv, message", LEARNER_ERRORS,
+                         ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_every_bad_combination_of_the_learners_flags(argv, message, learner, gpt_run, rnn_run,
+                                                     capsys, tmp_path, monkeypatch):
+    import shutil
+    shutil.copytree(learner, tmp_path, dirs_exist_ok=True)
+    for name, run in (("gpt", gpt_run), ("rnn", rnn_run)):
+        shutil.copytree(run, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    argv = _paths(argv, tmp_path)
+    if argv[0] in ("pretrain", "lora", "dpo") and "--out" not in argv:
+        argv = argv + ["--out", str(tmp_path / "new-run")]
+    assert main(argv) == 2
+    one_line_error(capsys, f"numpytfmr {argv[0]}", message)
+    assert sorted(os.listdir(tmp_path)) == before            # nothing written
+
+
+def test_export_refuses_a_folder_holding_files(learner, tmp_path, capsys):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "keep.txt").write_text("work")
+    assert main(["export", "--checkpoint", str(learner / "run"), "-o", str(tmp_path / "hf")]) == 2
+    one_line_error(capsys, "numpytfmr export", "--output", "--force")
+    assert main(["export", "--checkpoint", str(learner / "run"), "-o", str(tmp_path / "hf"),
+                 "--force"]) == 0
+    assert not (tmp_path / "hf" / "keep.txt").exists()

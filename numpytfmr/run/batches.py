@@ -13,10 +13,13 @@ A corpus larger than memory lives in a token file (``write_tokens``, ``open_toke
 ``uint32``. ``open_tokens`` maps it with ``np.memmap``, and ``get_batch`` reads only the
 B (T + 1) tokens of its windows.
 
-Header (little-endian): ``b"NPTFTOK1"`` | uint32 version (1) | uint32 bytes per id (2 or 4)
-| uint64 number of ids | uint64 vocabulary size.
+Header (little-endian): ``b"NPTFTOK1"`` | uint32 version | uint32 bytes per id (2 or 4)
+| uint64 number of ids | uint64 vocabulary size; version 1 ends there (32 bytes). Version 2
+names its tokenizer: | uint64 n | n bytes of the tokenizer's JSON (UTF-8, its ``to_dict()``),
+so that the file can be read without being told what made it (``pretrain --tokens``).
 """
 import itertools
+import json
 import os
 import struct
 from typing import NamedTuple
@@ -31,7 +34,8 @@ __all__ = ["get_batch", "write_tokens", "open_tokens", "read_token_header", "Tok
 
 TOKEN_FILE_MAGIC = b"NPTFTOK1"
 _HEADER = struct.Struct("<8sIIQQ")  # magic, version, bytes per id, number of ids, vocab size
-_VERSION = 1
+_TOKENIZER_LENGTH = struct.Struct("<Q")   # version 2: bytes of the tokenizer JSON that follow
+_VERSIONS = (1, 2)
 
 
 def get_batch(tokens, batch_size, context_length, *, rng):
@@ -76,6 +80,7 @@ class TokenFileInfo(NamedTuple):
     vocab_size: int     # every id is below it
     dtype: np.dtype     # uint16 or uint32, little-endian
     offset: int         # bytes before the first id
+    tokenizer: dict = None   # the tokenizer's to_dict() (version 2), or None
 
 
 def token_dtype(vocab_size):
@@ -87,8 +92,11 @@ def token_dtype(vocab_size):
     return np.dtype("<u2") if vocab_size <= 2 ** 16 else np.dtype("<u4")
 
 
-def write_tokens(path, ids, *, vocab_size, chunk_size=1 << 20):
+def write_tokens(path, ids, *, vocab_size, tokenizer=None, chunk_size=1 << 20):
     """Write a stream of token ids to a token file; returns the number of ids written.
+
+    ``tokenizer``: the ``to_dict()`` of the tokenizer that made the ids, stored in the
+    header (version 2), or None (version 1: the reader has to be told the tokenizer).
 
     ``ids``: an array, or any iterable of integers (such as ``BPETokenizer.encode_iterable``),
     consumed ``chunk_size`` at a time, so a stream larger than memory can be written. The file
@@ -105,9 +113,16 @@ def write_tokens(path, ids, *, vocab_size, chunk_size=1 << 20):
         chunks = (ids[k:k + chunk_size] for k in range(0, len(ids), chunk_size))
     else:
         chunks = _int_chunks(iter(ids), chunk_size)
+    if tokenizer is not None and not isinstance(tokenizer, dict):
+        raise TypeError(f"{where}: tokenizer is {describe(tokenizer)}; expected the tokenizer's "
+                        "to_dict() or None")
+    version = 1 if tokenizer is None else 2
+    named = b"" if tokenizer is None else _tokenizer_bytes(tokenizer)
     n = 0
     with atomic_file(path) as f:
-        f.write(_HEADER.pack(TOKEN_FILE_MAGIC, _VERSION, dtype.itemsize, 0, vocab_size))
+        f.write(_HEADER.pack(TOKEN_FILE_MAGIC, version, dtype.itemsize, 0, vocab_size))
+        if named:
+            f.write(_TOKENIZER_LENGTH.pack(len(named)) + named)
         for chunk in chunks:
             if not (np.issubdtype(chunk.dtype, np.integer)):
                 raise TypeError(f"{where}: ids holds {chunk.dtype} values; expected integers")
@@ -119,8 +134,12 @@ def write_tokens(path, ids, *, vocab_size, chunk_size=1 << 20):
             f.write(np.ascontiguousarray(chunk, dtype=dtype).data)
             n += len(chunk)
         f.seek(0)
-        f.write(_HEADER.pack(TOKEN_FILE_MAGIC, _VERSION, dtype.itemsize, n, vocab_size))
+        f.write(_HEADER.pack(TOKEN_FILE_MAGIC, version, dtype.itemsize, n, vocab_size))
     return n
+
+
+def _tokenizer_bytes(tokenizer):
+    return json.dumps(tokenizer, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _int_chunks(stream, chunk_size):
@@ -142,15 +161,32 @@ def read_token_header(path):
         raise ValueError(f"{where}: {path!r} is not a token file (no {TOKEN_FILE_MAGIC!r} header; "
                          "write one with write_tokens or 'numpytfmr tokenize')")
     _, version, itemsize, n, vocab_size = _HEADER.unpack(head)
-    if version != _VERSION or itemsize not in (2, 4):
+    if version not in _VERSIONS or itemsize not in (2, 4):
         raise ValueError(f"{where}: {path!r} has version {version}, {itemsize} bytes per id; "
-                         f"expected version {_VERSION}, 2 or 4 bytes per id")
-    expected = _HEADER.size + n * itemsize
+                         f"expected version 1 or 2, 2 or 4 bytes per id")
+    offset, tokenizer = _HEADER.size, None
     size = os.path.getsize(path)
+    if version == 2:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            raw = f.read(_TOKENIZER_LENGTH.size)
+            length = _TOKENIZER_LENGTH.unpack(raw)[0] if len(raw) == _TOKENIZER_LENGTH.size \
+                else size
+            named = f.read(length) if length < size else b""
+        try:
+            tokenizer = json.loads(named.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            tokenizer = None
+        if not isinstance(tokenizer, dict):
+            raise ValueError(f"{where}: {path!r} has a version-2 header whose tokenizer is not "
+                             "readable JSON (truncated or corrupt?)")
+        offset += _TOKENIZER_LENGTH.size + length
+    expected = offset + n * itemsize
     if size != expected:
         raise ValueError(f"{where}: {path!r} is {size} bytes; its header announces {n} ids, "
                          f"{expected} bytes (truncated or appended to?)")
-    return TokenFileInfo(n, vocab_size, np.dtype("<u2" if itemsize == 2 else "<u4"), _HEADER.size)
+    return TokenFileInfo(n, vocab_size, np.dtype("<u2" if itemsize == 2 else "<u4"), offset,
+                         tokenizer)
 
 
 def open_tokens(path):

@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     _regex_module = None
 
 # the user API; GPT2_PATTERN, WHITE_SPACE and pretokenizer are public too, for the curious
-__all__ = ["train_bpe", "BPETokenizer", "pretokenize", "bytes_to_unicode", "load_tokenizer"]
+__all__ = ["train_bpe", "BPETokenizer", "pretokenize", "bytes_to_unicode"]
 
 # GPT-2's pre-tokenization pattern, for the ``regex`` package.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -607,12 +607,3 @@ class BPETokenizer:
         return (f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
                 f"special_tokens={self.special_tokens!r})")
 
-
-def load_tokenizer(spec):
-    """``"byte"`` (the UTF-8 bytes as ids 0..255) or the path of a tokenizer JSON saved by
-    ``BPETokenizer.save``."""
-    if spec == "byte":
-        return BPETokenizer.byte_level()
-    if not isinstance(spec, (str, os.PathLike)) or not os.path.isfile(spec):
-        raise ValueError(f"load_tokenizer: {spec!r} is neither 'byte' nor a tokenizer JSON file")
-    return BPETokenizer.load(spec)

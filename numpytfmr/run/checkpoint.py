@@ -17,17 +17,19 @@ tokenizer against the vocabulary, and refuses anything that does not fit with a
 import hashlib
 import json
 import os
+from typing import NamedTuple
 import zipfile
 
 import numpy as np
 
+from ..gpt import GPTConfig, gpt_param_shapes
 from . import fileio
 from .data import tokenizer_from_dict
 from .loop import TrainSettings
 from .models import SEQ2SEQ_KINDS, seq2seq_model
 
-__all__ = ["save_checkpoint", "load_checkpoint", "load_model", "checkpoint_file",
-           "resume_checkpoint", "resumed_settings", "RESUME_CHANGEABLE"]
+__all__ = ["save_checkpoint", "load_checkpoint", "load_model", "load_run", "Run",
+           "checkpoint_file", "resume_checkpoint", "resumed_settings", "RESUME_CHANGEABLE"]
 
 CHECKPOINT_FORMAT = "numpytfmr.checkpoint"
 CHECKPOINT_VERSION = 1
@@ -224,7 +226,6 @@ def load_model(path, *, kind=None):
     ck = load_checkpoint(path, kind=kind)
     json_path = ck["path"]
     if ck["kind"] == "gpt":
-        from ..gpt import GPTConfig, gpt_param_shapes
         cfg = _config_from(GPTConfig, ck["config"], json_path)
         _check_weights(ck["params"], gpt_param_shapes(cfg), json_path)
         ck["tokenizer"] = _tokenizer_from(ck.get("tokenizer"), json_path, cfg.vocab_size)
@@ -246,6 +247,29 @@ def load_model(path, *, kind=None):
                              "match its weights (different parameter names)")
     ck["model_config"] = cfg
     return ck
+
+
+class Run(NamedTuple):
+    """A trained GPT as :func:`load_run` gives it: ``params, config, tokenizer = run``."""
+    params: dict        # flat dict of arrays (gpt.py's keys)
+    config: object      # GPTConfig
+    tokenizer: object   # the tokenizer it was trained with (tokenizers.py)
+
+
+def load_run(path):
+    """The model of a run folder of ``numpytfmr pretrain``, ``train``, ``lora`` or ``dpo``
+    (or its checkpoint.json): ``(params, config, tokenizer)``, checked as :func:`load_model`
+    checks them, ready for ``gpt_forward``, ``generate`` or ``save_hf_checkpoint``::
+
+        params, config, tokenizer = load_run("runs/pretrain")
+        save_hf_checkpoint(params, config, "hf/my-gpt", tokenizer=tokenizer)
+
+    A run of ``train-seq2seq`` (two tokenizers) is a ValueError: read it with load_model."""
+    ck = load_model(path)
+    if ck["kind"] != "gpt":
+        raise ValueError(f"load_run: {ck['path']} holds a {ck['kind']!r} model; load_run reads "
+                         "GPT runs (pretrain, train, lora, dpo); use load_model for it")
+    return Run(ck["params"], ck["model_config"], ck["tokenizer"])
 
 
 RESUME_CHANGEABLE = ("steps", "eval_every")

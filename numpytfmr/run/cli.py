@@ -229,8 +229,8 @@ def cmd_check(args):
 # Modules of numpytfmr/run/commands/, in the order ``--help`` lists them. Each defines
 # ``add_command(sub)``, which adds its sub-parser and sets ``func`` (a function of the
 # parsed arguments returning the exit status). They import heavy modules lazily.
-COMMANDS = ("train", "pretrain", "tokenize", "generate", "train_seq2seq", "lora", "dpo",
-            "examples", "docs", "grade", "make_assignment", "bench")
+COMMANDS = ("train", "pretrain", "tokenize", "generate", "export", "train_seq2seq", "lora",
+            "dpo", "examples", "docs", "grade", "make_assignment", "bench")
 
 
 def build_parser():

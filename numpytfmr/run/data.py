@@ -1,4 +1,5 @@
-"""Built-in data: tokenizers and small synthetic tasks, generated on the spot (no download).
+"""Built-in data: small synthetic tasks, generated on the spot (no download); their
+tokenizers (``CharTokenizer``, ``WordTokenizer``) are in tokenizers.py.
 
 The tasks are small enough for a 2-layer model with d_model = 64 to learn in minutes of
 NumPy training, and each has an exactly checkable answer, so a model is scored by
@@ -38,13 +39,16 @@ Held-out split: whether a prompt (or source sentence) belongs to ``"train"`` or
 same for every seed, and the same across tasks -- a model pre-trained on ``"sort"`` has
 never seen the test prompts of ``"sort_desc"`` either.
 """
-from dataclasses import dataclass
 import hashlib
 import numbers
 
 import numpy as np
 
 from ..contract import count, one_of, real
+# the tokenizers of the tasks live in tokenizers.py; their names stay importable from here
+from .tokenizers import (BOS_ID, BRACKETS, DEFAULT_SYMBOLS, DIGITS, EOS_ID, PAD_ID,  # noqa: F401
+                         SEP_ID, SPECIAL_TOKENS, CharTokenizer, WordTokenizer,
+                         tokenizer_from_dict)
 
 __all__ = [
     "SPECIAL_TOKENS", "PAD_ID", "BOS_ID", "EOS_ID", "SEP_ID", "DEFAULT_SYMBOLS",
@@ -55,13 +59,6 @@ __all__ = [
     "exact_match", "evaluate_generation",
 ]
 
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<sep>")
-PAD_ID, BOS_ID, EOS_ID, SEP_ID = 0, 1, 2, 3
-DIGITS = "0123456789"
-BRACKETS = "()[]{}"
-DEFAULT_SYMBOLS = DIGITS + "abcdefghijklmnopqrstuvwxyz" + BRACKETS + " +-=.,"
-
-
 def _rng(rng, where):
     """A ``np.random.Generator``; an int is taken as a seed (as in the op registry)."""
     if isinstance(rng, np.random.Generator):
@@ -69,180 +66,6 @@ def _rng(rng, where):
     if isinstance(rng, numbers.Integral) and not isinstance(rng, (bool, np.bool_)):
         return np.random.default_rng(int(rng))
     raise TypeError(f"{where}: rng is {rng!r}; expected a numpy.random.Generator or an int seed")
-
-
-def _ids_array(ids, vocab_size, where):
-    ids = np.asarray(ids)
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"{where}: ids has dtype {ids.dtype}; expected integer token ids")
-    if ids.ndim != 1:
-        raise ValueError(f"{where}: ids has shape {ids.shape}; expected a 1-D sequence of ids")
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise ValueError(f"{where}: ids has values in [{ids.min()}, {ids.max()}]; expected values "
-                         f"in [0, {vocab_size})")
-    return ids
-
-
-# ---------------------------------------------------------------------------
-# tokenizers
-# ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class CharTokenizer:
-    """One token per character, after the four special tokens.
-
-    ids: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<sep>`` = 3, then ``symbols`` in
-    order. ``encode`` also reads the special tokens written out (``"<bos>12<sep>"``), so
-    ``encode(decode(ids))`` gives ``ids`` back; ``<`` and ``>`` are therefore not allowed
-    as symbols. The default symbols cover every built-in task (digits, brackets) plus
-    lowercase letters and a little punctuation for free-form prompts.
-    """
-    symbols: str = DEFAULT_SYMBOLS
-
-    def __post_init__(self):
-        where = "CharTokenizer"
-        if not isinstance(self.symbols, str) or not self.symbols:
-            raise TypeError(f"{where}: symbols is {self.symbols!r}; expected a non-empty string")
-        if len(set(self.symbols)) != len(self.symbols):
-            dup = sorted({c for c in self.symbols if self.symbols.count(c) > 1})
-            raise ValueError(f"{where}: symbols repeats {dup}; expected each character once")
-        if "<" in self.symbols or ">" in self.symbols:
-            raise ValueError(f"{where}: symbols contains '<' or '>'; these spell the special "
-                             "tokens (<pad>, <bos>, <eos>, <sep>) and cannot be symbols")
-
-    @property
-    def tokens(self):
-        """All tokens, index = id."""
-        return SPECIAL_TOKENS + tuple(self.symbols)
-
-    @property
-    def vocab_size(self):
-        return len(SPECIAL_TOKENS) + len(self.symbols)
-
-    pad_id, bos_id, eos_id, sep_id = PAD_ID, BOS_ID, EOS_ID, SEP_ID
-
-    def encode(self, text):
-        """``str -> (len,) int64`` ids; special tokens may be written out as ``<bos>`` etc."""
-        where = "CharTokenizer.encode"
-        if not isinstance(text, str):
-            raise TypeError(f"{where}: text is a {type(text).__name__}; expected a str")
-        index = {c: i + len(SPECIAL_TOKENS) for i, c in enumerate(self.symbols)}
-        ids, i = [], 0
-        while i < len(text):
-            if text[i] == "<":
-                end = text.find(">", i)
-                name = text[i:end + 1] if end >= 0 else text[i:]
-                if name not in SPECIAL_TOKENS:
-                    raise ValueError(f"{where}: text has {name!r} at position {i}; expected one "
-                                     f"of the special tokens {', '.join(SPECIAL_TOKENS)}")
-                ids.append(SPECIAL_TOKENS.index(name))
-                i = end + 1
-                continue
-            if text[i] not in index:
-                raise ValueError(f"{where}: text has the unknown character {text[i]!r} at "
-                                 f"position {i}; expected one of {self.symbols!r} or a special "
-                                 "token")
-            ids.append(index[text[i]])
-            i += 1
-        return np.array(ids, dtype=np.int64)
-
-    def decode(self, ids, *, skip_special=False):
-        """``ids -> str``; special tokens are written out, or dropped with ``skip_special``."""
-        ids = _ids_array(ids, self.vocab_size, "CharTokenizer.decode")
-        toks = self.tokens
-        return "".join(toks[i] for i in ids.tolist() if not (skip_special and i < len(SPECIAL_TOKENS)))
-
-    def to_dict(self):
-        """A JSON-ready description (for checkpoints); ``tokenizer_from_dict`` reads it back."""
-        return {"type": "char", "symbols": self.symbols}
-
-    @staticmethod
-    def from_dict(d):
-        if not isinstance(d, dict) or d.get("type") != "char" or "symbols" not in d:
-            raise ValueError(f"CharTokenizer.from_dict: got {d!r}; expected "
-                             "{'type': 'char', 'symbols': ...}")
-        return CharTokenizer(d["symbols"])
-
-
-@dataclass(frozen=True)
-class WordTokenizer:
-    """One token per whitespace-separated word, after the four special tokens.
-
-    ids: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, ``<sep>`` = 3, then ``words`` in
-    order. ``encode("je suis étudiant")`` splits on whitespace; a word written as a
-    special token (``"<bos>"``) maps to that token.
-    """
-    words: tuple
-
-    def __post_init__(self):
-        where = "WordTokenizer"
-        words = () if isinstance(self.words, str) else tuple(self.words)
-        if not words or not all(isinstance(w, str) and len(w.split()) == 1 and w == w.strip()
-                                for w in words):
-            raise ValueError(f"{where}: words is {self.words!r}; expected a non-empty sequence of "
-                             "words without whitespace")
-        if len(set(words)) != len(words) or set(words) & set(SPECIAL_TOKENS):
-            raise ValueError(f"{where}: words has repeated entries or special tokens; expected "
-                             "each word once")
-        object.__setattr__(self, "words", words)
-
-    @property
-    def tokens(self):
-        return SPECIAL_TOKENS + self.words
-
-    @property
-    def vocab_size(self):
-        return len(SPECIAL_TOKENS) + len(self.words)
-
-    pad_id, bos_id, eos_id, sep_id = PAD_ID, BOS_ID, EOS_ID, SEP_ID
-
-    def encode(self, text):
-        """``str`` (or a list of words) ``-> (n_words,) int64`` ids."""
-        where = "WordTokenizer.encode"
-        words = text.split() if isinstance(text, str) else text
-        if not isinstance(words, (list, tuple)):
-            raise TypeError(f"{where}: text is a {type(text).__name__}; expected a str or a list "
-                            "of words")
-        index = {w: i for i, w in enumerate(self.tokens)}
-        for pos, w in enumerate(words):
-            if w not in index:
-                raise ValueError(f"{where}: text has the unknown word {w!r} at position {pos}; "
-                                 f"the vocabulary has {len(self.words)} words")
-        return np.array([index[w] for w in words], dtype=np.int64)
-
-    def decode(self, ids, *, skip_special=False):
-        """``ids -> str`` of space-separated words."""
-        ids = _ids_array(ids, self.vocab_size, "WordTokenizer.decode")
-        toks = self.tokens
-        return " ".join(toks[i] for i in ids.tolist() if not (skip_special and i < len(SPECIAL_TOKENS)))
-
-    def to_dict(self):
-        return {"type": "word", "words": list(self.words)}
-
-    @staticmethod
-    def from_dict(d):
-        if not isinstance(d, dict) or d.get("type") != "word" or "words" not in d:
-            raise ValueError(f"WordTokenizer.from_dict: got {d!r}; expected "
-                             "{'type': 'word', 'words': [...]}")
-        return WordTokenizer(tuple(d["words"]))
-
-
-def tokenizer_from_dict(d):
-    """Rebuild a tokenizer from its ``to_dict()``: ``CharTokenizer``, ``WordTokenizer``,
-    ``BPETokenizer`` or the text ``TextCharTokenizer`` of ``pretrain``."""
-    kind = d.get("type") if isinstance(d, dict) else None
-    if kind == "char":
-        return CharTokenizer.from_dict(d)
-    if kind == "word":
-        return WordTokenizer.from_dict(d)
-    if kind == "bpe":
-        from .bpe import BPETokenizer
-        return BPETokenizer.from_dict(d)
-    if kind == "text-char":
-        from .pretrain import TextCharTokenizer
-        return TextCharTokenizer.from_dict(d)
-    raise ValueError(f"tokenizer_from_dict: got a {type(d).__name__} of type {kind!r}; expected a dict "
-                     "with 'type' 'char', 'word', 'bpe' or 'text-char'")
 
 
 # ---------------------------------------------------------------------------

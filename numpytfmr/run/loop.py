@@ -114,7 +114,7 @@ def _new_history():
 
 
 def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None, evaluate=None,
-               save=None, progress=None, log=None):
+               save=None, progress=None, log=None, replan=None):
     """Run AdamW from ``history["step"]`` up to ``settings.steps`` (module docstring).
 
     params:         flat dict of float arrays (the trainable ones)
@@ -132,7 +132,12 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
                     KeyboardInterrupt goes on
     progress:       optional ``numpytfmr.run.progress.Progress`` over the remaining steps
     log:            optional ``f(str)`` for one line per evaluation
-    Returns ``(params, opt_state, history)``; nothing passed in is modified.
+    replan:         optional ``f(history, settings) -> TrainSettings or None``, called after
+                    every step; settings it returns replace the run's from the next step on
+                    (a wall-clock budget re-planning its number of steps as it goes; the
+                    schedule then decays towards the new total)
+    Returns ``(params, opt_state, history, settings)`` with ``replan``, else
+    ``(params, opt_state, history)``; nothing passed in is modified.
     """
     history = _new_history() if history is None else json.loads(json.dumps(history))
     # the loop's own arrays, updated in place from here on
@@ -143,6 +148,7 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
     s = settings
     start_time = time.perf_counter()
     seconds_before = history["seconds"]
+    progress_start = history["step"]
     try:
         while history["step"] < s.steps:
             step = history["step"]
@@ -163,6 +169,10 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
                 recent = history["loss"][-20:]
                 progress.update(metrics={"loss": float(np.mean(recent)), "lr": lr},
                                 tokens=int(n_tokens))
+            if replan is not None:
+                s = replan(history, s) or s
+                if progress is not None:
+                    progress.total = max(s.steps - progress_start, 1)
             last = history["step"] == s.steps
             if evaluate is not None and (history["step"] % s.eval_every == 0 or last):
                 metrics = dict(evaluate(params))
@@ -181,4 +191,6 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
             history["seconds"] = seconds_before + time.perf_counter() - start_time
             save(params, opt_state, history)
         raise
+    if replan is not None:
+        return params, opt_state, history, s
     return params, opt_state, history

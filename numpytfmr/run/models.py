@@ -6,7 +6,9 @@ with Bahdanau attention). :func:`seq2seq_model` puts the functions of one seq2se
 into a dict, so that training, evaluation, checkpoints and the alignment table treat the
 two alike.
 """
-from .data import BOS_ID, EOS_ID
+from .. import encdec, rnn
+from ..gpt import GPTConfig
+from .tokenizers import BOS_ID, EOS_ID
 
 __all__ = ["default_gpt_config", "replace_config", "SEQ2SEQ_KINDS", "seq2seq_model"]
 
@@ -18,7 +20,6 @@ def default_gpt_config(vocab_size, max_len=8):
     learned positions, pre-norm, ReLU FFN (d_ff 256), tied embeddings; the context is the
     longest sequence of the task (``<bos>``, ``max_len`` digits, ``<sep>``, ``max_len``
     digits, ``<eos>``)."""
-    from ..gpt import GPTConfig
     return GPTConfig(vocab_size=vocab_size, n_layers=2, d_model=64, n_heads=4, d_ff=256,
                      max_len=2 * max_len + 3, positional="learned", norm="pre",
                      activation="relu", tie_embeddings=True)
@@ -52,41 +53,37 @@ def seq2seq_model(kind):
     the recurrent model the Bahdanau weights alpha_ts.
     """
     if kind == "encdec":
-        from .. import encdec as m
-
         def generate(params, src, src_mask, cfg, max_new, use_cache=True):
-            out, per_layer = m.encdec_generate(params, src, config=cfg, max_new_tokens=max_new,
-                                               bos_id=BOS_ID, eos_id=EOS_ID, src_mask=src_mask,
-                                               use_cache=use_cache, return_cross_weights=True)
+            out, per_layer = encdec.encdec_generate(
+                params, src, config=cfg, max_new_tokens=max_new, bos_id=BOS_ID, eos_id=EOS_ID,
+                src_mask=src_mask, use_cache=use_cache, return_cross_weights=True)
             return out, per_layer[-1].mean(axis=1)   # (B, heads, steps, S) -> (B, steps, S)
 
         return {
-            "config_cls": m.EncDecConfig, "shapes": m.encdec_param_shapes,
+            "config_cls": encdec.EncDecConfig, "shapes": encdec.encdec_param_shapes,
             "src_vocab": lambda c: c.src_vocab_size, "tgt_vocab": lambda c: c.tgt_vocab_size,
-            "init": lambda c, rng: m.init_encdec(c, rng=rng),
-            "loss": lambda p, batch, c: m.encdec_loss(p, batch, config=c),
+            "init": lambda c, rng: encdec.init_encdec(c, rng=rng),
+            "loss": lambda p, batch, c: encdec.encdec_loss(p, batch, config=c),
             "generate": generate,
-            "default_config": lambda sv, tv: m.EncDecConfig(
+            "default_config": lambda sv, tv: encdec.EncDecConfig(
                 src_vocab_size=sv, tgt_vocab_size=tv, n_enc_layers=2, n_dec_layers=2,
                 d_model=64, n_heads=4, d_ff=256, max_len=16, positional="learned",
                 norm="pre", activation="relu"),
         }
     if kind == "rnn":
-        from .. import rnn as m
-
         def generate(params, src, src_mask, cfg, max_new, use_cache=True):
             # one GRU step per word: the state carries the past, there is no KV cache
-            return m.rnn_seq2seq_generate(params, src, config=cfg, max_new_tokens=max_new,
-                                          bos_id=BOS_ID, eos_id=EOS_ID, src_mask=src_mask,
-                                          return_weights=True)
+            return rnn.rnn_seq2seq_generate(params, src, config=cfg, max_new_tokens=max_new,
+                                            bos_id=BOS_ID, eos_id=EOS_ID, src_mask=src_mask,
+                                            return_weights=True)
 
         return {
-            "config_cls": m.RNNSeq2SeqConfig, "shapes": m.rnn_seq2seq_param_shapes,
+            "config_cls": rnn.RNNSeq2SeqConfig, "shapes": rnn.rnn_seq2seq_param_shapes,
             "src_vocab": lambda c: c.src_vocab_size, "tgt_vocab": lambda c: c.tgt_vocab_size,
-            "init": lambda c, rng: m.init_seq2seq_rnn(c, rng=rng),
-            "loss": lambda p, batch, c: m.rnn_seq2seq_loss(p, batch, config=c),
+            "init": lambda c, rng: rnn.init_seq2seq_rnn(c, rng=rng),
+            "loss": lambda p, batch, c: rnn.rnn_seq2seq_loss(p, batch, config=c),
             "generate": generate,
-            "default_config": lambda sv, tv: m.RNNSeq2SeqConfig(
+            "default_config": lambda sv, tv: rnn.RNNSeq2SeqConfig(
                 src_vocab_size=sv, tgt_vocab_size=tv, d_emb=32, d_hidden=64,
                 bidirectional=True),
         }

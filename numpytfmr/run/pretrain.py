@@ -21,13 +21,24 @@ see the README's errata). Beside them stand the n-gram models of 003 ch. 2 (smoo
 unigram, bigram and trigram over bytes, ``classical.ngram_model``), fitted on the same
 training text and scored on the same held-out text: the transformer has to beat counting.
 
+The data is a text, or token files of ``numpytfmr tokenize`` (``read_token_file``: their
+header names the tokenizer); the tokenizer is learnt on the text, read from a file, or
+that of the token files or of ``init``, a trained model to continue from. There is one
+held-out measure: every evaluation scores the whole held-out stream, from step 0 (before
+any update: what ``init`` brings) to the final figure, the last point of the curve.
+
 A run is the training loop of loop.py with a checkpoint (checkpoint.py) at each
 evaluation; the batch of a step is a fixed function of ``(seed, step)``, so ``resume=True``
 continues a stopped run bit for bit. ``minutes=`` gives a wall-clock budget: the number of
 steps (and so the learning-rate schedule) is planned from the measured speed of the first
-steps, and training stops when the budget is used, whatever the plan said.
+steps and re-planned every few seconds from the speed measured so far, so that the run and
+its final evaluation end near the budget; training stops when the budget is used, whatever
+the plan said.
+
+Generation (``generate_ids``) goes on past the context window: each token is conditioned on
+the last ``max_len`` tokens, as nanoGPT crops its context, the KV cache being rebuilt when
+the window slides.
 """
-from dataclasses import dataclass
 import hashlib
 import json
 import math
@@ -37,132 +48,39 @@ import time
 import numpy as np
 
 from ..classical import bits_per_byte, ngram_bits_per_byte
-from .checkpoint import checkpoint_file, load_checkpoint, resumed_settings, save_checkpoint
+from ..fast import adamw_step, gpt_forward, gpt_loss
+from ..gpt import GPTConfig, init_gpt
+from ..optim import adamw_init
+from ..transformer import next_token
+from .batches import get_batch, open_tokens, read_token_header
+from .checkpoint import (checkpoint_file, load_model, resume_checkpoint, resumed_settings,
+                         save_checkpoint)
 from .corpus import default_corpus, split_text
-from .data import tokenizer_from_dict
-from .loop import STREAM_INIT, TrainSettings, step_rng, train_loop
+from .loop import STREAM_DROPOUT, STREAM_INIT, TrainSettings, step_rng, train_loop
+from .models import replace_config
 from .progress import Progress
-from .tasks import token_budget
+from .tokenizers import (DEFAULT_VOCAB_SIZE, TEXT_TOKENIZERS, make_tokenizer, save_tokenizer,
+                         token_byte_lengths, tokenizer_digest, tokenizer_from_dict,
+                         tokenizer_kind)
 
 __all__ = [
     "PRETRAIN_DEFAULTS", "PRETRAIN_MODEL", "PRETRAIN_SETTINGS", "TOKENIZERS", "SAMPLE_PROMPTS",
-    "DEFAULT_SOURCE", "TextCharTokenizer", "make_tokenizer",
-    "token_byte_lengths", "encode_text", "text_windows", "text_nats", "evaluate_text",
-    "ngram_baselines",
-    "complete_text", "is_text_checkpoint", "load_text_model", "pretrain",
+    "DEFAULT_SOURCE", "TOKENIZER_FILE", "encode_text", "text_windows", "text_nats",
+    "evaluate_text", "ngram_baselines", "generate_ids", "stream_text", "complete_text",
+    "is_text_checkpoint", "load_text_model", "read_token_file", "pretrain",
 ]
 
 # The default run of ``numpytfmr pretrain`` (README, "Pretraining on real text").
-PRETRAIN_DEFAULTS = {"tokenizer": "bpe", "vocab_size": 4096, "context": 64, "minutes": 4.5}
+PRETRAIN_DEFAULTS = {"tokenizer": "bpe", "vocab_size": DEFAULT_VOCAB_SIZE, "context": 64,
+                     "minutes": 4.5}
 PRETRAIN_MODEL = {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": None, "d_ff": None,
-                  "positional": "learned", "norm": "pre", "activation": "gelu"}
+                  "positional": "learned", "norm": "pre", "activation": "gelu", "dropout": 0.0}
 PRETRAIN_SETTINGS = {"steps": 2000, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100,
                      "weight_decay": 0.1, "clip_norm": 1.0, "seed": 0, "eval_every": 200}
-TOKENIZERS = ("bpe", "byte", "char")
+TOKENIZERS = TEXT_TOKENIZERS
 SAMPLE_PROMPTS = ("The ", "Return ", "If ")
 DEFAULT_SOURCE = "stdlib-docstrings"      # the ``source`` of the default corpus (corpus.py)
-EVAL_WINDOWS = 64                         # windows of held-out text in a periodic evaluation
-
-
-# ---------------------------------------------------------------------------------------
-# Tokenizers of text
-# ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TextCharTokenizer:
-    """One token per character of the training text, with a byte fallback.
-
-    ids ``0 .. C-1`` are the distinct characters of the text it was made from (sorted by
-    code point); ids ``C .. C+255`` are the 256 bytes, which spell in UTF-8 any character
-    not among them. Every string therefore has an encoding, and ``decode(encode(s)) == s``.
-    """
-    chars: str
-
-    def __post_init__(self):
-        if not isinstance(self.chars, str) or len(set(self.chars)) != len(self.chars):
-            raise ValueError(f"TextCharTokenizer: chars is {self.chars[:40]!r}...; expected a "
-                             "string of distinct characters")
-
-    @classmethod
-    def from_text(cls, text):
-        return cls("".join(sorted(set(text))))
-
-    @property
-    def vocab_size(self):
-        return len(self.chars) + 256
-
-    def encode(self, text):
-        """``str -> list[int]``: a character's id, or the ids of its UTF-8 bytes."""
-        index = {c: i for i, c in enumerate(self.chars)}
-        first_byte = len(self.chars)
-        ids = []
-        for c in text:
-            i = index.get(c)
-            if i is None:
-                ids.extend(first_byte + b for b in c.encode("utf-8"))
-            else:
-                ids.append(i)
-        return ids
-
-    def decode(self, ids):
-        """``ids -> str``, invalid UTF-8 (a character cut after some of its bytes) as U+FFFD."""
-        C = len(self.chars)
-        pieces = []
-        for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist():
-            if not 0 <= i < C + 256:
-                raise ValueError(f"TextCharTokenizer.decode: {i} is not an id of the vocabulary "
-                                 f"(0..{C + 255})")
-            pieces.append(self.chars[i].encode("utf-8") if i < C else bytes([i - C]))
-        return b"".join(pieces).decode("utf-8", errors="replace")
-
-    def byte_lengths(self):
-        """``(vocab_size,)``: the UTF-8 bytes each token spells."""
-        return np.array([len(c.encode("utf-8")) for c in self.chars] + [1] * 256, dtype=np.int64)
-
-    def to_dict(self):
-        return {"type": "text-char", "chars": self.chars}
-
-    @classmethod
-    def from_dict(cls, d):
-        if not isinstance(d, dict) or d.get("type") != "text-char" or \
-                not isinstance(d.get("chars"), str):
-            raise ValueError(f"TextCharTokenizer.from_dict: got {str(d)[:80]!r}; expected "
-                             "{'type': 'text-char', 'chars': '...'}")
-        return cls(d["chars"])
-
-
-def make_tokenizer(kind, text, vocab_size=None):
-    """The tokenizer of a run, made from its training text.
-
-    ``"bpe"``: byte-level BPE with ``vocab_size`` tokens learnt on ``text`` (bpe.py);
-    ``"byte"``: the 256 bytes of UTF-8; ``"char"``: :class:`TextCharTokenizer`.
-    ``vocab_size`` applies to BPE only (None: ``PRETRAIN_DEFAULTS["vocab_size"]``).
-    """
-    from .bpe import BPETokenizer, train_bpe
-    where = "make_tokenizer"
-    if kind not in TOKENIZERS:
-        raise ValueError(f"{where}: tokenizer is {kind!r}; expected one of {TOKENIZERS}")
-    if kind != "bpe" and vocab_size is not None:
-        raise ValueError(f"{where}: vocab_size is {vocab_size} but the {kind!r} tokenizer has a "
-                         "fixed vocabulary; vocab_size applies to 'bpe'")
-    if kind == "byte":
-        return BPETokenizer.byte_level()
-    if kind == "char":
-        return TextCharTokenizer.from_text(text)
-    vocab, merges = train_bpe(text, PRETRAIN_DEFAULTS["vocab_size"] if vocab_size is None
-                              else vocab_size)
-    return BPETokenizer(vocab, merges)
-
-
-def token_byte_lengths(tokenizer):
-    """``(vocab_size,)`` int64: how many UTF-8 bytes of text each token spells (0 for an
-    id that is no token). ``lengths[ids].sum()`` is the length of the text ``ids`` encode."""
-    if isinstance(tokenizer, TextCharTokenizer):
-        return tokenizer.byte_lengths()
-    out = np.zeros(tokenizer.vocab_size, dtype=np.int64)
-    for i, token in tokenizer.vocab.items():
-        out[i] = len(token)
-    return out
+TOKENIZER_FILE = "tokenizer.json"          # the run's tokenizer, beside its checkpoint
 
 
 def encode_text(tokenizer, text):
@@ -176,7 +94,6 @@ def encode_text(tokenizer, text):
 
 def _window_nats(params, config, x, y):
     """``sum -ln softmax(logits)[y]`` over a batch of windows (float64 log-sum-exp)."""
-    from ..fast import gpt_forward
     logits, _ = gpt_forward(params, x, config=config)
     z = logits.astype(np.float64)
     m = z.max(axis=-1, keepdims=True)
@@ -238,29 +155,87 @@ def ngram_baselines(train_text, val_text):
 
 
 # ---------------------------------------------------------------------------------------
-# Sampling
+# Sampling, past the context window
 # ---------------------------------------------------------------------------------------
+
+def _default_length(config, T):
+    """Tokens written when none are asked for: the rest of the context window (its whole
+    length when the prompt fills it)."""
+    room = config.max_len - T + 1
+    return room if room >= 1 else config.max_len
+
+
+def generate_ids(params, config, prompt_ids, *, max_new_tokens, temperature=0.8, top_k=None,
+                 top_p=None, rng=None, use_cache=True):
+    """Yield ``max_new_tokens`` token ids continuing ``prompt_ids``, one at a time, each
+    conditioned on the last ``config.max_len`` tokens at most (the context window).
+
+    While the sequence fits the window, the tokens are decoded against the KV cache. Once it
+    is longer, the window slides one token a step, as nanoGPT crops its context: the cache
+    no longer matches (every position of the window changes), so it is rebuilt from the
+    window's tokens, with their positions counted from the window's start. Sampling is
+    ``transformer.next_token`` (greedy when temperature is 0); the same draws as
+    ``fast.generate`` while the window does not slide.
+    """
+    ids = [int(i) for i in np.asarray(prompt_ids).reshape(-1)]
+    if not ids:
+        raise ValueError("generate_ids: the prompt has no tokens; expected at least one")
+    W = config.max_len
+    cache, cache_start = None, None
+    for _ in range(int(max_new_tokens)):
+        start = max(0, len(ids) - W)                         # the window: ids[start:]
+        if use_cache and cache is not None and start == cache_start:
+            logits, c = gpt_forward(params, np.array([ids[-1:]]), config=config, kv_cache=cache)
+        else:                                                # new, or slid: rebuild the cache
+            logits, c = gpt_forward(params, np.array([ids[start:]]), config=config)
+            cache_start = start
+        cache = c["kv_cache"] if use_cache else None
+        token = int(next_token(logits[:, -1], temperature=temperature, top_k=top_k,
+                               top_p=top_p, rng=rng)[0])
+        ids.append(token)
+        yield token
+
+
+def stream_text(params, config, tokenizer, prompt, *, max_new_tokens=None, temperature=0.8,
+                top_k=None, top_p=None, rng=None, use_cache=True):
+    """Yield the continuation of ``prompt`` as text pieces, as the tokens are produced
+    (:func:`generate_ids`); a piece is held back while it ends inside a character (a byte
+    token that starts a UTF-8 sequence). ``"".join(...)`` is :func:`complete_text`'s text.
+    max_new_tokens None: the rest of the context window."""
+    ids = encode_text(tokenizer, prompt)
+    if ids.size == 0:
+        raise ValueError("stream_text: the prompt is empty; expected at least one character")
+    n = _default_length(config, ids.size) if max_new_tokens is None else max_new_tokens
+    new, shown = [], 0
+    for token in generate_ids(params, config, ids, max_new_tokens=n, temperature=temperature,
+                              top_k=top_k, top_p=top_p, rng=rng, use_cache=use_cache):
+        new.append(token)
+        text = tokenizer.decode(new)
+        ready = len(text) - 1 if text.endswith("\ufffd") else len(text)
+        if ready > shown:
+            yield text[shown:ready]
+            shown = ready
+    text = tokenizer.decode(new)
+    if len(text) > shown:
+        yield text[shown:]
+
 
 def complete_text(params, config, tokenizer, prompt, *, max_new_tokens=None, temperature=0.8,
                   top_k=None, top_p=None, rng=None, use_cache=True):
     """The continuation of ``prompt`` by a GPT trained on text: ``(text, ids)``.
 
     The prompt is encoded as it is (no special tokens); the model then writes
-    ``max_new_tokens`` tokens (None: fill the context, with learned positions, else 64)
-    sampled with ``temperature``, ``top_k`` and ``top_p`` (nucleus) from ``rng``
-    (greedy when temperature is 0). Generated by the fast path (``numpytfmr.fast``).
+    ``max_new_tokens`` tokens (None: the rest of the context window) sampled with
+    ``temperature``, ``top_k`` and ``top_p`` (nucleus) from ``rng`` (greedy when
+    temperature is 0), past the context window if asked (:func:`generate_ids`).
     """
-    from ..fast import generate
-    where = "complete_text"
-    ids = encode_text(tokenizer, prompt)[None, :]
-    T = ids.shape[1]
-    if T == 0:
-        raise ValueError(f"{where}: the prompt is empty; expected at least one character")
-    max_new_tokens = token_budget(config, T, max_new_tokens, where)
-    out = generate(params, ids, config=config, max_new_tokens=max_new_tokens,
-                   temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
-                   use_cache=use_cache)
-    new = out[0, T:]
+    ids = encode_text(tokenizer, prompt)
+    if ids.size == 0:
+        raise ValueError("complete_text: the prompt is empty; expected at least one character")
+    n = _default_length(config, ids.size) if max_new_tokens is None else max_new_tokens
+    new = np.fromiter(generate_ids(params, config, ids, max_new_tokens=n,
+                                   temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
+                                   use_cache=use_cache), dtype=np.int64, count=n)
     return tokenizer.decode(new), new
 
 
@@ -269,9 +244,8 @@ def _samples(params, config, tokenizer, seed, n, max_new_tokens):
     rng = np.random.default_rng((int(seed), 7))
     out = []
     for prompt in SAMPLE_PROMPTS[:n]:
-        room = config.max_len - len(encode_text(tokenizer, prompt)) + 1
         text, _ = complete_text(params, config, tokenizer, prompt, temperature=0.8, top_p=0.95,
-                                max_new_tokens=max(1, min(max_new_tokens, room)), rng=rng)
+                                max_new_tokens=max_new_tokens, rng=rng)
         out.append(prompt + text)
     return out
 
@@ -281,9 +255,9 @@ def _samples(params, config, tokenizer, seed, n, max_new_tokens):
 # ---------------------------------------------------------------------------------------
 
 def is_text_checkpoint(path):
-    """True when ``path`` (a directory or its checkpoint.json) holds a GPT saved by
-    :func:`pretrain` (its task is ``"text"``); False for anything else. Reads the JSON
-    record only."""
+    """True when ``path`` (a directory or its checkpoint.json) holds a GPT of text: saved by
+    :func:`pretrain`, or by ``lora``/``dpo`` from one (its task is ``"text"``); False for
+    anything else. Reads the JSON record only."""
     try:
         with open(checkpoint_file(path), encoding="utf-8") as f:
             record = json.load(f)
@@ -294,57 +268,36 @@ def is_text_checkpoint(path):
 
 
 def load_text_model(path):
-    """Load a checkpoint written by :func:`pretrain`: the record of ``load_checkpoint``
-    plus ``"model_config"`` (a GPTConfig) and ``"tokenizer"`` (BPE or characters), with
-    the weights checked against the config and the tokenizer against the vocabulary."""
-    from ..gpt import GPTConfig, gpt_param_shapes
-    ck = load_checkpoint(path, kind="gpt")
-    json_path = ck["path"]
+    """Load a checkpoint of a GPT of text (:func:`is_text_checkpoint`): the record of
+    ``load_checkpoint`` plus ``"model_config"`` (a GPTConfig) and ``"tokenizer"`` (BPE or
+    characters), with the weights checked against the config and the tokenizer against
+    the vocabulary."""
+    ck = load_model(path, kind="gpt")
     if not isinstance(ck.get("task"), dict) or ck["task"].get("task") != "text":
-        raise ValueError(f"load_text_model: {json_path} is not a checkpoint of 'numpytfmr "
-                         "pretrain' (its task is not 'text')")
-    try:
-        cfg = GPTConfig.from_dict(ck["config"])
-        tok = tokenizer_from_dict(ck.get("tokenizer"))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"load_text_model: the config or tokenizer of {json_path} is invalid: "
-                         f"{exc}") from None
-    if tok.vocab_size != cfg.vocab_size:
-        raise ValueError(f"load_text_model: the tokenizer of {json_path} has {tok.vocab_size} "
-                         f"tokens but the model's vocabulary has {cfg.vocab_size}")
-    shapes = gpt_param_shapes(cfg)
-    params = ck["params"]
-    bad = sorted(set(shapes) ^ set(params)) or [k for k in shapes
-                                                if params[k].shape != tuple(shapes[k])]
-    if bad:
-        raise ValueError(f"load_text_model: the weights of {json_path} do not match its config "
-                         f"(first mismatch: {bad[0]})")
-    ck["model_config"], ck["tokenizer"] = cfg, tok
+        raise ValueError(f"load_text_model: {ck['path']} is not a checkpoint of a model of text "
+                         "(numpytfmr pretrain, or lora/dpo from one): its task is not 'text'")
     return ck
 
 
 def _resume_record(out, where):
     """The text checkpoint in ``out`` with its training state checked."""
-    if out is None:
-        raise ValueError(f"{where}: resume=True needs the checkpoint directory out=")
-    ck = load_text_model(out)
-    state = ck.get("state")
-    if ck["opt_state"] is None or not isinstance(state, dict) or \
-            not isinstance(ck.get("settings"), dict):
-        raise ValueError(f"{where}: {ck['path']} holds no training state to resume from")
-    if set(state) != {"step", "seconds", "tokens", "loss", "evals"} or \
-            len(state["loss"]) != state["step"] or \
-            int(np.asarray(ck["opt_state"]["step"])) != state["step"]:
-        raise ValueError(f"{where}: {ck['path']} has a malformed training state")
+    ck = resume_checkpoint(out, "gpt", where)
+    if ck["task"].get("task") != "text":
+        raise ValueError(f"{where}: {ck['path']} is not a run of numpytfmr pretrain (its task is "
+                         f"{ck['task'].get('task')!r})")
     return ck
 
 
 # ---------------------------------------------------------------------------------------
-# The run
+# What a run reads: text or token files, and its tokenizer
 # ---------------------------------------------------------------------------------------
 
 def _sha256(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _ids_sha256(ids):
+    return hashlib.sha256(np.ascontiguousarray(ids, dtype="<u4").tobytes()).hexdigest()
 
 
 def _read_text(path, what):
@@ -386,10 +339,64 @@ def _texts(text, val_text, source, val_source, record=None):
     return train, val, source, val_source
 
 
-class _BudgetUsed(KeyboardInterrupt):
-    """Raised inside a step when the wall-clock budget is used. ``train_loop`` treats it
-    as an interruption (it saves the state and re-raises), which is what a budget stop is;
-    :func:`pretrain` catches it and goes on to the final evaluation."""
+def read_token_file(path, tokenizer=None, *, what="--tokens"):
+    """The ids of a token file (a memmap) and its tokenizer: the one its header names, or
+    ``tokenizer`` when given (which must then be the same, if the header names one).
+    Returns ``(ids, tokenizer)``; a ValueError names ``what`` and says what to pass."""
+    try:
+        info = read_token_header(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{what} {os.fspath(path)}: {exc}") from None
+    named = None
+    if info.tokenizer is not None:
+        try:
+            named = tokenizer_from_dict(info.tokenizer)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{what} {os.fspath(path)}: the tokenizer in its header is invalid "
+                             f"({exc}); pass the tokenizer file with --tokenizer FILE") from None
+    if tokenizer is None and named is None:
+        raise ValueError(f"{what} {os.fspath(path)}: the file does not name its tokenizer (it was "
+                         "written without one); pass the tokenizer that made it with "
+                         "--tokenizer FILE")
+    if tokenizer is not None and named is not None and \
+            tokenizer_digest(tokenizer) != tokenizer_digest(named):
+        raise ValueError(f"{what} {os.fspath(path)}: the file was made by another tokenizer than "
+                         "--tokenizer gives (their vocabularies or merges differ); drop "
+                         "--tokenizer (the header names it) or tokenize the text again")
+    tok = tokenizer if tokenizer is not None else named
+    if info.vocab_size > tok.vocab_size:
+        raise ValueError(f"{what} {os.fspath(path)}: its ids go up to vocab_size "
+                         f"{info.vocab_size}, but the tokenizer has {tok.vocab_size} tokens")
+    return open_tokens(path), tok
+
+
+class _Data:
+    """What a run trains and evaluates on: token streams, texts for the baselines, and
+    where they come from (recorded in the checkpoint, checked on resume)."""
+
+    def __init__(self, tok, train_ids, val_ids, train_text, val_text, record):
+        self.tok, self.train_ids, self.val_ids = tok, train_ids, val_ids
+        self.train_text, self.val_text, self.record = train_text, val_text, record
+
+
+def _token_data(tokens, val_tokens, tok, sources, where):
+    """The data of token streams: ``val_tokens`` None holds out the last tenth of
+    ``tokens``; the texts of the baselines are decoded from the ids."""
+    tokens = np.asarray(tokens)
+    if val_tokens is None:
+        cut = int(round(0.9 * tokens.size))
+        train_ids, val_ids = tokens[:cut], tokens[cut:]
+    else:
+        train_ids, val_ids = tokens, np.asarray(val_tokens)
+    train_ids = np.asarray(train_ids, dtype=np.int64)
+    val_ids = np.asarray(val_ids, dtype=np.int64)
+    if train_ids.size and int(train_ids.max()) >= tok.vocab_size or \
+            val_ids.size and int(val_ids.max()) >= tok.vocab_size:
+        raise ValueError(f"{where}: the token ids reach beyond the tokenizer's {tok.vocab_size} "
+                         "tokens; expected ids made by that tokenizer")
+    record = {"tokens_source": sources[0], "val_tokens_source": sources[1],
+              "train_sha256": _ids_sha256(train_ids), "val_sha256": _ids_sha256(val_ids)}
+    return _Data(tok, train_ids, val_ids, None, None, record)
 
 
 def _check_out(out, resume, force):
@@ -403,10 +410,55 @@ def _check_out(out, resume, force):
                          "checkpoint")
 
 
-def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokenizer=None,
-             vocab_size=None, model=None, settings=None, minutes=None, out=None, resume=False,
-             force=False, changes=None, progress=False, log=None, n_samples=3,
-             sample_tokens=100, baselines=True):
+def _init_model(init, tok, model, where):
+    """The weights, config and tokenizer of ``init`` (a text checkpoint), checked against
+    the tokenizer of this run (``tok``, None: take the checkpoint's) and the model
+    options (only ``dropout`` may change)."""
+    try:
+        ck = load_text_model(init)
+    except ValueError as exc:
+        raise ValueError(f"{where}: init: {exc}") from None
+    config = ck["model_config"]
+    if tok is not None and tokenizer_digest(tok) != tokenizer_digest(ck["tokenizer"]):
+        raise ValueError(f"{where}: init {os.fspath(init)} was trained with another tokenizer "
+                         f"({tokenizer_kind(ck['tokenizer'])}, {ck['tokenizer'].vocab_size} "
+                         f"tokens) than this run's ({tokenizer_kind(tok)}, {tok.vocab_size} "
+                         "tokens): its embeddings would read the wrong ids; use the run's "
+                         "tokenizer (its tokenizer.json), or tokenize the text with it")
+    changes = dict(model or {})
+    context = changes.pop("context", config.max_len)
+    dropout = changes.pop("dropout", None)
+    if context != config.max_len:
+        raise ValueError(f"{where}: context is {context} but the model of init has "
+                         f"{config.max_len} positions; a model continued from init keeps its "
+                         "context")
+    different = {k: v for k, v in changes.items() if getattr(config, k) != v}
+    if different:
+        name = next(iter(different))
+        raise ValueError(f"{where}: {name} is {different[name]!r} but the model of init has "
+                         f"{getattr(config, name)!r}; a model continued from init keeps its "
+                         "shape (only dropout may change)")
+    if dropout is not None:
+        config = replace_config(config, dropout=dropout)
+    return ck["params"], config, ck["tokenizer"], ck["path"]
+
+
+# ---------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------
+
+class _BudgetUsed(KeyboardInterrupt):
+    """Raised inside a step when the wall-clock budget is used. ``train_loop`` treats it
+    as an interruption (it saves the state and re-raises), which is what a budget stop is;
+    :func:`pretrain` catches it and goes on to the final evaluation."""
+
+
+def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokens=None,
+             val_tokens=None, tokens_source=None, val_tokens_source=None, tokenizer=None,
+             tokenizer_source=None, vocab_size=None, model=None, settings=None, grad_accum=None,
+             init=None, minutes=None, out=None, resume=False, force=False, changes=None,
+             progress=False, log=None, n_samples=3, sample_tokens=100, baselines=True,
+             tokenizer_out=None):
     """Train a GPT on text and score it against the n-gram baselines: what ``numpytfmr
     pretrain`` runs (module docstring).
 
@@ -414,83 +466,200 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokenize
               default corpus (corpus.py), val_text None = the last tenth of text
     source, val_source: where they come from (the file paths), recorded in the
               checkpoint so that a resumed run reads them again
-    tokenizer: "bpe" | "byte" | "char" (default "bpe");  vocab_size: BPE's (default 4096)
-    model:    GPTConfig fields to change from PRETRAIN_MODEL, and ``"context"`` (the
-              window length T, the model's max_len; default 64)
+    tokens, val_tokens: token streams instead of texts (``open_tokens`` of files written by
+              ``numpytfmr tokenize``), with their paths ``tokens_source``,
+              ``val_tokens_source``; val_tokens None = the last tenth of tokens
+    tokenizer: "bpe" | "byte" | "char" (made from the text; default "bpe"), or a tokenizer
+              object (``load_tokenizer``; from ``tokenizer_source``); with ``tokens`` or
+              ``init``, the tokenizer that made them (None: theirs)
+    vocab_size: BPE's (default 4096), when it is learnt here
+    model:    GPTConfig fields to change from PRETRAIN_MODEL (``dropout`` among them), and
+              ``"context"`` (the window length T, the model's max_len; default 64)
     settings: TrainSettings (None: PRETRAIN_SETTINGS)
-    minutes:  wall-clock budget of the run, counted from this call: for a new run the
-              number of steps is planned from the speed of the first steps (replacing
-              settings.steps); training stops when the budget is used in any case, and
-              the final evaluation follows
+    grad_accum: micro-batches per update (default 1): each update averages the gradients of
+              ``grad_accum`` batches of ``settings.batch_size`` windows
+    init:     a checkpoint of a text model to start from (continued pretraining, domain
+              adaptation): its weights, config and tokenizer; a new optimizer and schedule
+    minutes:  wall-clock budget of the run, counted from this call: the number of steps
+              (and the schedule) is planned from the measured speed and re-planned as the
+              run goes, so that training and the final evaluation end near the budget;
+              training stops when the budget is used in any case
     out:      checkpoint directory (None: none); a non-empty one is refused unless
-              ``resume`` (continue its run) or ``force`` (replace it)
-    resume:   continue the run in ``out``: model, tokenizer, settings and the text's
-              source come from the checkpoint; ``text``/``val_text`` may be given again
-              and must be the same texts; ``changes`` as in ``tasks.train_gpt`` (steps
-              and eval_every may change)
+              ``resume`` (continue its run) or ``force`` (replace it). It also gets the
+              tokenizer as ``tokenizer.json``
+    resume:   continue the run in ``out``: model, tokenizer, settings and the data's
+              source come from the checkpoint; ``text``/``tokens`` may be given again and
+              must be the same; ``changes`` as in ``tasks.train_gpt`` (steps and
+              eval_every may change)
     progress, log: a progress bar on stderr; ``f(str)`` for evaluation lines
     n_samples, sample_tokens: continuations printed in the summary's ``samples``
     baselines: fit and score the n-gram baselines (a second or two)
+    tokenizer_out: also write the run's tokenizer to this file, before training begins
+
+    The held-out measure is one: every evaluation (the curve, ``summary["evals"]``) scores
+    the whole held-out stream, from step 0 before any update to the last step, whose
+    figure is the summary's ``val_bits_per_byte``.
     Returns ``(params, summary)``; the summary is the dict ``--summary`` writes.
     """
-    from ..fast import gpt_loss
-    from ..gpt import GPTConfig, init_gpt
-    from .batches import get_batch
     where = "pretrain"
     start = time.perf_counter()
     deadline = None if minutes is None else start + 60.0 * float(minutes)
     out = None if out is None else os.fspath(out)
     _check_out(out, resume, force)
-    opt_state = history = None
+    if (tokens is not None) and (text is not None or val_text is not None):
+        raise ValueError(f"{where}: give the data once: texts (text=, val_text=) or token "
+                         "streams (tokens=, val_tokens=)")
+    if val_tokens is not None and tokens is None:
+        raise ValueError(f"{where}: val_tokens goes with tokens=; for a text pass val_text=")
+    opt_state = history = init_path = None
     if resume:
         if tokenizer is not None or vocab_size is not None or model is not None or \
-                settings is not None:
+                settings is not None or init is not None or grad_accum is not None or \
+                tokenizer_out is not None:
             raise ValueError(f"{where}: with resume=True the model, tokenizer and settings come "
                              "from the checkpoint; pass what should change as changes={...}")
         ck = _resume_record(out, where)
         config, params, opt_state, history = (ck["model_config"], ck["params"], ck["opt_state"],
                                               ck["state"])
         settings = resumed_settings(ck, changes, where)
-        tok, data = ck["tokenizer"], ck["task"]
-        train, val, source, val_source = _texts(text, val_text, source, val_source, data)
-        if _sha256(train) != data.get("train_sha256") or _sha256(val) != data.get("val_sha256"):
-            raise ValueError(f"{where}: the text is not the one the run in {out} was trained on "
+        record = ck["task"]
+        data = _resumed_data(record, ck["tokenizer"], text, val_text, source, val_source,
+                             tokens, val_tokens, where)
+        if data.record.get("train_sha256") != record.get("train_sha256") or \
+                data.record.get("val_sha256") != record.get("val_sha256"):
+            raise ValueError(f"{where}: the data is not the one the run in {out} was trained on "
                              "(its SHA-256 differs); a resumed run reads the same text")
-        context = config.max_len
+        data.record = record
+        grad_accum = record.get("grad_accum", 1)
+        init_path = record.get("init")
     else:
         settings = settings or TrainSettings(**PRETRAIN_SETTINGS)
-        train, val, source, val_source = _texts(text, val_text, source, val_source)
-        kind = tokenizer or PRETRAIN_DEFAULTS["tokenizer"]
-        tok = make_tokenizer(kind, train, vocab_size)
-        fields = {**PRETRAIN_MODEL, "context": PRETRAIN_DEFAULTS["context"], **(model or {})}
-        context = fields.pop("context")
-        config = GPTConfig(vocab_size=tok.vocab_size, max_len=context, **fields)
-        params = init_gpt(config, rng=step_rng(settings.seed, 0, STREAM_INIT))
-        data = {"task": "text", "tokenizer": kind,
-                "vocab_size": vocab_size if kind == "bpe" else None, "context": context,
-                "source": source, "val_source": val_source,
-                "train_sha256": _sha256(train), "val_sha256": _sha256(val)}
+        grad_accum = 1 if grad_accum is None else grad_accum
+        if isinstance(grad_accum, bool) or not isinstance(grad_accum, (int, np.integer)) or \
+                grad_accum < 1:
+            raise ValueError(f"{where}: grad_accum is {grad_accum!r}; expected an integer >= 1")
+        kind = tokenizer if isinstance(tokenizer, str) or tokenizer is None else None
+        given = None if kind is not None else tokenizer
+        if kind is not None and kind not in TOKENIZERS:
+            raise ValueError(f"{where}: tokenizer is {kind!r}; expected one of {TOKENIZERS} or a "
+                             "tokenizer (load_tokenizer)")
+        made = given is None and tokens is None and init is None      # learnt on the text
+        if not made and vocab_size is not None:
+            raise ValueError(f"{where}: vocab_size applies to a BPE tokenizer learnt here; the "
+                             "tokenizer of this run is given (a file, the token files or init)")
+        if kind in ("bpe", "char") and (tokens is not None or init is not None):
+            raise ValueError(f"{where}: tokenizer {kind!r} is learnt from a text, but the run "
+                             "reads token files or starts from init; pass the tokenizer that "
+                             "made them as a file, or none (theirs is used)")
+        if kind == "byte" and not made:
+            given = make_tokenizer("byte", "")
+        if tokens is not None:
+            tokens, tok = _stream(tokens, given, "tokens")
+            if val_tokens is not None:
+                val_tokens, _ = _stream(val_tokens, tok, "val_tokens")
+            data = _token_data(tokens, val_tokens, tok, (tokens_source, val_tokens_source), where)
+            given = tok
+        if init is not None:
+            params, config, tok, init_path = _init_model(init, given, model, where)
+        else:
+            fields = {**PRETRAIN_MODEL, "context": PRETRAIN_DEFAULTS["context"], **(model or {})}
+            context = fields.pop("context")
+        if tokens is None:
+            train, val, source, val_source = _texts(text, val_text, source, val_source)
+            if init is None:
+                tok = given if given is not None else make_tokenizer(
+                    kind or PRETRAIN_DEFAULTS["tokenizer"], train, vocab_size)
+            data = _Data(tok, encode_text(tok, train), encode_text(tok, val), train, val,
+                         {"source": source, "val_source": val_source,
+                          "train_sha256": _sha256(train), "val_sha256": _sha256(val)})
+        if init is None:
+            config = GPTConfig(vocab_size=tok.vocab_size, max_len=context, **fields)
+            params = init_gpt(config, rng=step_rng(settings.seed, 0, STREAM_INIT))
+        data.tok = tok
+        if tokenizer_out is not None:
+            save_tokenizer(tok, tokenizer_out)
+        data.record = {"task": "text", "tokenizer": tokenizer_kind(tok),
+                       "tokenizer_source": tokenizer_source if given is not None else None,
+                       "vocab_size": vocab_size if made and kind in (None, "bpe") else None,
+                       "context": config.max_len, "grad_accum": int(grad_accum),
+                       "tokenizer_out": None if tokenizer_out is None else
+                       os.fspath(tokenizer_out),
+                       "init": None if init_path is None else os.path.dirname(init_path),
+                       "source": None, "val_source": None, "tokens_source": None,
+                       "val_tokens_source": None, **data.record}
+    return _run(params, config, data, settings, grad_accum, opt_state, history, start, deadline,
+                minutes, out, progress, log, n_samples, sample_tokens, baselines)
 
-    train_ids = encode_text(tok, train)
-    val_ids = encode_text(tok, val)
+
+def _stream(tokens, tokenizer, name):
+    """A token stream given as ids, or as ``(ids, tokenizer)`` of :func:`read_token_file`."""
+    if isinstance(tokens, tuple):
+        ids, tok = tokens
+        if tokenizer is not None and tokenizer_digest(tokenizer) != tokenizer_digest(tok):
+            raise ValueError(f"pretrain: {name} were made by another tokenizer than the run's")
+        return ids, tok
+    if tokenizer is None:
+        raise ValueError(f"pretrain: {name} are ids without their tokenizer; pass tokenizer= "
+                         "(load_tokenizer) or the (ids, tokenizer) of read_token_file")
+    return tokens, tokenizer
+
+
+def _resumed_data(record, tok, text, val_text, source, val_source, tokens, val_tokens, where):
+    """The data of a resumed run: given again, or read again from the recorded sources."""
+    if record.get("tokens_source") is not None or tokens is not None:
+        if tokens is None:
+            tokens, _ = read_token_file(record["tokens_source"], tok)
+            if record.get("val_tokens_source") is not None:
+                val_tokens, _ = read_token_file(record["val_tokens_source"], tok,
+                                                what="--val-tokens")
+        else:
+            tokens, _ = _stream(tokens, tok, "tokens")
+            val_tokens = None if val_tokens is None else _stream(val_tokens, tok, "val_tokens")[0]
+        return _token_data(tokens, val_tokens, tok, (record.get("tokens_source"),
+                                                     record.get("val_tokens_source")), where)
+    train, val, source, val_source = _texts(text, val_text, source, val_source, record)
+    return _Data(tok, encode_text(tok, train), encode_text(tok, val), train, val,
+                 {"train_sha256": _sha256(train), "val_sha256": _sha256(val)})
+
+
+def _run(params, config, data, settings, grad_accum, opt_state, history, start, deadline,
+         minutes, out, progress, log, n_samples, sample_tokens, baselines):
+    """Train and evaluate (:func:`pretrain` after it has gathered what the run reads)."""
+    where = "pretrain"
+    tok, train_ids, val_ids, context = data.tok, data.train_ids, data.val_ids, config.max_len
     if train_ids.size < context + 1 or val_ids.size < 2:
         raise ValueError(f"{where}: the training text is {train_ids.size} tokens and the held-out "
                          f"text {val_ids.size}; expected more than context={context} training "
                          "tokens and at least 2 held-out tokens")
     lengths = token_byte_lengths(tok)
-    spread = text_windows(val_ids.size, context, EVAL_WINDOWS)   # the periodic evaluation's
-    ngrams = ngram_baselines(train, val) if baselines else {}
+    ngrams = {}
+    if baselines:
+        train_text = data.train_text if data.train_text is not None else tok.decode(train_ids)
+        val_text = data.val_text if data.val_text is not None else tok.decode(val_ids)
+        ngrams = ngram_baselines(train_text, val_text)
 
     def evaluate(p):
-        return evaluate_text(p, config, val_ids, lengths, windows=spread)
+        return evaluate_text(p, config, val_ids, lengths)
 
     grad_arrays = {}             # the previous step's gradients, written over by the next
+    B = settings.batch_size
 
     def batch_loss(p, step):
-        x, y = get_batch(train_ids, settings.batch_size, context,
-                         rng=step_rng(settings.seed, step))
-        loss, grad_arrays["g"] = gpt_loss(p, x, y, config=config, out=grad_arrays.get("g"))
-        return loss, grad_arrays["g"], x.size
+        x, y = get_batch(train_ids, B * grad_accum, context, rng=step_rng(settings.seed, step))
+        drop = step_rng(settings.seed, step, STREAM_DROPOUT) if config.dropout > 0 else None
+        total, grads = 0.0, None
+        for k in range(grad_accum):                  # micro-batches of B windows
+            loss, g = gpt_loss(p, x[k * B:(k + 1) * B], y[k * B:(k + 1) * B], config=config,
+                               rng=drop, train=drop is not None,
+                               out=grad_arrays.get("g") if grad_accum == 1 else None)
+            total += loss / grad_accum
+            if grads is None:
+                grads = g if grad_accum == 1 else {k2: v / grad_accum for k2, v in g.items()}
+            else:
+                for k2, v in g.items():
+                    grads[k2] += v / grad_accum      # the mean over the B * grad_accum windows
+        grad_arrays["g"] = grads
+        return total, grads, x.size
 
     def loss_and_grads(p, step):
         if deadline is not None and time.perf_counter() > deadline:
@@ -503,24 +672,33 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokenize
         last.update(params=p, opt_state=state, history=hist)
         if out is not None:
             save_checkpoint(out, kind="gpt", config=config.to_dict(), params=p, opt_state=state,
-                            meta={"tokenizer": tok.to_dict(), "task": data,
+                            meta={"tokenizer": tok.to_dict(), "task": data.record,
                                   "settings": settings.to_dict(), "state": hist})
 
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+        save_tokenizer(tok, os.path.join(out, TOKENIZER_FILE))
+    eval_seconds = None
     if history is None:                     # a new run: the curve starts at the initial model
         t0 = time.perf_counter()
         history = {"step": 0, "seconds": 0.0, "tokens": 0, "loss": [],
                    "evals": [{"step": 0, **evaluate(params)}]}
+        eval_seconds = time.perf_counter() - t0
         if minutes is not None:
-            settings = _planned_settings(settings, params, batch_loss, deadline,
-                                         time.perf_counter() - t0, minutes)
+            settings = _planned_settings(settings, params, batch_loss, deadline, eval_seconds,
+                                         minutes)
+    replan = None
+    if minutes is not None:
+        replan = _replanner(deadline, eval_seconds, history["step"])
     begin = history["step"]
     bar = Progress(max(settings.steps - begin, 1),
                    "pretrain" if not begin else f"pretrain from {begin}") if progress else None
     stopped = False
     try:
-        params, opt_state, history = train_loop(
+        params, opt_state, history, settings = train_loop(
             params, loss_and_grads, settings, opt_state=opt_state, history=history,
-            evaluate=evaluate, save=save, progress=bar, log=log)
+            evaluate=evaluate, save=save, progress=bar, log=log,
+            replan=replan or (lambda h, s: None))
     except _BudgetUsed:
         stopped = True
         if last:
@@ -531,45 +709,105 @@ def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokenize
     if stopped and log is not None:
         log(f"the budget of {minutes:g} minutes is used: stopped at step {history['step']} "
             f"of {settings.steps}")
-    final = evaluate_text(params, config, val_ids, lengths)
+    appended = history["evals"][-1]["step"] != history["step"]
+    if appended:            # stopped between evaluations: the curve ends at the final figure
+        history["evals"].append({"step": history["step"], **evaluate(params)})
+    final = history["evals"][-1]
     samples = _samples(params, config, tok, settings.seed, n_samples, sample_tokens) \
         if n_samples else []
+    record = data.record
     summary = _summary(history, settings, final, ngrams, {
-        "tokenizer": data["tokenizer"], "vocab_size": config.vocab_size, "context": context,
-        "source": source, "val_source": val_source,
+        "tokenizer": record["tokenizer"], "tokenizer_source": record.get("tokenizer_source"),
+        "vocab_size": config.vocab_size, "context": context,
+        "source": record.get("source"), "val_source": record.get("val_source"),
+        "tokens_source": record.get("tokens_source"),
+        "val_tokens_source": record.get("val_tokens_source"), "init": record.get("init"),
         "train_bytes": int(lengths[train_ids].sum()), "val_bytes": int(lengths[val_ids].sum()),
         "train_tokens": int(train_ids.size), "val_tokens": int(val_ids.size),
         "bytes_per_token": float(lengths[val_ids[1:]].sum() / (val_ids.size - 1)),
-        "stopped_by_budget": stopped, "wall_seconds": time.perf_counter() - start,
+        "stopped_by_budget": stopped, "minutes": minutes,
+        "wall_seconds": time.perf_counter() - start,
         "samples": samples, "config": config.to_dict(),
-        "checkpoint": None if out is None else checkpoint_file(out)})
+        "checkpoint": None if out is None else checkpoint_file(out),
+        "tokenizer_file": None if out is None else os.path.join(out, TOKENIZER_FILE),
+        "tokenizer_out": record.get("tokenizer_out")},
+        {"grad_accum": record.get("grad_accum", 1), "dropout": config.dropout,
+         "context": context, "minutes": minutes})
+    if appended and out is not None and opt_state is not None:
+        save(params, opt_state, history)       # the checkpoint holds the whole curve
     return params, summary
 
 
 def _planned_settings(settings, params, batch_loss, deadline, eval_seconds, minutes):
     """``settings`` with the number of steps that fits before ``deadline``: two steps are
     run on a scratch copy (the first warms up, the second is timed) and the evaluations
-    every ``eval_every`` steps are counted in; the warmup stays at most a tenth."""
-    from ..fast import adamw_step
-    from ..optim import adamw_init
+    along the way and the final one are counted in (``eval_every`` lowered so that the
+    curve gets up to EVALS_PLANNED points, for at most a tenth of the budget); the warmup
+    stays at most a tenth. :func:`_replanner` corrects the plan as the run goes."""
     state = adamw_init(params)
     for i in range(2):
         t0 = time.perf_counter()
         _, grads, _ = batch_loss(params, i)
         adamw_step(params, grads, state, lr=settings.lr)
         step_seconds = time.perf_counter() - t0
-    left = deadline - time.perf_counter()
+    left = deadline - time.perf_counter() - FINISH_EVALS * eval_seconds     # the finish
     if left <= 0:
         raise ValueError(f"pretrain: the budget of {minutes:g} minutes was used before training "
                          "began (reading and tokenizing the text); give more minutes")
-    per_step = step_seconds + 1.5 * eval_seconds / settings.eval_every   # evaluation + save
-    steps = max(2, int(0.95 * left / per_step))
+    # evaluations (and saves) along the curve: every eval_every steps, but at most as many as
+    # a tenth of the budget pays for, and at most EVALS_PLANNED
+    affordable = max(1, min(EVALS_PLANNED, int(0.1 * left / max(eval_seconds, 1e-9))))
+    rough = max(2, int(0.9 * left / step_seconds))          # steps, evaluations aside
+    eval_every = min(settings.eval_every, max(1, rough // affordable))
+    per_step = step_seconds + 1.1 * eval_seconds / eval_every
+    steps = max(2, int(left / per_step))
+    return _with_steps(TrainSettings(**dict(settings.to_dict(), eval_every=eval_every)), steps)
+
+
+def _with_steps(settings, steps):
     values = dict(settings.to_dict(), steps=steps,
-                  warmup_steps=min(settings.warmup_steps, steps // 10))
+                  warmup_steps=min(settings.warmup_steps, max(steps // 10, 0)))
+    if values["warmup_steps"] >= steps:
+        values["warmup_steps"] = steps - 1
     return TrainSettings(**values)
 
 
-def _summary(history, settings, final, ngrams, extra):
+REPLAN_SECONDS = 2.0      # how often a budgeted run measures its speed again
+EVALS_PLANNED = 10        # at most this many points on the curve of a budgeted run
+FINISH_EVALS = 2.0        # the final evaluation, the samples and the save, in evaluations
+
+
+def _replanner(deadline, eval_seconds, first_step):
+    """The ``replan`` of ``train_loop`` for a wall-clock budget: every couple of seconds,
+    the seconds per step measured so far in this run (evaluations and saves included)
+    give how many more steps fit before ``deadline``, less the finish (the final evaluation,
+    the samples and the save: FINISH_EVALS times the step-0 evaluation); the
+    total is moved there (never below the step reached). Warmup steps already taken stay."""
+    t_start = time.perf_counter()
+    state = {"next": t_start + REPLAN_SECONDS}
+
+    def replan(history, settings):
+        now = time.perf_counter()
+        done = history["step"] - first_step
+        if now < state["next"] or done < 2:
+            return None
+        state["next"] = now + REPLAN_SECONDS
+        per_step = (now - t_start) / done
+        final = FINISH_EVALS * (eval_seconds if eval_seconds is not None else per_step)
+        more = int((deadline - now - final) / per_step)
+        steps = max(history["step"] + 1, history["step"] + more)
+        if steps == settings.steps:
+            return None
+        new = _with_steps(settings, steps)
+        if history["step"] < settings.warmup_steps:
+            return new
+        # past the warmup: keep it as it was (the schedule's first part is history)
+        return TrainSettings(**dict(new.to_dict(), warmup_steps=min(settings.warmup_steps,
+                                                                    steps - 1)))
+    return replan
+
+
+def _summary(history, settings, final, ngrams, extra, run_settings):
     seconds = history["seconds"]
     best = min(ngrams, key=ngrams.get) if ngrams else None
     baseline = ngrams[best] if best else None
@@ -580,6 +818,7 @@ def _summary(history, settings, final, ngrams, extra):
             "ratio_to_baseline": final["val_bits_per_byte"] / baseline if baseline else None,
             "val_perplexity": final["val_perplexity"],
             "val_loss": final["val_loss"],
+            "initial_val_bits_per_byte": history["evals"][0]["val_bits_per_byte"],
             "ngram_bits_per_byte": ngrams,
             "train_loss": float(np.mean(recent)) if recent else None,
             "steps": history["step"],
@@ -587,6 +826,6 @@ def _summary(history, settings, final, ngrams, extra):
             "tokens_per_second": history["tokens"] / seconds if seconds > 0 else None,
             "tokens": history["tokens"],
             **extra,
-            "settings": settings.to_dict(),
+            "settings": {**settings.to_dict(), **run_settings},
             "evals": history["evals"],
             "loss_history": history["loss"]}

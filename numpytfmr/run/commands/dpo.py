@@ -37,9 +37,10 @@ The model runs on the fast path (``numpytfmr.fast.posttrain``: the same numbers 
 """
 import time
 
+from numpytfmr.run.commands import posttext
+from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
 from numpytfmr.run.commands.lora import (add_adapter_options, add_base_options, add_run_options,
-                                         adapter_command, adapter_settings, save_adapted, snapshot,
-                                         start_adapter_run, train_adapters, unchanged)
+                                         adapter_command, save_adapted, start_adapter_run)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
 from numpytfmr.run.commands.train import finish, out_dir
 
@@ -133,6 +134,8 @@ def cmd_dpo(args):
 
     where = "dpo"
     targets, start, base = start_adapter_run(args, where)
+    if posttext.check_base_kind(args, base, where):
+        return posttext.dpo_text(args, targets, start, base)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     prefer, max_len = args.prefer, base["max_len"]
     min_len = max(2, base["min_len"])          # one digit has no order to prefer
@@ -234,7 +237,8 @@ def cmd_dpo(args):
         "seconds": seconds, "base_seconds": base["seconds"], "pair_seconds": pair_seconds,
         "dpo_seconds": dpo_seconds, "base_weights_unchanged": unchanged(params, before),
         "base_exact_match": base["exact_match"], "base_checkpoint": base["checkpoint"],
-        "checkpoint": checkpoint, "settings": settings.to_dict(), "evals": history["evals"]}
+        "checkpoint": checkpoint, "settings": settings.to_dict(), "evals": history["evals"],
+        "loss_history": history["loss"]}
     lines = [f"preferred behaviour ({prefer}) on {len(test['prompts'])} held-out prompts: "
              f"{100 * rates_before['preferred']:.1f}% before, "
              f"{100 * rates_after['preferred']:.1f}% after DPO "
@@ -276,6 +280,7 @@ def add_command(sub):
                    help="add W times the chosen answers' NLL per token (DPO + NLL, as TRL's "
                    "rpo_alpha; default 1; 0 = plain DPO, which here also learns to prefer "
                    "ascending answers but lets some of them go wrong)")
+    posttext.add_data_options(p, "dpo")
     add_adapter_options(p, DPO_DEFAULTS)
     add_run_options(p, "runs/dpo")
     p.set_defaults(func=cmd_dpo)

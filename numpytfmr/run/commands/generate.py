@@ -9,7 +9,8 @@ For a GPT trained on a task the prompt is wrapped as ``<bos> prompt <sep>`` (``-
 takes it as written, special tokens spelled out) and the completion is printed up to
 ``<eos>``. For a seq2seq checkpoint the prompt is the source sentence and the greedy
 translation is printed. For a GPT of ``numpytfmr pretrain`` the prompt is plain text,
-printed with its continuation (``--top-p``: nucleus sampling).
+printed with its continuation as it is produced (``--top-p``: nucleus sampling); past the
+context window the model reads the last max_len tokens, as nanoGPT crops its context.
 
 A prompt the model cannot read is refused (status 2): characters outside those of its
 training task (``31a2`` for a model that sorts digits), words outside the vocabulary,
@@ -103,10 +104,12 @@ def _check_source(ck, args):
 
 
 def _generate_text(args):
-    """A checkpoint of ``numpytfmr pretrain``: the prompt is plain text, continued as it is."""
+    """A model of text (``numpytfmr pretrain``, or lora/dpo from one): the prompt is plain
+    text, continued as it is and printed as it is produced. Past the context window the
+    model reads the last max_len tokens (the window slides, as in nanoGPT)."""
     import numpy as np
 
-    from numpytfmr.run.pretrain import complete_text, load_text_model
+    from numpytfmr.run.pretrain import encode_text, load_text_model, stream_text
     if args.raw:
         raise UsageError("--raw: the checkpoint holds a model of plain text (numpytfmr "
                          "pretrain), whose prompts have no special tokens")
@@ -114,13 +117,24 @@ def _generate_text(args):
         ck = load_text_model(args.checkpoint)
     except ValueError as exc:
         raise UsageError(f"--checkpoint: {exc}") from None
+    config, tok = ck["model_config"], ck["tokenizer"]
+    n_prompt = len(encode_text(tok, args.prompt))
+    if n_prompt == 0:
+        raise UsageError("--prompt is empty; expected at least one character")
+    if n_prompt > config.max_len:
+        _warn(f"--prompt is {n_prompt} tokens but the model reads {config.max_len} at a time; "
+              f"it continues from the last {config.max_len}")
     greedy = args.temperature == 0 or args.top_k == 1
     rng = None if greedy else np.random.default_rng(args.seed)
-    text, _ = complete_text(ck["params"], ck["model_config"], ck["tokenizer"], args.prompt,
-                            max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                            top_k=args.top_k, top_p=args.top_p, rng=rng,
-                            use_cache=not args.no_cache)
-    print(args.prompt + text)
+    sys.stdout.write(args.prompt)
+    sys.stdout.flush()
+    for piece in stream_text(ck["params"], config, tok, args.prompt,
+                             max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                             top_k=args.top_k, top_p=args.top_p, rng=rng,
+                             use_cache=not args.no_cache):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
     return 0
 
 
@@ -194,7 +208,9 @@ def add_command(sub):
                    help="nucleus sampling: sample among the most likely tokens whose "
                    "probabilities sum to at least P (text checkpoints of numpytfmr pretrain)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
-                   help="stop after N tokens (default: until <eos> or the end of the context)")
+                   help="stop after N tokens (default: until <eos> or the end of the context); "
+                   "a model of text goes on past its context window, reading the last max_len "
+                   "tokens")
     p.add_argument("--no-cache", action="store_true",
                    help="recompute the whole sequence at every step instead of using the KV cache "
                    "(same output, slower)")

@@ -27,6 +27,8 @@ import time
 
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, positive_float,
                                positive_int)
+from numpytfmr.run.commands import posttext
+from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
 from numpytfmr.run.commands.train import add_run_options as add_out_options
 from numpytfmr.run.commands.train import check_out, finish, logger, out_dir
 
@@ -45,8 +47,9 @@ def add_base_options(p, *, task, steps):
     """--checkpoint, or the base model the command trains itself."""
     g = p.add_argument_group("base model")
     g.add_argument("--checkpoint", type=checkpoint_path, metavar="PATH",
-                   help="a GPT checkpoint of 'numpytfmr train' (directory or its checkpoint.json); "
-                   "default: train a small base model first")
+                   help="a GPT checkpoint (directory or its checkpoint.json): of 'numpytfmr "
+                   "train' (a task model), or of 'numpytfmr pretrain' (a model of text, tuned "
+                   "on --text or --data); default: train a small task model first")
     g.add_argument("--base-task", default=task, metavar="TASK",
                    help=f"task of the base model trained without --checkpoint (default {task})")
     g.add_argument("--base-steps", type=positive_int, default=steps, metavar="N",
@@ -119,7 +122,7 @@ def base_model(args, *, where):
         return {"params": ck["params"], "config": ck["model_config"], "tokenizer": ck["tokenizer"],
                 "task": task.get("task"), "min_len": task.get("min_prompt_len", 1),
                 "max_len": task.get("max_prompt_len", args.max_prompt_len),
-                "checkpoint": ck["path"], "seconds": 0.0, "exact_match": None}
+                "checkpoint": ck["path"], "seconds": 0.0, "exact_match": None, "record": task}
     from numpytfmr.run.data import TASKS, CharTokenizer
     if args.base_task not in TASKS or args.base_task == "dyck":
         raise UsageError(f"--base-task is {args.base_task!r}; expected one of "
@@ -141,32 +144,6 @@ def base_model(args, *, where):
             "seconds": summary["seconds"], "exact_match": summary["exact_match"]}
 
 
-def adapter_settings(args):
-    from numpytfmr.run.loop import TrainSettings
-    return TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                         warmup_steps=min(args.warmup_steps, args.steps - 1), weight_decay=0.0,
-                         clip_norm=1.0, seed=args.seed, eval_every=args.eval_every)
-
-
-def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc):
-    """``train_loop`` over the adapters only, with a progress bar unless ``--quiet``.
-
-    Returns ``(adapters, history, seconds)``.
-    """
-    from numpytfmr.run.loop import train_loop
-    from numpytfmr.run.progress import Progress
-
-    bar = Progress(settings.steps, desc) if not args.quiet else None
-    t0 = time.perf_counter()
-    try:
-        adapters, _, history = train_loop(adapters, loss_and_grads, settings, evaluate=evaluate,
-                                          progress=bar, log=logger(args))
-    finally:
-        if bar is not None:
-            bar.close()
-    return adapters, history, time.perf_counter() - t0
-
-
 def save_adapted(out, base, merged, adapters, meta):
     """The merged model as a GPT checkpoint (``numpytfmr generate`` runs it) plus the
     adapters alone in ``adapters.npz``; returns the checkpoint.json path."""
@@ -180,23 +157,14 @@ def save_adapted(out, base, merged, adapters, meta):
     return path
 
 
-def snapshot(params):
-    """Copies of the base arrays, to show afterwards that training left them untouched."""
-    return {k: p.copy() for k, p in params.items()}
-
-
-def unchanged(params, before):
-    import numpy as np
-    return all(np.array_equal(params[k], before[k]) and params[k].dtype == before[k].dtype
-               for k in before) and set(params) == set(before)
-
-
 def start_adapter_run(args, where):
     """The start shared by ``lora`` and ``dpo``: check what the argument types cannot see
     before any work (the targets, an --out that would replace a previous run without
-    --force), and load or train the base model (the BLAS threads and kernels are set by
-    ``adapter_command``). Returns (targets, start time, base)."""
+    --force, one's own data without a model to tune), and load or train the base model
+    (the BLAS threads and kernels are set by ``adapter_command``). Returns (targets, start
+    time, base)."""
     targets = parse_targets(args.targets)
+    posttext.check_data_flags(args, where)
     check_out(args, where)
     start = time.perf_counter()
     return targets, start, base_model(args, where=where)
@@ -230,6 +198,8 @@ def cmd_lora(args):
 
     where = "lora"
     targets, start, base = start_adapter_run(args, where)
+    if posttext.check_base_kind(args, base, where):
+        return posttext.lora_text(args, targets, start, base)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     task = args.task or RELATED_TASKS.get(base["task"])
     if task is None:
@@ -303,7 +273,8 @@ def cmd_lora(args):
         "base_weights_unchanged": unchanged(params, before),
         "unmerge_max_abs_error": unmerge_error,
         "base_checkpoint": base["checkpoint"], "checkpoint": checkpoint,
-        "settings": settings.to_dict(), "evals": history["evals"]}
+        "settings": settings.to_dict(), "evals": history["evals"],
+        "loss_history": history["loss"]}
     lines = [f"{base['task']} -> {task}: exact match {100 * exact:.1f}% on held-out prompts "
              f"(base model {100 * target_before:.1f}%), training {counts['lora']:,} of "
              f"{counts['base']:,} parameters ({100 * counts['fraction']:.2f}%), "
@@ -330,6 +301,7 @@ def add_command(sub):
     g.add_argument("--task", choices=[t for t in TASKS if t not in ("sort_either", "dyck")],
                    default=None, help="target task (default: related to the base's task: "
                    "sort <-> sort_desc, reverse <-> rotate)")
+    posttext.add_data_options(p, "lora")
     add_adapter_options(p, LORA_DEFAULTS)
     add_run_options(p, "runs/lora")
     p.set_defaults(func=cmd_lora)

@@ -66,6 +66,9 @@ def add_run_options(p, out, out_help, *, resume=False):
     g.add_argument("--summary", type=output_file, metavar="FILE",
                    help="write the final metrics as one JSON object to FILE (its directory "
                    "must exist)")
+    g.add_argument("--plot", type=output_file, metavar="FILE",
+                   help="draw the run's curves into this PNG (default: curves.png in --out, "
+                   "when matplotlib is installed: pip install 'numpytfmr[plot]')")
     g.add_argument("--threads", type=positive_int, default=1, metavar="N",
                    help="BLAS threads (default 1: these matrices are too small to share)")
     g.add_argument("--quiet", action="store_true", help="no progress bar or evaluation lines")
@@ -96,6 +99,14 @@ def check_out(args, command):
     files, unless ``--force``. Returns the directory (None for ``--out none``)."""
     out = out_dir(args)
     resume = getattr(args, "resume", False)
+    if getattr(args, "plot", None):
+        from numpytfmr.run.plot import plot_available
+        if not plot_available():
+            raise UsageError(f"--plot {args.plot}: matplotlib is not installed; install it "
+                             "(pip install 'numpytfmr[plot]') or drop --plot")
+        if os.path.exists(args.plot) and not args.force:
+            raise UsageError(f"--plot {args.plot} already exists; pass --force to replace it, "
+                             "or name another file")
     if resume and args.force:
         raise UsageError("--resume continues the run in --out and --force replaces it; "
                          "give one of them")
@@ -144,9 +155,22 @@ def logger(args):
     return log
 
 
-def finish(args, summary, lines):
-    """Print the result lines and write ``--summary``."""
+def finish(args, summary, lines, panels=None, title=None):
+    """Draw the run's curves (``panels``, default ``plot.run_panels(summary)``) into
+    ``--plot`` or the run folder's curves.png, print the result lines and write
+    ``--summary`` (which records the picture's path as ``"plot"``)."""
     from numpytfmr.run import fileio
+    from numpytfmr.run.plot import CURVES_FILE, plot_available, run_panels, save_curves
+    out = out_dir(args)
+    path = getattr(args, "plot", None) or (os.path.join(out, CURVES_FILE) if out else None)
+    summary["plot"] = None
+    if path is not None and plot_available():
+        save_curves(path, run_panels(summary) if panels is None else panels, title)
+        summary["plot"] = path
+        lines = list(lines) + [f"curves: {path}"]
+    elif path is not None:
+        lines = list(lines) + ["no curves drawn: matplotlib is not installed "
+                               "(pip install 'numpytfmr[plot]')"]
     for line in lines:
         print(line)
     if args.summary:
@@ -211,7 +235,7 @@ def _train(args):
              f"{summary['seconds']:.0f} s, {summary['tokens_per_second']:,.0f} tokens/s)"]
     if out is not None:
         lines.append(f"checkpoint: {summary['checkpoint']}")
-    finish(args, summary, lines)
+    finish(args, summary, lines, title=f"numpytfmr train: {summary['task']}")
     return 0
 
 

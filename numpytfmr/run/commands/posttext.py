@@ -1,0 +1,327 @@
+"""``numpytfmr lora`` and ``numpytfmr dpo`` on a model of text (a checkpoint of ``numpytfmr
+pretrain``) with one's own data; the functions are in ``numpytfmr.run.posttext``.
+
+    numpytfmr lora --checkpoint runs/pretrain --text my.txt --out runs/lora-text
+    numpytfmr lora --checkpoint runs/pretrain --data pc.jsonl --out runs/lora-pc
+    numpytfmr dpo --checkpoint runs/lora-text --data prefs.jsonl --out runs/dpo-text
+    numpytfmr dpo --checkpoint runs/pretrain --data prefs.jsonl --full --out runs/dpo-full
+    numpytfmr generate --checkpoint runs/dpo-text --prompt "The "
+
+Each reports its held-out figures before and after, draws its curves, and saves the tuned
+model as a checkpoint of text (``generate``, ``export``, ``pretrain --init`` read it),
+with ``adapters.npz`` (LoRA) and ``tokenizer.json`` beside it.
+"""
+import os
+import time
+
+from numpytfmr.run.cli import UsageError
+from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
+from numpytfmr.run.commands.pretrain import read_text, text_file
+from numpytfmr.run.commands.train import finish, out_dir
+
+TEXT_DATA_FLAGS = ("text", "val_text", "data", "val_data")
+
+
+def add_data_options(p, command):
+    g = p.add_argument_group("one's own data (with --checkpoint of a model of text)")
+    if command == "lora":
+        g.add_argument("--text", type=text_file, metavar="FILE",
+                       help="continue language modelling on this UTF-8 text")
+        g.add_argument("--val-text", type=text_file, metavar="FILE",
+                       help="held-out text (default: the last tenth of --text)")
+        rows = "{\"prompt\": ..., \"completion\": ...} rows (TRL's prompt-completion format; " \
+               "the loss is on the completion tokens only)"
+    else:
+        rows = "{\"prompt\": ..., \"chosen\": ..., \"rejected\": ...} rows (TRL's preference " \
+               "format)"
+        g.add_argument("--full", action="store_true",
+                       help="train every weight instead of LoRA adapters (the reference stays "
+                       "the frozen start model)")
+    g.add_argument("--data", type=text_file, metavar="FILE.jsonl", help=f"JSON lines: {rows}")
+    g.add_argument("--val-data", type=text_file, metavar="FILE.jsonl",
+                   help="held-out rows (default: the last tenth of --data)")
+
+
+def _given(args, names):
+    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None)]
+
+
+def check_data_flags(args, where):
+    """Combinations refused before any work: own data without --checkpoint, two kinds of
+    data, a held-out file without its training file."""
+    data = _given(args, TEXT_DATA_FLAGS)
+    if getattr(args, "full", False) and not getattr(args, "data", None):
+        raise UsageError("--full trains every weight on --data FILE.jsonl (preference rows of a "
+                         "model of text); pass --data, or drop --full")
+    if not data:
+        return
+    if not args.checkpoint:
+        raise UsageError(f"{data[0]}: tuning on one's own data needs the model: pass --checkpoint "
+                         "RUN (a run of numpytfmr pretrain)")
+    if getattr(args, "text", None) and args.data:
+        raise UsageError("--text and --data are two kinds of data; give one (--text FILE: "
+                         "continued language modelling, --data FILE.jsonl: prompt-completion rows)")
+    for held, main_flag in (("val_text", "text"), ("val_data", "data")):
+        if getattr(args, held, None) and not getattr(args, main_flag, None):
+            raise UsageError(f"--{held.replace('_', '-')} goes with --{main_flag} FILE (the "
+                             "training data)")
+
+
+def check_base_kind(args, base, where):
+    """True when the base is a model of text (then --text or --data is needed); a task
+    model with one's own data, or a model of text without, is refused."""
+    record = base.get("record") or {}
+    is_text = record.get("task") == "text"
+    data = _given(args, TEXT_DATA_FLAGS)
+    if is_text and not data:
+        need = "--text FILE or --data FILE.jsonl" if where == "lora" else "--data FILE.jsonl"
+        raise UsageError(f"--checkpoint {args.checkpoint} holds a model of text (numpytfmr "
+                         f"pretrain); pass {need} with your own data (the built-in tasks apply "
+                         "to task models of numpytfmr train)")
+    if is_text and getattr(args, "task", None):
+        raise UsageError(f"--task applies to task models; --checkpoint {args.checkpoint} holds a "
+                         "model of text: drop --task")
+    if not is_text and data:
+        raise UsageError(f"{data[0]}: --checkpoint {args.checkpoint} holds a task model "
+                         f"({base['task']!r}), not a model of text; pass a run of numpytfmr "
+                         f"pretrain, or drop {data[0]} to tune on the built-in tasks")
+    return is_text
+
+
+def _save(args, base, params, adapters, extra):
+    """The tuned model as a checkpoint of text, with adapters.npz (LoRA) and tokenizer.json;
+    returns the checkpoint.json path (None for --out none)."""
+    from numpytfmr.run import fileio
+    from numpytfmr.run.checkpoint import save_checkpoint
+    from numpytfmr.run.pretrain import TOKENIZER_FILE
+    from numpytfmr.run.tokenizers import save_tokenizer
+    out = out_dir(args)
+    if out is None:
+        return None
+    task = dict(base["record"], **extra)
+    path = save_checkpoint(out, kind="gpt", config=base["config"].to_dict(), params=params,
+                           meta={"tokenizer": base["tokenizer"].to_dict(), "task": task})
+    if adapters is not None:
+        fileio.save_arrays(os.path.join(out, "adapters.npz"), adapters)
+    save_tokenizer(base["tokenizer"], os.path.join(out, TOKENIZER_FILE))
+    return path
+
+
+def _initial_history(metrics):
+    return {"step": 0, "seconds": 0.0, "tokens": 0, "loss": [], "evals": [{"step": 0, **metrics}]}
+
+
+def lora_text(args, targets, start, base):
+    """LoRA on a model of text: continued language modelling of --text, or the completions
+    of --data rows."""
+    import numpy as np
+
+    from numpytfmr.fast.posttrain import gpt_lora_loss
+    from numpytfmr.posttrain import add_lora, lora_parameter_counts, merge_lora
+    from numpytfmr.run.batches import get_batch
+    from numpytfmr.run.checkpoint import load_model
+    from numpytfmr.run.loop import STREAM_INIT, step_rng
+    from numpytfmr.run.posttext import (PROMPT_COMPLETION, completion_arrays, completion_metrics,
+                                        read_rows, split_rows, split_stream)
+    from numpytfmr.run.pretrain import encode_text, evaluate_text
+    from numpytfmr.run.tasks import IGNORE
+    from numpytfmr.run.tokenizers import token_byte_lengths
+
+    params, config, tok = base["params"], base["config"], base["tokenizer"]
+    T = config.max_len
+    settings = adapter_settings(args)
+    if args.text:
+        ids = encode_text(tok, read_text(args.text, "--text"))
+        val = encode_text(tok, read_text(args.val_text, "--val-text")) if args.val_text else None
+        train_ids, val_ids = split_stream(ids, val, T)
+        lengths = token_byte_lengths(tok)
+        kind, n_train, n_val = "text", int(train_ids.size), int(val_ids.size)
+
+        def evaluate_params(p):
+            m = evaluate_text(p, config, val_ids, lengths)
+            return {"val_loss": m["val_loss"], "val_bits_per_byte": m["val_bits_per_byte"]}
+
+        def batch(step):
+            return get_batch(train_ids, settings.batch_size, T, rng=step_rng(settings.seed, step))
+        truncated = 0
+    else:
+        rows = read_rows(args.data, PROMPT_COMPLETION, tok)
+        val_rows = read_rows(args.val_data, PROMPT_COMPLETION, tok, flag="--val-data") \
+            if args.val_data else None
+        train_rows, val_rows = split_rows(rows, val_rows)
+        tr = completion_arrays(tok, train_rows, T)
+        va = completion_arrays(tok, val_rows, T)
+        (ids, mask), (vids, vmask) = tr["completion"], va["completion"]
+        kind, n_train, n_val = "prompt-completion", len(train_rows), len(val_rows)
+        truncated = tr["truncated"] + va["truncated"]
+
+        def evaluate_params(p):
+            return completion_metrics(p, config, tok, vids, vmask)
+
+        def batch(step):
+            idx = step_rng(settings.seed, step).choice(len(ids), min(settings.batch_size,
+                                                                     len(ids)), replace=False)
+            x, y, m = ids[idx, :-1], ids[idx, 1:], mask[idx, 1:]
+            return x, np.where(m, y, IGNORE)
+
+    alpha = args.alpha
+    before = snapshot(params)
+    first = evaluate_params(params)
+    adapters = add_lora(params, config, r=args.rank, targets=targets,
+                        rng=step_rng(args.seed, 0, STREAM_INIT))
+    counts = lora_parameter_counts(params, adapters)
+
+    def loss_and_grads(a, step):
+        x, y = batch(step)
+        loss, grads = gpt_lora_loss(params, a, x, y, config=config, alpha=alpha,
+                                    ignore_index=IGNORE)
+        return loss, grads, x.size
+
+    adapters, history, lora_seconds = train_adapters(
+        adapters, loss_and_grads, settings, lambda a: evaluate_params(merge_lora(params, a,
+                                                                                 alpha=alpha)),
+        args, f"lora {kind}", history=_initial_history(first))
+    merged = merge_lora(params, adapters, alpha=alpha)
+    last = history["evals"][-1]
+    checkpoint = _save(args, base, merged, adapters, {"lora": {
+        "rank": args.rank, "alpha": alpha, "targets": list(targets), "data": kind,
+        "base_checkpoint": base["checkpoint"]}})
+    if checkpoint is not None:                           # score what was saved
+        saved = evaluate_params(load_model(checkpoint, kind="gpt")["params"])
+        if not np.isclose(saved["val_loss"], last["val_loss"], rtol=1e-5):
+            raise ValueError(f"lora: the saved model scores {saved['val_loss']} but the trained "
+                             f"one {last['val_loss']}")
+    seconds = time.perf_counter() - start
+    summary = {
+        "command": "lora", "data": kind, "data_source": args.text or args.data,
+        "val_source": args.val_text if args.text else args.val_data,
+        "train_size": n_train, "val_size": n_val, "truncated": truncated,
+        "val_loss_before": first["val_loss"], "val_loss_after": last["val_loss"],
+        "val_bits_per_byte_before": first["val_bits_per_byte"],
+        "val_bits_per_byte_after": last["val_bits_per_byte"],
+        "trainable_fraction": counts["fraction"], "lora_parameters": counts["lora"],
+        "base_parameters": counts["base"], "lora_rank": args.rank, "lora_alpha": alpha,
+        "targets": list(targets), "steps": history["step"],
+        "loss": float(np.mean(history["loss"][-50:])), "seconds": seconds,
+        "lora_seconds": lora_seconds, "base_weights_unchanged": unchanged(params, before),
+        "base_checkpoint": base["checkpoint"], "checkpoint": checkpoint,
+        "settings": settings.to_dict(), "evals": history["evals"],
+        "loss_history": history["loss"]}
+    unit = "token" if kind == "text" else "completion token"
+    what = "held-out text" if kind == "text" else f"{n_val} held-out rows"
+    lines = [f"{what}: {first['val_bits_per_byte']:.3f} -> {last['val_bits_per_byte']:.3f} "
+             f"bits per byte, {first['val_loss']:.3f} -> {last['val_loss']:.3f} nats per {unit} "
+             f"(base model -> after {history['step']} LoRA steps)",
+             f"trained {counts['lora']:,} of {counts['base']:,} parameters "
+             f"({100 * counts['fraction']:.2f}%) on {n_train:,} "
+             f"{'tokens' if kind == 'text' else 'rows'}; {seconds:.0f} s in all"]
+    if truncated:
+        lines.append(f"{truncated} sequences were cut to the context window ({T} tokens)")
+    if checkpoint is not None:
+        lines.append(f"merged model: {checkpoint} (adapters: "
+                     f"{os.path.join(os.path.dirname(checkpoint), 'adapters.npz')})")
+    from numpytfmr.run.plot import run_panels
+    finish(args, summary, lines, run_panels(summary, ["val_loss", "val_bits_per_byte"]),
+           f"numpytfmr lora: {os.path.basename(args.text or args.data)}")
+    return 0
+
+
+def dpo_text(args, targets, start, base):
+    """DPO on a model of text with --data preference rows, LoRA or every weight (--full),
+    the reference being the frozen start model."""
+    import numpy as np
+
+    from numpytfmr.fast.posttrain import dpo_loss_and_grads as lora_dpo
+    from numpytfmr.posttrain import add_lora, dpo_loss_and_grads, lora_parameter_counts, \
+        merge_lora
+    from numpytfmr.run.loop import STREAM_INIT, step_rng
+    from numpytfmr.run.posttext import (PREFERENCE, full_logprobs, pair_arrays,
+                                        preference_metrics, read_rows, sequence_logprobs,
+                                        split_rows)
+
+    params, config, tok = base["params"], base["config"], base["tokenizer"]
+    T = config.max_len
+    rows = read_rows(args.data, PREFERENCE, tok)
+    val_rows = read_rows(args.val_data, PREFERENCE, tok, flag="--val-data") \
+        if args.val_data else None
+    train_rows, val_rows = split_rows(rows, val_rows)
+    pairs, held = pair_arrays(tok, train_rows, T), pair_arrays(tok, val_rows, T)
+    keys = ("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask")
+    ref = {name: (sequence_logprobs(params, config, d["chosen_ids"], d["chosen_mask"]),
+                  sequence_logprobs(params, config, d["rejected_ids"], d["rejected_mask"]))
+           for name, d in (("train", pairs), ("held", held))}
+    settings = adapter_settings(args)
+    alpha, beta, full = args.alpha, args.beta, args.full
+    before = snapshot(params)
+    if full:
+        trainable = {k: v.copy() for k, v in params.items()}
+        counts = {"lora": sum(v.size for v in params.values()),
+                  "base": sum(v.size for v in params.values()), "fraction": 1.0}
+
+        def policy(w):
+            return w
+    else:
+        trainable = add_lora(params, config, r=args.rank, targets=targets,
+                             rng=step_rng(args.seed, 0, STREAM_INIT))
+        counts = lora_parameter_counts(params, trainable)
+
+        def policy(a):
+            return merge_lora(params, a, alpha=alpha)
+    n = pairs["chosen_ids"].shape[0]
+    B = min(settings.batch_size, n)
+
+    def loss_and_grads(w, step):
+        idx = step_rng(settings.seed, step).choice(n, B, replace=False)
+        batch = {k: pairs[k][idx] for k in keys}
+        common = dict(config=config, beta=beta, ref_chosen=ref["train"][0][idx],
+                      ref_rejected=ref["train"][1][idx], nll_weight=args.nll_weight)
+        if full:
+            loss, grads, _ = dpo_loss_and_grads(params, w, batch, alpha=None,
+                                                logprobs=full_logprobs(), **common)
+        else:
+            loss, grads, _ = lora_dpo(params, w, batch, alpha=alpha, **common)
+        return loss, grads, 2 * batch["chosen_ids"].size
+
+    def evaluate(w):
+        return preference_metrics(policy(w), config, held, *ref["held"], beta=beta)
+
+    first = evaluate(trainable)
+    trainable, history, dpo_seconds = train_adapters(
+        trainable, loss_and_grads, settings, evaluate, args, "dpo" + (" (full)" if full else ""),
+        history=_initial_history(first))
+    last = history["evals"][-1]
+    tuned = policy(trainable)
+    checkpoint = _save(args, base, tuned, None if full else trainable, {"dpo": {
+        "beta": beta, "nll_weight": args.nll_weight, "full": full,
+        "rank": None if full else args.rank, "alpha": None if full else alpha,
+        "targets": None if full else list(targets), "data": args.data,
+        "base_checkpoint": base["checkpoint"]}})
+    seconds = time.perf_counter() - start
+    trl = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins")
+    summary = {
+        "command": "dpo", "data": "preference", "data_source": args.data,
+        "val_source": args.val_data, "train_pairs": int(n), "val_pairs": len(val_rows),
+        "truncated": pairs["truncated"] + held["truncated"], "full": full,
+        "before": first, "after": last, **{k: last[k] for k in trl},
+        "beta": beta, "nll_weight": args.nll_weight,
+        "trainable_fraction": counts["fraction"], "trained_parameters": counts["lora"],
+        "base_parameters": counts["base"], "lora_rank": None if full else args.rank,
+        "lora_alpha": None if full else alpha, "targets": None if full else list(targets),
+        "steps": history["step"], "loss": float(np.mean(history["loss"][-20:])),
+        "seconds": seconds, "dpo_seconds": dpo_seconds,
+        "base_weights_unchanged": unchanged(params, before),
+        "base_checkpoint": base["checkpoint"], "checkpoint": checkpoint,
+        "settings": settings.to_dict(), "evals": history["evals"],
+        "loss_history": history["loss"]}
+    shown = lambda m: ", ".join(f"{k} {m[k]:.3f}" for k in trl)  # noqa: E731
+    lines = [f"held-out pairs ({len(val_rows)}), before: {shown(first)}",
+             f"held-out pairs ({len(val_rows)}), after {history['step']} steps: {shown(last)}",
+             f"trained {counts['lora']:,} of {counts['base']:,} parameters "
+             f"({100 * counts['fraction']:.2f}%) on {n} pairs against the frozen start model; "
+             f"{seconds:.0f} s in all"]
+    if checkpoint is not None:
+        lines.append(f"tuned model: {checkpoint}")
+    from numpytfmr.run.plot import run_panels
+    finish(args, summary, lines, run_panels(summary, list(trl)),
+           f"numpytfmr dpo: {os.path.basename(args.data)}")
+    return 0
