@@ -1230,11 +1230,14 @@ def test_grade_forward_feedback_names_factors_and_options(tmp_path):
                                  "functions": [{"name": "lora_linear", "cases": [0]},
                                                {"name": "cross_entropy", "cases": [0]}]})
     out = {t.function: t.output() for t in report.tests if not t.passed}
+    backward = {t.function: t for t in report.tests}["lora_linear_backward"]
     lora = out["lora_linear_forward"]
     assert "alpha multiplied by 0.4286 (0.4286 = r/d_in, r = 3, d_in = 7)" in lora, lora
     assert "a d_in where r belongs? (e.g. alpha/d_in in place of alpha/r)" in lora
     assert "no simple pattern" not in lora
-    assert 'known wrong backward "rank taken as d_in"' in out["lora_linear_backward"]
+    # the backward is right for that forward: credited, and the diagnosis still names the slip
+    assert backward.passed and "credited: lora_linear_backward" in backward.output()
+    assert 'known wrong backward "rank taken as d_in"' in backward.output()
     ce = out["cross_entropy_forward"]
     assert "your output = 6 x the expected output (6 = N, N = 6 rows of logits (2 x 3))" in ce, ce
 

@@ -712,3 +712,75 @@ def test_independent_gates_and_rewards_submission_scores_full_marks():
     failed = [t.output() for t in report.tests if not t.passed]
     assert not failed, "\n\n".join(failed[:3])
     assert report.score == report.max_score == 60
+
+
+# --- hidden cases and weights the instructor sets (grading.json, make-assignment) ---------------
+
+def test_the_instructor_chooses_which_cases_are_hidden_and_they_are_other_cases():
+    from numpytfmr.grading.cases import make_graded_cases, resolve
+
+    def split(hidden):
+        cases = make_graded_cases(resolve("softmax", hidden=hidden), seed=0, hidden_seed=9,
+                                  float32_case=False)
+        return ([c.index for c in cases if not c.hidden], [c.index for c in cases if c.hidden])
+
+    visible, hidden = split("auto")          # the last third: other shapes and edge cases
+    assert hidden and visible and not set(hidden) & set(visible)
+    assert sorted(visible + hidden) == list(range(len(visible) + len(hidden)))
+    assert split("none")[1] == [] and split("all")[0] == []
+    assert split([0, 2]) == ([i for i in visible + hidden if i not in (0, 2)], [0, 2])
+    redraw_visible, redraw_hidden = split("redraw")
+    assert redraw_visible == redraw_hidden == sorted(visible + hidden)
+    with pytest.raises(ValueError, match="no graded case 99"):
+        split([99])
+    # without a hidden seed nothing is hidden, whatever the setting
+    cases = make_graded_cases(resolve("softmax", hidden="all"), seed=0, hidden_seed=None)
+    assert cases and not any(c.hidden for c in cases)
+
+
+def test_hidden_settings_reach_grading_json_the_grader_and_not_the_students_folder(tmp_path, capsys):
+    from numpytfmr.run.cli import main
+
+    out = tmp_path / "hw"
+    assert main(["make-assignment", "softmax", "relu", "-o", str(out), "--hidden", "softmax:all",
+                 "--hidden", "relu:0", "--hidden-seed", "4"]) == 0
+    config = json.loads((out / "autograder" / "grading.json").read_text())
+    entries = {f["name"]: f for f in config["functions"]}
+    assert entries["softmax"]["hidden"] == "all" and entries["relu"]["hidden"] == [0]
+    report = grade(CORRECT, config=out / "autograder" / "grading.json")
+    assert all(t.hidden for t in report.tests if t.function.startswith("softmax")
+               and not t.label.startswith("float32"))
+    relu_hidden = {t.label for t in report.tests if t.function == "relu_forward" and t.hidden}
+    assert len(relu_hidden) == 1
+    shown = report.gradescope()
+    assert all(t["visibility"] == "after_due_date" for t in shown["tests"] if "hidden" in t["name"])
+    data = json.loads((out / "student" / "check_data.json").read_text())
+    labels = {c["label"] for item in data["items"] for c in item["cases"]}
+    assert not {label.replace("hidden: ", "") for label in relu_hidden} & labels
+    assert main(["make-assignment", "relu", "-o", str(tmp_path / "bad"), "--hidden", "relu"]) == 2
+    assert "--hidden 'relu'" in capsys.readouterr().err
+
+
+def test_weights_per_function_and_one_function_of_a_pair(tmp_path, capsys):
+    from numpytfmr.run.cli import main
+
+    out = tmp_path / "hw"
+    assert main(["make-assignment", "softmax", "relu", "-o", str(out), "--weight",
+                 "softmax_backward=8", "--weight", "relu=5"]) == 0
+    entries = {f["name"]: f for f in json.loads((out / "autograder" / "grading.json").read_text())
+               ["functions"]}
+    assert entries["softmax"]["weights"] == {"softmax_forward": 4.0, "softmax_backward": 8.0}
+    assert entries["softmax"]["weight"] == 12.0 and entries["relu"]["weight"] == 5.0
+    report = grade(CORRECT, config=out / "autograder" / "grading.json")
+    scores = report.function_scores()
+    assert scores["softmax_backward"] == (8.0, 8.0) and scores["softmax_forward"] == (4.0, 4.0)
+    assert scores["relu_forward"][1] + scores["relu_backward"][1] == pytest.approx(5.0)
+    assert report.max_score == pytest.approx(17.0)
+    # naming one function of a pair: the other is in the skeleton, carries no points, and says so
+    capsys.readouterr()
+    assert main(["make-assignment", "softmax_backward", "-o", str(tmp_path / "hw2")]) == 0
+    assert "softmax_forward is in the skeleton" in capsys.readouterr().out
+    entry = json.loads((tmp_path / "hw2" / "autograder" / "grading.json").read_text())["functions"][0]
+    assert entry["weights"] == {"softmax_forward": 0.0, "softmax_backward": 6.0}
+    assert main(["make-assignment", "softmax", "-o", str(tmp_path / "hw3"), "--weight",
+                 "relu_backward=3"]) == 2

@@ -33,8 +33,7 @@ def mistakes_for(case):
     op, _ = find_op(case.forward)
     if op is None:
         return None, []
-    from ..registry import spec_of                      # the registry imports the topic modules
-    from ..registry.check import input_names
+    from ..registry import input_names, spec_of         # the registry imports the topic modules
     spec = spec_of(op)
     if spec is None or not spec.mistakes:
         return None, []

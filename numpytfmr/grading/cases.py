@@ -35,6 +35,7 @@ __all__ = ["Item", "GradedCase", "helpers", "resolve", "contract_names", "load_c
            "DEFAULTS", "make_graded_cases", "input_names", "droppable_options", "EXTRA_CASES",
            "all_cases", "DrawCheck", "own_draw"]
 
+FORWARD_SHARE = 0.4         # of an op's weight, when the instructor does not split it
 DEFAULTS = {"seed": 0, "hidden_seed": None, "timeout": 10.0, "memory_mb": 2048,
             "float32_case": True, "weight": 10.0, "slip_deduction": 0.1}
 
@@ -58,6 +59,18 @@ class Item:
     weight: float = DEFAULTS["weight"]
     cases: object = "all"
     drop: tuple = ()                # options left out of the assignment (with their dependents)
+    weights: dict = None            # {function: points}: the pair's split, when not the default
+    hidden: object = "auto"         # which cases are hidden: see hidden_indices
+
+    def function_weights(self):
+        """Points of each function: an op's forward gets FORWARD_SHARE of the item's weight and
+        its backward the rest, unless ``weights`` names them."""
+        if self.kind != "op":
+            return {self.functions[0]: self.weight}
+        if self.weights:
+            return {fn: float(self.weights[fn]) for fn in self.functions}
+        fwd, bwd = self.functions
+        return {fwd: FORWARD_SHARE * self.weight, bwd: (1 - FORWARD_SHARE) * self.weight}
 
 
 @dataclass
@@ -161,11 +174,14 @@ def contract_names():
     return names
 
 
-def resolve(name, weight=None, cases="all", drop=()):
+def resolve(name, weight=None, cases="all", drop=(), weights=None, hidden="auto"):
     """The :class:`Item` for ``name``: an op name, one of its two functions, or a helper.
 
     drop: options to leave out (see :func:`droppable_options`); the options that only make
     sense with a dropped one (LoRA's ``rng`` and ``train`` with ``dropout``) go with it.
+    weights: {function: points} for one or both functions of an op; a function it does not
+    name keeps its default share of ``weight``. The item's weight is then their sum.
+    hidden: which cases are graded as hidden (see :func:`hidden_indices`).
     """
     ops = registry()
     base = name
@@ -182,6 +198,18 @@ def resolve(name, weight=None, cases="all", drop=()):
         raise ValueError(f"unknown function {name!r}; gradable names are the ops ({known}), their "
                          "_forward/_backward functions, and the helpers")
     item.drop = _expand_drop(item, drop)
+    item.hidden = hidden
+    if weights:
+        unknown = set(weights) - set(item.functions)
+        if unknown or item.kind != "op":
+            raise ValueError(f"weights of {', '.join(sorted(unknown or weights))} given for "
+                             f"{item.name}, whose functions are {', '.join(item.functions)}")
+        for fn, w in weights.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+                raise ValueError(f"the weight of {fn} is {w!r}; expected a number >= 0")
+        split = item.function_weights()
+        item.weights = {fn: float(weights.get(fn, split[fn])) for fn in item.functions}
+        item.weight = round(sum(item.weights.values()), 6)
     return item
 
 
@@ -361,7 +389,7 @@ def items_from_config(config):
             items.append(resolve(f))
         else:
             items.append(resolve(f["name"], f.get("weight"), f.get("cases", "all"),
-                                 f.get("drop", ())))
+                                 f.get("drop", ()), f.get("weights"), f.get("hidden", "auto")))
     return items
 
 
@@ -413,22 +441,60 @@ def make_graded_cases(item, *, seed, hidden_seed=None, float32_case=True):
         return all_cases(item, np.random.default_rng(s), dtype)
 
     out = []
-    visible = _select(make(seed, np.float64), item.cases, item)
-    if not visible:
+    chosen = _select(make(seed, np.float64), item.cases, item)
+    if not chosen:
         raise ValueError(f"{item.name}: no case is left to grade (the dropped options "
                          f"{', '.join(item.drop)} are used by every case)")
-    for i, case in visible:
-        out.append(GradedCase(i, case, case.label or f"case {i}", hidden=False, seed=seed))
+    hidden = set() if hidden_seed is None else hidden_indices(item, chosen)
+    redraw = hidden_seed is not None and item.hidden == "redraw"
+    for i, case in chosen:
+        if i not in hidden:
+            out.append(GradedCase(i, case, case.label or f"case {i}", hidden=False, seed=seed))
     if float32_case and item.kind == "op":
-        chosen = _select(make(seed, np.float32), item.cases, item)
-        if chosen:
-            i, case = chosen[0]
+        first = [(i, c) for i, c in _select(make(seed, np.float32), item.cases, item) if i not in hidden]
+        if first:
+            i, case = first[0]
             out.append(GradedCase(i, case, f"float32: {case.label or f'case {i}'}", dtype="float32",
                                   seed=seed))
-    if hidden_seed is not None:
+    if hidden or redraw:
         for i, case in _select(make(hidden_seed, np.float64), item.cases, item):
-            out.append(GradedCase(i, case, f"hidden: {case.label or f'case {i}'}", hidden=True,
-                                  seed=hidden_seed))
+            if i in hidden or redraw:
+                out.append(GradedCase(i, case, f"hidden: {case.label or f'case {i}'}", hidden=True,
+                                      seed=hidden_seed))
+    return out
+
+
+def hidden_indices(item, chosen):
+    """The indices of the cases graded as hidden (drawn at the hidden seed, shown after the due
+    date), from ``item.hidden``:
+
+    "auto"    the last third of the item's cases (the registry lists edge cases last), so the
+              hidden ones have their own shapes and edge cases; none of a single case
+    "none"    no hidden case;  "all": every case
+    "redraw"  every case visible, and each again with other values at the hidden seed
+    [...]     these cases, by index or label
+    """
+    indices = [i for i, _ in chosen]
+    spec = item.hidden
+    if spec in ("none", False, None, "redraw"):
+        return set()
+    if spec in ("all", True):
+        return set(indices)
+    if spec == "auto":
+        return set(indices[len(indices) - len(indices) // 3:])
+    if not isinstance(spec, list):
+        raise ValueError(f"grading config: 'hidden' of {item.name!r} is {spec!r}; expected "
+                         "\"auto\", \"none\", \"all\", \"redraw\" or a list of cases")
+    labels = {c.label: i for i, c in chosen}
+    out = set()
+    for w in spec:
+        if isinstance(w, int) and not isinstance(w, bool) and w in indices:
+            out.add(w)
+        elif isinstance(w, str) and w in labels:
+            out.add(labels[w])
+        else:
+            raise ValueError(f"grading config: {item.name!r} has no graded case {w!r} to hide; its "
+                             "cases are " + "; ".join(f"{i}: {c.label}" for i, c in chosen))
     return out
 
 

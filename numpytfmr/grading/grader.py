@@ -47,7 +47,6 @@ __all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points",
 
 H = 1e-3                       # finite-difference step: check_gradients' default (five-point stencil)
 _REFINED = H * 0.0625          # the checker's refinement step h/16
-_FORWARD_SHARE = 0.4           # of an op's weight; the backward tests share the rest
 _MAX_CRASHES = 3               # process deaths in one function before its remaining cases are skipped
 NUMERICAL_CALLS = 3            # forward calls inside one backward call that flag it for review
 POINT_DECIMALS = 2             # test points are whole multiples of 0.01
@@ -567,18 +566,19 @@ class _ItemGrader:
 
     def make_tests(self):
         """The item's tests, case by case (forward then backward), with their points: the
-        forward tests share ``_FORWARD_SHARE`` of the item's weight, the backward tests the rest,
-        split by :func:`split_points` so that they add up to the weight exactly."""
+        forward tests share the forward's points and the backward tests the backward's
+        (:meth:`~.cases.Item.function_weights`), split by :func:`split_points` so that they add up
+        to each function's weight exactly."""
         item = self.item
-        per_case = [_FORWARD_SHARE, 1 - _FORWARD_SHARE] if item.kind == "op" else [1]
-        points = iter(split_points(item.weight, per_case * len(self.cases)))
+        points = {fn: iter(split_points(w, [1] * len(self.cases)))
+                  for fn, w in item.function_weights().items()}
         groups = []
         for gc in self.cases:
             group = []
             for fn in item.functions:
                 t = TestResult(name=f"{fn} [{gc.label}]", number=f"{self.number}.{len(self.tests) + 1}",
                                item=item.name, function=fn, label=gc.label, hidden=gc.hidden,
-                               max_score=next(points))
+                               max_score=next(points[fn]))
                 self.tests.append(t)
                 group.append(t)
             groups.append(tuple(group))
@@ -999,7 +999,8 @@ class Plan:
         from .. import __version__
         h = hashlib.sha256()
         items = None if self.items is None else [
-            [i.name, i.kind, list(i.functions), i.weight, i.cases, list(getattr(i, "drop", ()))]
+            [i.name, i.kind, list(i.functions), i.function_weights(), i.cases,
+             list(getattr(i, "drop", ())), i.hidden]
             for i in self.items]
         h.update(repr((__version__, sorted(self.settings.items()), items)).encode())
         return h.hexdigest()

@@ -202,15 +202,16 @@ def _draw(item, gc, out):
     return {"op": item.name, "p": p, "shape": list(np.shape(out))}
 
 
-def check_data(items, *, seed, float32_case=True):
+def check_data(items, *, seed, hidden_seed=None, float32_case=True):
     """The self-check's data: (a JSON-able dict, {key: array}) holding, for every visible case
     of ``items``, its inputs and options, the upstream gradient and the expected output and
-    gradients. Hidden cases are never included; neither is any code of the reference."""
+    gradients. Hidden cases are never included (``hidden_seed``: the grader's, which decides
+    which cases are hidden); neither is any code of the reference."""
     arrays, out_items, skipped = {}, [], []
     for n, item in enumerate(items):
         names = input_names(item.spec)
         cases = []
-        for k, gc in enumerate(make_graded_cases(item, seed=seed, hidden_seed=None,
+        for k, gc in enumerate(make_graded_cases(item, seed=seed, hidden_seed=hidden_seed,
                                                  float32_case=float32_case)):
             if gc.hidden:
                 continue
@@ -310,7 +311,7 @@ def _existing_hidden_seed(config_path):
 def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None, weights=None,
                     timeout=DEFAULTS["timeout"], memory_mb=DEFAULTS["memory_mb"], drop=None,
                     force=False, new_seed=False, submission=None, allow_modules=(), late=None,
-                    gradescope_tests="function"):
+                    gradescope_tests="function", hidden=None):
     """Write the assignment for ``names`` into ``out_dir``; return the paths written.
 
     out_dir/student/                    the folder handed to students: the skeleton ({name}.py
@@ -328,6 +329,10 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
                    see :mod:`.course`)
     gradescope_tests: "function" (one Gradescope test per function, its cases in the output)
                    or "case" (one per case)
+    weights:       {name: points}: an op or helper's total, or one function of an op's pair
+                   (``softmax_backward``), which then no longer takes its default share
+    hidden:        {item name: "auto" | "none" | "all" | "redraw" | [case, ...]}: which cases are
+                   hidden (cases.hidden_indices); default "auto"
 
     drop:     {item name: [option, ...]}, options left out of the skeleton and of the graded
               cases (e.g. {"lora_linear": ["dropout", "rank_stabilized"]})
@@ -341,19 +346,35 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
         raise ValueError(f"make-assignment: the name {name!r} must be a Python identifier")
     weights = dict(weights or {})
     drop = {k: list(v) for k, v in (drop or {}).items()}
-    items, seen = [], set()
+    hidden = dict(hidden or {})
+    items, seen, named = [], set(), {}
     for n in names:
         item = resolve(n)
+        named.setdefault(item.name, set()).add(n)
         if item.name not in seen:
             seen.add(item.name)
             items.append(item)
     known = {i.name for i in items}
-    for label, given in (("weights", weights), ("options to drop", drop)):
-        unknown = set(given) - known
+    functions_of = {fn: i.name for i in items for fn in i.functions}
+    for label, given in (("weights", weights), ("options to drop", drop), ("hidden cases", hidden)):
+        unknown = set(given) - known - (set(functions_of) if label == "weights" else set())
         if unknown:
             raise ValueError(f"make-assignment: {label} given for {', '.join(sorted(unknown))}, "
                              "which are not in the assignment")
-    items = [resolve(i.name, drop=drop.get(i.name, ())) for i in items]
+    splits, notes = {}, []
+    for i in items:
+        split = {fn: w for fn, w in weights.items() if functions_of.get(fn) == i.name and fn != i.name}
+        alone = named[i.name] & set(i.functions)
+        if i.kind == "op" and len(alone) == 1 and i.name not in named[i.name] and len(named[i.name]) == 1:
+            (only,) = alone                      # one function of a pair: the other carries nothing
+            other = next(fn for fn in i.functions if fn != only)
+            split.setdefault(other, 0.0)
+            notes.append(f"{other} is in the skeleton ({i.functions[1]} needs the forward's cache) "
+                         f"but carries no points: the assignment names {only} only")
+        splits[i.name] = split
+    items = [resolve(i.name, weights.get(i.name), drop=drop.get(i.name, ()),
+                     weights=splits[i.name] or None, hidden=hidden.get(i.name, "auto"))
+             for i in items]
     for item in items:                       # every item must keep a case to grade
         make_graded_cases(item, seed=seed, hidden_seed=None, float32_case=False)
 
@@ -390,8 +411,11 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
 
     functions = []
     for i in items:
-        entry = {"name": i.name, "weight": float(weights.get(i.name, DEFAULTS["weight"])),
-                 "cases": "all"}
+        entry = {"name": i.name, "weight": float(i.weight), "cases": "all"}
+        if i.weights:
+            entry["weights"] = dict(i.weights)
+        if i.hidden != "auto":
+            entry["hidden"] = i.hidden
         chosen = [d for d in i.drop if d not in notes_for(i.name).omit]
         if chosen:
             entry["drop"] = chosen
@@ -409,7 +433,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     if gradescope_tests != "function":
         config["gradescope_tests"] = gradescope_tests
     load_config(config)                      # the new keys' values are checked once, here
-    data, arrays = check_data(items, seed=int(seed), float32_case=True)
+    data, arrays = check_data(items, seed=int(seed), hidden_seed=int(hidden_seed), float32_case=True)
     data["assignment"] = name
 
     student = os.path.join(out_dir, "student")
@@ -444,6 +468,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     paths["package"] = target
     atomic_write_bytes(paths["zip"], _zip_bytes(auto, ["setup.sh", "run_autograder", "grading.json"],
                                                 target))
+    paths["notes"] = notes
     return paths
 
 

@@ -18,6 +18,7 @@ recognises a gradient equal to one of them (``checking/catalogue.py``) and names
 """
 from dataclasses import dataclass, field
 import importlib
+import inspect
 from typing import Callable
 
 import numpy as np
@@ -141,3 +142,9 @@ def get(name):
     if name not in ops:
         raise ValueError(f"unknown op {name!r}; registered ops: {', '.join(ops)}")
     return ops[name]
+
+
+def input_names(fn):
+    """The names of ``fn``'s positional parameters, used to label gradient rows."""
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

@@ -3,20 +3,13 @@
 ``numpytfmr check``, the parametrised tests and the autograder's reference run call
 :func:`check_op`.
 """
-import inspect
 
 import numpy as np
 
 from ..gradcheck import check_gradients
-from . import bind
+from . import bind, input_names
 
 __all__ = ["check_op", "input_names"]
-
-
-def input_names(fn):
-    """The names of ``fn``'s positional parameters, used to label gradient rows."""
-    return [p.name for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def check_op(spec, *, seed=0, mode=None):

@@ -15,6 +15,22 @@ def _weights(values):
     return weights
 
 
+def _hidden(values):
+    """``--hidden NAME:SPEC`` (repeatable) -> {name: spec}; SPEC is auto, none, all, redraw or
+    case indices/labels separated by commas."""
+    out = {}
+    for v in values or []:
+        name, sep, spec = v.partition(":")
+        spec = spec.strip()
+        if not sep or not name.strip() or not spec:
+            raise ValueError(f"--hidden {v!r}: expected NAME:auto|none|all|redraw|CASE[,CASE...], "
+                             "e.g. softmax:all or attention:3,5")
+        if spec not in ("auto", "none", "all", "redraw"):
+            spec = [int(c) if c.strip().isdigit() else c.strip() for c in spec.split(",") if c.strip()]
+        out[name.strip()] = spec
+    return out
+
+
 def _drops(values):
     """``--drop OP:OPTION[,OPTION...]`` (repeatable) -> {op: [options]}."""
     drop = {}
@@ -62,7 +78,10 @@ def cmd_make_assignment(args):
                             new_seed=args.new_seed, submission=args.submission,
                             allow_modules=[m for v in args.allow_module or [] for m in
                                            v.replace(",", " ").split()],
-                            late=_late(args), gradescope_tests=args.gradescope_tests)
+                            late=_late(args), gradescope_tests=args.gradescope_tests,
+                            hidden=_hidden(args.hidden))
+    for note in paths["notes"]:
+        print(f"note: {note}")
     print(f"for students:      {paths['student']}{os.sep}  (hand out this folder)")
     print(f"                   {os.path.basename(paths['skeleton'])}, "
           f"{os.path.basename(paths['notebook'])}: the skeleton")
@@ -92,7 +111,14 @@ def add_command(sub):
                    help="seed of the hidden cases (default: a random one, stored in grading.json; "
                         "with --force, the one of the existing grading.json)")
     p.add_argument("--weight", action="append", metavar="NAME=POINTS",
-                   help="points of one name (repeatable; default 10 each)")
+                   help="points of one name (repeatable; default 10 each): an op (its forward "
+                        "gets 40%%, its backward 60%%), one function of a pair "
+                        "(softmax_backward=8), or a helper")
+    p.add_argument("--hidden", action="append", metavar="NAME:SPEC",
+                   help="which cases of NAME are hidden (graded, shown after the due date; "
+                        "repeatable): auto (default: the last third, the registry's edge cases), "
+                        "none, all, redraw (every case visible, and each again with other values), "
+                        "or case numbers/labels, e.g. attention:3,5")
     p.add_argument("--drop", action="append", metavar="OP:OPTION[,OPTION...]",
                    help="leave options out of the assignment, e.g. --drop "
                         "lora_linear:dropout,rank_stabilized or --drop attention:bias "

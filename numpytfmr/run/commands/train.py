@@ -169,7 +169,7 @@ def finish(args, summary, lines, panels=None, title=None):
         summary["plot"] = path
         lines = list(lines) + [f"curves: {path}"]
     elif path is not None:
-        lines = list(lines) + ["no curves drawn: matplotlib is not installed "
+        lines = list(lines) + ["curves: not drawn, matplotlib is not installed "
                                "(pip install 'numpytfmr[plot]')"]
     for line in lines:
         print(line)
