@@ -32,6 +32,7 @@ from numpytfmr.site.collect import parse_refs
 from numpytfmr.site.markdown import markdown_to_html, slugify
 from numpytfmr.site.pages import lhs_symbols, segments
 from numpytfmr.site.snippets import check_snippet
+from numpytfmr.site.tables import load_errata
 from numpytfmr.site.texmath import tex_to_mathml
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -203,8 +204,7 @@ def test_index_lists_the_chapters_in_order_with_ops_notebooks_and_errata(site):
 
 def test_errata_page_says_what_is_wrong_what_is_right_and_which_test_shows_it(site):
     errata = site.pages["errata.html"]
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    tests = re.findall(r"`(tests/test_\w+\.py::test_\w+)`", readme[readme.index("## Errata"):])
+    tests = [e["test"] for e in load_errata(REPO)]
     assert tests
     for t in tests:
         path, name = t.split("::")

@@ -7,7 +7,7 @@ highlighted by the standard library's tokenizer (:mod:`.highlight`), and the sty
 and script are written beside the pages (:mod:`.assets`).
 
 - :mod:`.collect` gathers what is shown: the topic modules and the registry's ops, the
-  README's tables (topics, errata), the tests, the notebooks and the notes' references;
+  data files docs/modules.toml and docs/errata.toml, the tests, the notebooks and the notes' references;
 - :mod:`.pages` renders the pages; :mod:`.build` writes them.
 """
 from .asciimath import to_mathml

@@ -770,8 +770,8 @@ class Site:
         side = (f'<h3>notebook</h3><p class="muted">{_e(nb.stem)}.ipynb, {len(nb.cells)} cells '
                 f"({n_code} code)</p>" + '<h3>notebooks</h3><ol class="toc">' + "".join(
                     f'<li><a href="{self.nb_pages[o.stem]}">{_e(o.stem)}</a></li>' for o in self.m.notebooks) + "</ol>")
-        body = (f'<p class="nb-file">notebooks/{_e(nb.stem)}.ipynb, read-only (run it with Jupyter: the '
-                f"README says how)</p>" + "".join(cells))
+        body = (f'<p class="nb-file">notebooks/{_e(nb.stem)}.ipynb, read-only (run it with Jupyter: '
+                f"docs/notebooks.md says how)</p>" + "".join(cells))
         return side, body
 
     def _nb_link(self, href):
