@@ -398,8 +398,8 @@ def collect(source=None):
                 owner.setdefault(n, t.module)
     public = []
     for n in sorted(dir(numpytfmr)):
-        obj = getattr(numpytfmr, n)
-        if n.startswith("_") or isinstance(obj, types.ModuleType):
+        obj = getattr(numpytfmr, n, None)          # an entry point whose module lacks it: None
+        if n.startswith("_") or obj is None or isinstance(obj, types.ModuleType):
             continue
         mod = getattr(obj, "__module__", None) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
         if mod is None:                          # a constant: the module whose __all__ names it
