@@ -147,6 +147,8 @@ class Notebook:
     cells: list        # [(kind, source)]
     names: list        # per cell: set of identifiers (code cells)
     refs: list
+    outputs: list = None   # per cell: nbformat outputs after running it; None: not run
+    error: str = ""        # why it could not be run
 
 
 @dataclass
@@ -339,7 +341,8 @@ def index_tests(tests_dir):
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
-def read_notebooks(nb_dir):
+def read_notebooks(nb_dir, execute=False):
+    """The notebooks of ``nb_dir``; with ``execute``, each run (see :mod:`.execute`)."""
     out = []
     for path in sorted(pathlib.Path(nb_dir).glob("*.ipynb")):
         try:
@@ -361,6 +364,14 @@ def read_notebooks(nb_dir):
                     if m:
                         title = m.group(1).strip()
         out.append(Notebook(path.stem, title, cells, names, refs))
+    if execute:
+        from .execute import notebook_outputs, package_fingerprint
+        package_hash = package_fingerprint()
+        for nb, path in zip(out, sorted(pathlib.Path(nb_dir).glob("*.ipynb"))):
+            try:
+                nb.outputs = notebook_outputs(path, package_hash=package_hash)
+            except Exception as exc:       # nbclient's errors, a dead kernel: shown on the page
+                nb.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
     return out
 
 
@@ -368,8 +379,9 @@ def read_notebooks(nb_dir):
 # Everything
 # ---------------------------------------------------------------------------------------
 
-def collect(source=None):
-    """Gather the :class:`Model` of the site (``source``: the checkout, or None to look)."""
+def collect(source=None, execute=False):
+    """Gather the :class:`Model` of the site (``source``: the checkout, or None to look;
+    ``execute``: run the notebooks for their outputs)."""
     import numpytfmr
     from numpytfmr.registry import registry
 
@@ -408,7 +420,7 @@ def collect(source=None):
                         and n in getattr(m, "__all__", ()) and getattr(m, n, None) is obj), "numpytfmr")
         public.append((n, obj, mod))
     tests, test_sources = index_tests(root / "tests") if root and (root / "tests").is_dir() else ([], {})
-    notebooks = read_notebooks(root / "notebooks") if root and (root / "notebooks").is_dir() else []
+    notebooks = read_notebooks(root / "notebooks", execute) if root and (root / "notebooks").is_dir() else []
     errata = errata_table(root)
     by_test = {(t.file, t.name): t for t in tests}
     for er in errata:
