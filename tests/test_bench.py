@@ -194,3 +194,24 @@ def test_keep_freed_memory_reports_what_it_did():
 def test_bad_option_is_a_usage_error(capsys):
     assert main(["bench", "--quick", "--threads", "0"]) == 2
     assert "--threads" in capsys.readouterr().err
+
+
+def test_kernel_set_experiment_runs_each_set_in_a_fresh_process():
+    """``bench_blas_coretype``: OpenBLAS's own pick against OPENBLAS_CORETYPE, each in its own
+    process (the variable only counts when NumPy loads); this process is left as it was."""
+    from numpytfmr.run.bench import AVX512_SETS, bench_blas_coretype
+    from numpytfmr.run.blas import blas_info
+    before = blas_info()
+    out = bench_blas_coretype(bench.QUICK_MODEL, coretype="auto", threads=1, repeat=1, rounds=1)
+    if before["architecture"] in AVX512_SETS:
+        assert out["coretype"] == out["coretype_ran"] == "Haswell"
+        assert out["openblas_choice"] == before["architecture"]
+        assert out["ratio"] == pytest.approx(out["seconds"]["coretype"] / out["seconds"]["openblas"])
+        assert 0.2 < out["ratio"] < 5                  # the same step, another kernel set
+    else:
+        assert out["coretype"] is None and "no other kernel set" in out["note"]
+    assert blas_info() == before
+    if before["library"] == "openblas":               # an explicit set runs where asked
+        forced = bench_blas_coretype(bench.QUICK_MODEL, coretype=before["architecture"],
+                                     threads=1, repeat=1, rounds=1)
+        assert forced["coretype_ran"] == forced["openblas_choice"] == before["architecture"]

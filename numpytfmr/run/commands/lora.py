@@ -194,7 +194,7 @@ def unchanged(params, before):
 def start_adapter_run(args, where):
     """The start shared by ``lora`` and ``dpo``: check what the argument types cannot see
     before any work (the targets, an --out that would replace a previous run without
-    --force), and load or train the base model (the BLAS threads and kernels are set by
+    --force), and load or train the base model (the BLAS threads are set by
     ``adapter_command``). Returns (targets, start time, base)."""
     targets = parse_targets(args.targets)
     check_out(args, where)
@@ -207,12 +207,12 @@ def start_adapter_run(args, where):
 # ---------------------------------------------------------------------------------------
 
 def adapter_command(run):
-    """The command ``run(args)`` with ``--threads`` BLAS threads and the preferred kernels
-    (``tuned_blas``), both as they were afterwards."""
+    """The command ``run(args)`` with ``--threads`` BLAS threads (``blas_threads``), as
+    they were afterwards."""
     @functools.wraps(run)
     def command(args):
-        from numpytfmr.run.blas import tuned_blas
-        with tuned_blas(args.threads):
+        from numpytfmr.run.blas import blas_threads
+        with blas_threads(args.threads):
             return run(args)
     return command
 

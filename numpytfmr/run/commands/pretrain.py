@@ -40,14 +40,14 @@ def _read(path, flag):
 
 
 def cmd_pretrain(args):
-    from numpytfmr.run.blas import tuned_blas
+    from numpytfmr.run.blas import blas_threads
     if args.minutes is not None and args.steps is not None:
         raise UsageError("--minutes and --steps both set the length of the run; give one")
     if args.vocab_size is not None and args.tokenizer not in (None, "bpe"):
         raise UsageError(f"--vocab-size applies to --tokenizer bpe; the {args.tokenizer} "
                          "tokenizer has a fixed vocabulary")
     check_out(args, "pretrain")
-    with tuned_blas(args.threads), resume_hint(args, "pretrain"):
+    with blas_threads(args.threads), resume_hint(args, "pretrain"):
         return _pretrain(args)
 
 
