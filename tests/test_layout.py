@@ -348,3 +348,21 @@ def test_star_import_gives_the_reference_and_the_checker():
     for name in ("layernorm_forward", "mha_forward", "check_gradients", "gpt_forward", "adamw_step"):
         assert name in namespace, name
     assert not [n for n in namespace if n in ("train_bpe", "get_batch", "load_run")]
+
+
+# ---------------------------------------------------------------------------------------
+# (g) tests findable from their module: numpytfmr/X.py is tested in tests/test_X.py
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("module", TOPICS)
+def test_every_topic_module_has_its_test_file(module):
+    test_file = REPO / "tests" / f"test_{module}"
+    assert test_file.is_file(), (f"numpytfmr/{module} is a topic module; its tests belong in "
+                                 f"tests/test_{module}")
+    tree = ast.parse(test_file.read_text(encoding="utf-8"))
+    stem = module[:-3]
+    imports = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    exported = set(getattr(importlib.import_module(f"{PACKAGE}.{stem}"), "__all__", []))
+    assert f"{PACKAGE}.{stem}" in imports or names & exported, \
+        f"tests/test_{module} imports nothing of numpytfmr/{module}"

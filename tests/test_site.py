@@ -85,7 +85,7 @@ def test_command_reports_the_pages_and_how_to_open_them(site):
     n = int(re.search(r"wrote (\d+) pages", site.printed).group(1))
     assert n == len(site.pages) >= 30
     for page in ("index.html", "errata.html", "api.html", "contract.html", "norms.html",
-                 "attention.html", "01_attention.html", "test_core_ops.html"):
+                 "attention.html", "01_attention.html", "test_norms.html"):
         assert page in site.pages, page
     assert (site.dir / "assets" / "site.css").is_file() and (site.dir / "assets" / "site.js").is_file()
 
@@ -251,7 +251,7 @@ def test_check_gradients_calls_run_and_pass(site):
 
 def test_ops_link_their_tests_and_notebook_cells(site):
     entry = _section(site.pages["norms.html"], "layernorm_forward")
-    assert 'href="test_core_ops.html#test_layernorm_constant_row_is_finite"' in entry
+    assert 'href="test_norms.html#test_layernorm_constant_row_is_finite"' in entry
     assert 'test_registry.html#test_backward_matches_finite_differences' in entry
     cell = re.search(r'href="04_layernorm_ffn_residuals\.html#cell-(\d+)"', entry)
     assert cell, "no link to the LayerNorm notebook"

@@ -129,7 +129,7 @@ class Topic:
 
 @dataclass
 class TestRef:
-    file: str          # "test_core_ops.py"
+    file: str          # "test_norms.py"
     name: str          # "test_layernorm_constant_row_is_finite" (Class.test for methods)
     line: int
     names: set
