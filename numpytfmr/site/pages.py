@@ -473,7 +473,8 @@ class Site:
                 if (t.file, t.name) not in seen and not t.every_op:
                     seen.add((t.file, t.name))
                     out.append(t)
-        out.sort(key=lambda t: (t.file, t.line))
+        own = f"test_{e.module}.py"                   # the module's own test file first
+        out.sort(key=lambda t: (t.file != own, t.file, t.line))
         return out
 
     def notebook_cells(self, names):
