@@ -16,33 +16,10 @@ from numpytfmr import (
     dot_scores_forward, mha_backward, mha_forward, neg_sq_dist_scores_forward, padding_mask,
     sinusoidal_encoding,
 )
-from numpytfmr.gradcheck import check_gradients
 from numpytfmr.registry import bind
 from numpytfmr.registry.attention import OPS
 
-
-def assert_gradients(forward, kwargs, args, seed=0):
-    res = check_gradients(bind(forward, kwargs), _backward_of(forward), args, seed=seed)
-    assert res.passed and max(res.errors.values()) <= 1e-7, str(res)
-
-
-_BACKWARDS = {spec.forward: spec.backward for spec in OPS}
-
-
-def _backward_of(forward):
-    return _BACKWARDS[forward]
-
-
-def _mha_weights(rng, d_model, n_heads, n_kv_heads, d_head, *, biases=True, dtype=np.float64):
-    s = d_model ** -0.5
-    W = [rng.standard_normal((d_model, n_heads * d_head)) * s,
-         rng.standard_normal((d_model, n_kv_heads * d_head)) * s,
-         rng.standard_normal((d_model, n_kv_heads * d_head)) * s,
-         rng.standard_normal((n_heads * d_head, d_model)) * (n_heads * d_head) ** -0.5]
-    b = ([rng.standard_normal(n) * 0.3 for n in (n_heads * d_head, n_kv_heads * d_head,
-                                                 n_kv_heads * d_head, d_model)]
-         if biases else [None] * 4)
-    return [None if a is None else a.astype(dtype) for a in W + b]
+from conftest import assert_attention_gradients, mha_weights
 
 
 def test_registry_covers_every_requested_case():
@@ -146,7 +123,7 @@ def test_mask_and_bias_with_batch_axes_only_the_values_have():
     A = np.exp(S - S.max(-1, keepdims=True))
     A /= A.sum(-1, keepdims=True)
     np.testing.assert_allclose(out, A @ V, rtol=1e-13)
-    assert_gradients(attention_forward, {"mask": mask, "bias": bias}, (Q, K, V))
+    assert_attention_gradients(attention_forward, {"mask": mask, "bias": bias}, (Q, K, V))
 
 
 def test_default_scale_and_temperature():
@@ -167,7 +144,7 @@ def test_self_attention_is_permutation_equivariant_and_positions_break_it():
     rng = np.random.default_rng(7)
     n, d = 5, 8
     X = rng.standard_normal((n, d))
-    W = _mha_weights(rng, d, 2, 2, 4)
+    W = mha_weights(rng, d, 2, 2, 4)
     P = np.eye(n)[rng.permutation(n)]
     attn = lambda X, **kw: mha_forward(X, X, *W, n_heads=2, **kw)[0]  # noqa: E731
     np.testing.assert_allclose(attn(P @ X), P @ attn(X), rtol=1e-12, atol=1e-14)
@@ -214,7 +191,7 @@ def test_float32_is_preserved():
     assert all(g.dtype == np.float32 for g in attention_backward(np.ones_like(out), c))
     out64bias, _ = attention_forward(Q, K, V, bias=bias.astype(np.float64))  # an option: no upcast
     assert out64bias.dtype == np.float32
-    W = [w.astype(np.float32) for w in _mha_weights(rng, 6, 6, 2, 2)]
+    W = [w.astype(np.float32) for w in mha_weights(rng, 6, 6, 2, 2)]
     x = f(2, 3, 6)
     out, c = mha_forward(x, x, *W, n_heads=6, n_kv_heads=2, rope="half", mask=causal_mask(3))
     out2, c2 = mha_forward(x[:, :1], x[:, :1], *W, n_heads=6, n_kv_heads=2, rope="half",

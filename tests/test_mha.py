@@ -10,53 +10,28 @@ from numpytfmr import (
     attention_forward, causal_mask, merge_heads, mha_backward, mha_forward, padding_mask,
     split_heads,
 )
-from numpytfmr.gradcheck import check_gradients
-from numpytfmr.registry import bind
-from numpytfmr.registry.attention import OPS
 
-
-def assert_gradients(forward, kwargs, args, seed=0):
-    res = check_gradients(bind(forward, kwargs), _backward_of(forward), args, seed=seed)
-    assert res.passed and max(res.errors.values()) <= 1e-7, str(res)
-
-
-_BACKWARDS = {spec.forward: spec.backward for spec in OPS}
-
-
-def _backward_of(forward):
-    return _BACKWARDS[forward]
-
-
-def _mha_weights(rng, d_model, n_heads, n_kv_heads, d_head, *, biases=True, dtype=np.float64):
-    s = d_model ** -0.5
-    W = [rng.standard_normal((d_model, n_heads * d_head)) * s,
-         rng.standard_normal((d_model, n_kv_heads * d_head)) * s,
-         rng.standard_normal((d_model, n_kv_heads * d_head)) * s,
-         rng.standard_normal((n_heads * d_head, d_model)) * (n_heads * d_head) ** -0.5]
-    b = ([rng.standard_normal(n) * 0.3 for n in (n_heads * d_head, n_kv_heads * d_head,
-                                                 n_kv_heads * d_head, d_model)]
-         if biases else [None] * 4)
-    return [None if a is None else a.astype(dtype) for a in W + b]
+from conftest import assert_attention_gradients, mha_weights
 
 
 def test_mha_gradients_through_a_kv_cached_step():
     """The backward of a cached step: the cache is a constant, x and weights get gradients."""
     rng = np.random.default_rng(5)
-    W = _mha_weights(rng, 6, 6, 2, 2)
+    W = mha_weights(rng, 6, 6, 2, 2)
     past = {"k": rng.standard_normal((1, 2, 3, 2)), "v": rng.standard_normal((1, 2, 3, 2))}
     x = rng.standard_normal((1, 2, 6))
     kwargs = {"n_heads": 6, "n_kv_heads": 2, "kv_cache": past, "mask": causal_mask(2, 5),
               "rope": {"layout": "half"}}
-    assert_gradients(mha_forward, kwargs, (x, x.copy(), *W))
+    assert_attention_gradients(mha_forward, kwargs, (x, x.copy(), *W))
 
 
 def test_mha_gradients_with_rope_options():
     rng = np.random.default_rng(6)
-    W = _mha_weights(rng, 5, 2, 1, 4)
+    W = mha_weights(rng, 5, 2, 1, 4)
     x_q, x_kv = rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 4, 5))
     rope = {"layout": "interleaved", "freqs": np.array([0.9, 0.2]),
             "positions_q": np.array([[4, 5, 6], [1, 2, 3]]), "positions_k": np.arange(4)}
-    assert_gradients(mha_forward, {"n_heads": 2, "n_kv_heads": 1, "rope": rope},
+    assert_attention_gradients(mha_forward, {"n_heads": 2, "n_kv_heads": 1, "rope": rope},
                      (x_q, x_kv, *W))
 
 
@@ -64,7 +39,7 @@ def test_mha_gradients_with_rope_options():
 def test_causal_outputs_up_to_t_are_bitwise_unchanged_by_later_tokens(rope, n_kv_heads):
     rng = np.random.default_rng(8)
     B, n, d, t = 2, 5, 12, 2
-    W = _mha_weights(rng, d, 6, n_kv_heads, 2)
+    W = mha_weights(rng, d, 6, n_kv_heads, 2)
     x = rng.standard_normal((B, n, d))
     x2 = x.copy()
     x2[:, t + 1:] = rng.standard_normal((B, n - t - 1, d)) * 10   # change every later token
@@ -115,7 +90,7 @@ def test_kv_cache_worked_example_003_6_2_1():
 def test_cached_steps_equal_the_uncached_computation(n_kv_heads, rope):
     rng = np.random.default_rng(9)
     B, n, d = 2, 6, 12
-    W = _mha_weights(rng, d, 6, n_kv_heads, 2)
+    W = mha_weights(rng, d, 6, n_kv_heads, 2)
     x = rng.standard_normal((B, n, d))
     kw = {"n_heads": 6, "n_kv_heads": n_kv_heads, "rope": rope}
     full, full_c = mha_forward(x, x, *W, mask=causal_mask(n), **kw)
@@ -137,7 +112,7 @@ def test_cached_steps_equal_the_uncached_computation(n_kv_heads, rope):
 
 def test_gqa_with_as_many_kv_heads_as_heads_is_mha():
     rng = np.random.default_rng(10)
-    W = _mha_weights(rng, 6, 3, 3, 2)
+    W = mha_weights(rng, 6, 3, 3, 2)
     x = rng.standard_normal((2, 4, 6))
     a, _ = mha_forward(x, x, *W, n_heads=3)
     b, _ = mha_forward(x, x, *W, n_heads=3, n_kv_heads=3)
@@ -149,7 +124,7 @@ def test_gqa_equals_mha_with_repeated_kv_heads(n_kv_heads):
     """Query head h uses kv head h // (n_heads // n_kv_heads); the kv gradient sums the group."""
     rng = np.random.default_rng(11)
     H, dh, d, g = 6, 2, 6, 6 // n_kv_heads
-    Wq, Wk, Wv, Wo, bq, bk, bv, bo = _mha_weights(rng, d, H, n_kv_heads, dh)
+    Wq, Wk, Wv, Wo, bq, bk, bv, bo = mha_weights(rng, d, H, n_kv_heads, dh)
     rep = lambda W: np.repeat(W.reshape(W.shape[:-1] + (n_kv_heads, dh)), g, axis=-2).reshape(  # noqa: E731
         W.shape[:-1] + (H * dh,))
     x_q, x_kv = rng.standard_normal((2, 3, d)), rng.standard_normal((2, 4, d))
@@ -174,7 +149,7 @@ def test_mha_heads_are_attention_on_column_blocks():
     """003 §5.1.3: head_i = Attention(X W_i^Q, X W_i^K, X W_i^V), out = Concat(heads) W^O."""
     rng = np.random.default_rng(12)
     H, dh, d = 3, 2, 5
-    Wq, Wk, Wv, Wo, *_ = _mha_weights(rng, d, H, H, dh, biases=False)
+    Wq, Wk, Wv, Wo, *_ = mha_weights(rng, d, H, H, dh, biases=False)
     x = rng.standard_normal((4, d))
     out, c = mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=H, mask=causal_mask(4))
     blocks = [slice(i * dh, (i + 1) * dh) for i in range(H)]
@@ -196,7 +171,7 @@ def test_split_and_merge_heads():
 def test_mha_bad_input():
     rng = np.random.default_rng(21)
     x = rng.standard_normal((2, 3, 6))
-    Wq, Wk, Wv, Wo, *_ = _mha_weights(rng, 6, 6, 2, 2)
+    Wq, Wk, Wv, Wo, *_ = mha_weights(rng, 6, 6, 2, 2)
     with pytest.raises(ValueError, match="mha_forward: Wk has shape \\(6, 4\\); expected \\(6, 2\\)"):
         mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=1)         # mismatched head sizes
     with pytest.raises(ValueError, match="mha_forward: Wq has shape \\(6, 12\\); its 12 columns "
@@ -240,7 +215,7 @@ def test_key_bias_gradient_is_zero_without_rope_and_not_with_it():
     of row i, and the softmax ignores it, so dL/dbk = 0 (why the registry's biased cases
     without RoPE leave bk out). RoPE rotates bk differently at each position, and then it counts."""
     rng = np.random.default_rng(22)
-    W = _mha_weights(rng, 6, 2, 2, 2)
+    W = mha_weights(rng, 6, 2, 2, 2)
     x = rng.standard_normal((2, 4, 6))
     dout = rng.standard_normal((2, 4, 6))
     for rope, zero in ((None, True), ("half", False)):

@@ -7,21 +7,8 @@ from numpytfmr import (
     additive_attention_forward, additive_scores_forward, bilinear_scores_forward,
     dot_scores_forward, neg_sq_dist_scores_forward, padding_mask, scaled_dot_scores_forward,
 )
-from numpytfmr.gradcheck import check_gradients
-from numpytfmr.registry import bind
-from numpytfmr.registry.attention import OPS
 
-
-def assert_gradients(forward, kwargs, args, seed=0):
-    res = check_gradients(bind(forward, kwargs), _backward_of(forward), args, seed=seed)
-    assert res.passed and max(res.errors.values()) <= 1e-7, str(res)
-
-
-_BACKWARDS = {spec.forward: spec.backward for spec in OPS}
-
-
-def _backward_of(forward):
-    return _BACKWARDS[forward]
+from conftest import assert_attention_gradients
 
 
 def test_additive_attention_gradients_with_values_batched_beyond_queries_and_keys():
@@ -32,7 +19,7 @@ def test_additive_attention_gradients_with_values_batched_beyond_queries_and_key
     Wq, Wk, w = (0.6 * rng.standard_normal(s) for s in ((4, 6), (3, 6), (6,)))
     mask = rng.random((2, 3, 5)) < 0.7
     mask[..., 0] = True
-    assert_gradients(additive_attention_forward, {"mask": mask}, (q, K, V, Wq, Wk, w))
+    assert_attention_gradients(additive_attention_forward, {"mask": mask}, (q, K, V, Wq, Wk, w))
 
 
 def test_scoring_functions_closed_forms():
