@@ -365,7 +365,7 @@ def _slopes_power_of_two(n):
 def alibi_slopes(n_heads):
     """Per-head ALiBi slopes ``m_h`` (Press et al., "Train Short, Test Long").
 
-    For ``n`` a power of two: ``m_h = 2^(-8(h+1)/n)``, h = 0 .. n-1 (8 heads: 1/2 ... 1/256).
+    For ``n`` a power of two: `m_h = 2^(-8(h+1)/n)`, `h = 0 ... n-1` (8 heads: 1/2 ... 1/256).
     Otherwise, with ``n'`` the largest power of two below ``n``: the ``n'`` slopes of
     ``n'`` heads, then every other slope of ``2n'`` heads (its 1st, 3rd, ...) for the
     remaining ``n - n'`` heads -- the rule of the paper's reference code.

@@ -451,3 +451,13 @@ def test_builds_from_the_code_alone_without_a_checkout(tmp_path, monkeypatch):
     index = (tmp_path / "bare" / "index.html").read_text(encoding="utf-8")
     assert 'id="note-004"' in index and 'href="norms.html' in index
     assert not any(p.startswith("test_") for p in pages)
+
+
+def test_prose_math_in_single_backticks_is_drawn(site):
+    """docs/math.md: math inside a docstring's sentence is written between single backticks
+    and drawn as MathML, not left as text."""
+    entry = _section(site.pages["norms.html"], "layernorm_forward")
+    prose = entry[entry.index("plain"):]
+    prose = prose[:prose.index("</p>")]
+    assert prose.count('<span class="inline-math">') == 1 and "<math" in prose
+    assert "LN(x_i)" not in _text(prose)            # drawn, not spelled
