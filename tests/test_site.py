@@ -22,6 +22,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+pytest.importorskip("markdown_it", reason="the reader needs the docs extra (pip install \".[docs]\")")
+
 import numpytfmr
 from numpytfmr.registry import registry
 from numpytfmr.run.commands import docs as docs_command

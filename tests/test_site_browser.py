@@ -25,6 +25,8 @@ import time
 
 import pytest
 
+pytest.importorskip("markdown_it", reason="the reader needs the docs extra (pip install \".[docs]\")")
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and os.path.exists(p)),
                 None)

@@ -11,7 +11,15 @@ libraries are the ``docs`` extra: ``pip install "numpytfmr[docs]"``.
   data files docs/modules.toml and docs/errata.toml, the tests, the notebooks and the notes' references;
 - :mod:`.pages` renders the pages; :mod:`.build` writes them.
 """
-from .build import BuildResult, SiteExistsError, build_site, render_site
-from .plainmath import tex_to_mathml, to_mathml
+import importlib
 
 __all__ = ["build_site", "render_site", "BuildResult", "SiteExistsError", "to_mathml", "tex_to_mathml"]
+_HOME = {"build_site": "build", "render_site": "build", "BuildResult": "build",
+         "SiteExistsError": "build", "to_mathml": "plainmath", "tex_to_mathml": "plainmath"}
+
+
+def __getattr__(name):
+    # loaded on use: the data files (tables, collect) need none of the docs extra's libraries
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

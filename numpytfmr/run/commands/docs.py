@@ -37,7 +37,12 @@ def add_command(sub):
 
 
 def cmd_docs(args):
-    from numpytfmr.site import SiteExistsError, build_site
+    try:
+        from numpytfmr.site import SiteExistsError, build_site
+    except ImportError as exc:
+        print(f"numpytfmr docs: error: {exc.name or exc} is not installed; the reader needs the "
+              "docs extra: pip install \"numpytfmr[docs]\"", file=sys.stderr)
+        return 2
 
     if args.source is not None and not os.path.isfile(os.path.join(args.source, "README.md")):
         print(f"numpytfmr docs: error: --source is {args.source!r}, which holds no README.md; "
