@@ -54,7 +54,7 @@ def log_softmax(x, axis=-1):
 def sigmoid(x):
     """The logistic function ``sigma(x) = 1 / (1 + exp(-x))``, elementwise, keeping x's dtype.
 
-    Written with ``e = exp(-|x|)`` in (0, 1]: ``1/(1+e)`` for x >= 0 and ``e/(1+e)`` for
+    Written with ``e = exp(-|x|)`` in (0, 1]: ``1/(1+e)`` for `x >= 0` and ``e/(1+e)`` for
     x < 0, so exp never overflows and both tails keep their relative precision
     (``sigma(-800)`` is 0, ``sigma(-30)`` is 9.4e-14, not a rounding of 1 - 1).
     """
@@ -154,7 +154,7 @@ def erf(x):
 def erfc(x):
     """The complementary error function ``erfc(x) = 1 - erf(x)``, elementwise.
 
-    Accurate in relative terms also where it is tiny (up to x = 26.5; beyond, it underflows
+    Accurate in relative terms also where it is tiny (up to `x = 26.5`; beyond, it underflows
     to 0), which ``1 - erf(x)`` is not: ``erfc(-z) = 1 + erf(z)`` is how the exact GELU
     gets Phi(x) without cancellation for x << 0. Keeps the dtype like :func:`erf`.
     """
@@ -181,8 +181,8 @@ def normal_cdf(x):
 def normal_pdf(x):
     """The standard normal density ``phi(x) = exp(-x^2 / 2) / sqrt(2 pi)``, elementwise.
 
-    Evaluated in float64 and returned in x's dtype; beyond |x| = 40 it is 0 (it underflows
-    there anyway), without computing x^2 for huge x.
+    Evaluated in float64 and returned in x's dtype; beyond `|x| = 40` it is 0 (it underflows
+    there anyway), without computing `x^2` for huge `x`.
     """
     x, dtype = _float64(x)
     xc = np.clip(x, -40.0, 40.0)
@@ -208,7 +208,7 @@ def relu_forward(x):
 
 @backward_of(relu_forward)
 def relu_backward(dout, cache):
-    """Gradient of :func:`relu_forward`: ``dx = dout * [x > 0]`` (0 at the kink x = 0)."""
+    """Gradient of :func:`relu_forward`: ``dx = dout * [x > 0]`` (0 at the kink `x = 0`)."""
     return dout * (cache["x"] > 0)              # relu'(x) = [x > 0]
 
 
@@ -231,8 +231,8 @@ def gelu_forward(x, *, approximate="none"):
     Phi is the standard normal CDF. Both forms keep full relative precision for very
     negative x, where ``1 + erf`` and ``1 + tanh`` would cancel to 0: :func:`normal_cdf`
     computes Phi through ``1 + erf(z) = erfc(-z)``, and ``(1 + tanh u)/2 = sigmoid(2u)``.
-    Beyond |x| = 50 the tanh form's sigmoid is exactly 0 or 1, so x is clipped there in u
-    (x^3 stays finite).
+    Beyond `|x| = 50` the tanh form's sigmoid is exactly 0 or 1, so x is clipped there in u
+    (`x^3` stays finite).
 
     x: any shape  ->  out: same shape and dtype
     cache: {"x", "approximate", "Phi": Phi(x) for the exact form (the backward reuses it)}

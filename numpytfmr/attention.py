@@ -1,7 +1,7 @@
 """Scaled dot-product attention, masks and the masked softmax they share.
 
 Covers 003 §5.1 (the worked example), §5.1.1 (self-attention), §5.1.2 (masked attention),
-§6.2 (a KV-cached step: causal mask with n_q < n_k), 000 §2.1, 002 "Dot product
+§6.2 (a KV-cached step: causal mask with `n_q < n_k`), 000 §2.1, 002 "Dot product
 attention" and "Future masking", 004 "Future masking" (eq. 21) and "Cross-attention".
 
     A = softmax(Q K^T * scale + M),   out = A V,   scale = 1/sqrt(d_k) by default
@@ -44,10 +44,10 @@ def masked_softmax(S, allowed=None):
 
 
 def softmax_jvp(A, dA):
-    """Backward of a (masked) row softmax: dS = A * (dA - sum_j(dA * A)).
+    """Backward of a (masked) row softmax: `dS = A * (dA - sum_j(dA * A))`.
 
-    The softmax Jacobian dA_ij/dS_il = A_ij (delta_jl - A_il) applied to the upstream
-    gradient dA; masked weights (A = 0) and empty rows get a zero gradient.
+    The softmax Jacobian `dA_ij/dS_il = A_ij (delta_jl - A_il)` applied to the upstream
+    gradient `dA`; masked weights (`A = 0`) and empty rows get a zero gradient.
     """
     return A * (dA - (dA * A).sum(axis=-1, keepdims=True))
 
@@ -131,7 +131,7 @@ def attention_forward(Q, K, V, *, mask=None, bias=None, scale=None):
     serve a group of query heads, as in grouped-query attention); the backward sums the
     gradient of a broadcast input back to its shape.
 
-    scale: defaults to 1/sqrt(d_k); a softmax temperature tau (003 §5.1.1) is scale=1/tau.
+    scale: defaults to `1/sqrt(d_k)`; a softmax temperature `tau` (003 §5.1.1) is `scale = 1/tau`.
     mask:  boolean, broadcastable to (..., n_q, n_k); True = may attend (``causal_mask``,
            ``padding_mask``). Masked weights are exactly 0.
     bias:  additive float scores, broadcastable to (..., n_q, n_k): the notes' M (0 or

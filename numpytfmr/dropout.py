@@ -27,7 +27,7 @@ def dropout_forward(x, *, p, rng, train=True):
 
         out = x * m / (1 - p),   m_ij ~ Bernoulli(1 - p)
 
-    so that E[out] = x and nothing needs rescaling at evaluation time. With ``train=False``
+    so that `E[out] = x` and nothing needs rescaling at evaluation time. With ``train=False``
     or ``p == 0`` the op is the identity (no random numbers are drawn; rng may be None).
     The uniform draws are float64 whatever x's dtype, so a seed gives the same mask in
     float32 and float64.

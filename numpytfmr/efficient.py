@@ -3,19 +3,17 @@
 Covers 001 §2.1, "Sources of Inefficiency" (3. Memory Footprint: the scores of B sequences
 and h heads form a (B, h, n, n) array) and "Strategies to Mitigate Inefficiency":
 
-    flash attention   exact softmax attention, computed one (query block x key block) tile
-                      at a time with a running row maximum and normaliser (Dao et al. 2022,
-                      FlashAttention; loop order and backward as in FlashAttention-2). Memory
-                      O(n d) plus one tile, never an n_q x n_k array (strategy 3).
-    sliding window    the simplest "limited attention" (strategy 1, Longformer's local window,
-                      Mistral's sliding window): each query sees the ``window`` keys before it.
-                      As a banded boolean mask for attention_forward (sliding_window_mask),
-                      or computed band by band in O(n window) memory, with no n x n array
-                      (sliding_window_attention_forward).
-    linear attention  softmax(q^T k) replaced by the kernel phi(q)^T phi(k), phi(x) = elu(x) + 1
-                      (Katharopoulos et al. 2020, "Transformers are RNNs"), so Q K^T is never
-                      formed (strategy 2); causal, in chunks with a running state, memory
-                      O(n d + d^2).
+- flash attention: exact softmax attention, computed one (query block x key block) tile at a
+  time with a running row maximum and normaliser (Dao et al. 2022, FlashAttention; loop order
+  and backward as in FlashAttention-2). Memory `O(n d)` plus one tile, never an
+  `n_q x n_k` array (strategy 3).
+- sliding window: the simplest "limited attention" (strategy 1, Longformer's local window,
+  Mistral's sliding window): each query sees the ``window`` keys before it. As a banded
+  boolean mask for attention_forward (sliding_window_mask), or computed band by band in
+  `O(n window)` memory, with no `n x n` array (sliding_window_attention_forward).
+- linear attention: `softmax(q^T k)` replaced by the kernel `phi(q)^T phi(k)`,
+  `phi(x) = elu(x) + 1` (Katharopoulos et al. 2020, "Transformers are RNNs"), so `Q K^T` is
+  never formed (strategy 2); causal, in chunks with a running state, memory `O(n d + d^2)`.
 """
 import numbers
 

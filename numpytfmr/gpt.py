@@ -33,10 +33,11 @@ Parameter keys (a flat ``dict[str, ndarray]``, see :func:`gpt_param_shapes`)::
     lm_head.W                   (d_model, vocab_size)   untied only (tied: logits = x E^T)
 
 KV cache (003 §6.2, 001 §2.2): a list with one entry per layer, each the ``mha_forward``
-kv_cache of that layer, holding keys and values of shape (B, n_kv_heads, T, d_head).
-``gpt_forward`` always returns the cache covering every position it has seen under
-``cache["kv_cache"]``; pass it back as ``kv_cache=`` with only the new token ids to
-decode one step.
+kv_cache of that layer, holding keys and values of shape (B, n_kv_heads, T, d_head). It
+grows in one place, ``mha.kv_cache_append``: each layer's attention appends the keys and
+values of the new positions. ``gpt_forward`` always returns the cache covering every
+position it has seen under ``cache["kv_cache"]``; pass it back as ``kv_cache=`` with only
+the new token ids to decode one step (``generate`` below does, token by token).
 """
 from dataclasses import dataclass
 
@@ -306,7 +307,7 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
             # prefill with the prompt, then feed one token against the cache (003 §6.2)
             new = out[:, :n] if kv is None else out[:, n - 1:n]
             logits, cache = gpt_forward(params, new, config=c, kv_cache=kv)
-            kv = cache["kv_cache"]
+            kv = cache["kv_cache"]            # every layer's K, V: n positions now (kv_cache_append)
         else:
             logits, _ = gpt_forward(params, out[:, :n], config=c)   # the whole sequence again
         last = logits[:, -1]                                           # (B, V) next-token logits

@@ -114,7 +114,7 @@ def lora_init(d_in, d_out, r, *, rng, init="kaiming_uniform", dtype=np.float64):
         diffusers default). The LoRA paper (Hu et al. 2021, §4.1) says only "a random Gaussian
         initialization for A and zero for B".
 
-    Either way ``B = 0``: the gradient reaches ``B`` first (dB = s (xA)^T dy is non-zero),
+    Either way ``B = 0``: the gradient reaches ``B`` first (`dB = s (xA)^T dy` is non-zero),
     while ``dA = s x^T dy B^T`` is zero at the first step.
     """
     where = "lora_init"

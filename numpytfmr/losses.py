@@ -51,7 +51,7 @@ def cross_entropy_forward(logits, targets, *, label_smoothing=0.0, ignore_index=
               = -(1 - eps) log p_i(y_i) - (eps / K) sum_k log p_i(k)
         loss  = (1/N) sum_{i not ignored} l_i,   N = number of positions not ignored
 
-    With eps = 0 this is -(1/N) sum_i log p_i(y_i), whose exp is the perplexity (003 §2.1.1).
+    With `eps = 0` this is `-(1/N) sum_i log p_i(y_i)`, whose exp is the perplexity (003 §2.1.1).
     Positions where ``targets == ignore_index`` (e.g. padding, ``-100``) count neither in the
     sum nor in N; when every position is ignored the loss is 0 and so is its gradient.
 
@@ -77,7 +77,7 @@ def cross_entropy_backward(dout, cache):
 
         dlogits_i = dout * (p_i - q'_i) / N   for positions not ignored, 0 for ignored ones
 
-    (softmax followed by cross-entropy: d l_i / d z_i = p_i - q'_i, because q' sums to 1).
+    (softmax followed by cross-entropy: `d l_i / d z_i = p_i - q'_i`, because `q'` sums to 1).
     Returns (dlogits, None): the integer targets take no gradient.
     """
     logp, y, valid, eps = cache["logp"], cache["targets"], cache["valid"], cache["eps"]

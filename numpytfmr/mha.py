@@ -5,14 +5,19 @@ Covers 003 §5.1.3 (multi-head attention), §5.2 (MQA/GQA), §6.2 (KV caching), 
 inside attention), 000 §2.1.3, §2.2, §2.5, 001 §2.1-2.2 (the (B, h, T, d_k) cache), 004
 "Multi-Head Attention", "Sequence-Tensor Form" and "Cross-Attention".
 
-    head_h = softmax(Q_h K_{g(h)}^T / sqrt(d_head) + M) V_{g(h)},   g(h) = h // (n_heads / n_kv_heads)
-    MultiHead = Concat(head_1, ..., head_H) Wo + bo
+    Q_i = X W_i^Q,   K_i = X W_i^K,   V_i = X W_i^V           (project, split into heads)
+    head_i = softmax(Q_i K_i^T / sqrt(d_k) + M) V_i           (each head's attention)
+    MultiHead = Concat(head_1, ..., head_h) W^O               (concatenate, project)
 
-The forward is the block diagram as a sequence of op calls (linear, split into heads, RoPE,
-KV-cache append, attention, merge, linear) and the backward is the same sequence reversed.
-The heads are not computed in a loop: projections are split into a head axis by a reshape
-(``split_heads``), and for GQA the query heads are grouped as (n_kv_heads, group) so each
-group broadcasts against its one key/value head -- the repeated keys are never built.
+The forward is these steps as op calls (linear, split into heads, RoPE, the KV cache,
+attention, concatenation, linear) and the backward is the same sequence reversed. The
+heads are not computed in a loop: ``split_heads`` reshapes each projection into a head axis
+and one ``attention_forward`` call runs every head. With GQA/MQA each key/value head serves
+a group of query heads: the reference repeats it for each (``repeat_kv``), as the notes
+draw it; ``numpytfmr.fast.mha_forward`` gets the same numbers without building the copies.
+
+The KV cache (003 §6.2) grows in one place, :func:`kv_cache_append`: each call appends
+the new positions' keys and values to the cached ones and returns the longer cache.
 """
 import numpy as np
 
@@ -21,7 +26,8 @@ from .contract import backward_of, count, describe, float_array, op, optional, r
 from .linear import linear_backward, linear_forward
 from .positional import rope_backward, rope_forward, rope_frequencies
 
-__all__ = ["split_heads", "merge_heads", "mha_forward", "mha_backward"]
+__all__ = ["split_heads", "merge_heads", "repeat_kv", "repeat_kv_backward", "kv_cache_append",
+           "mha_forward", "mha_backward"]
 
 _ROPE_KEYS = ("layout", "base", "freqs", "scaling", "positions_q", "positions_k")
 
@@ -64,25 +70,39 @@ def merge_heads(x):
     return x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))
 
 
-def group_heads(x, n_kv_heads):
-    """Group the query heads for GQA (003 §5.2): (..., H, n, m) -> (..., n_kv_heads, group, n, m).
+def repeat_kv(x, group):
+    """GQA/MQA (003 §5.2): each key/value head serves ``group`` query heads, so it is repeated
+    for each of them.
 
-    Query head h = g * group + j lands at [g, j], beside the other heads that share key/value
-    head g. Also takes a mask or bias whose head axis has size 1 (or that has no head axis):
-    it becomes (..., 1, 1, n, m) and broadcasts over both. None stays None.
+        (..., n_kv_heads, n, d)  ->  (..., n_kv_heads * group, n, d),   head g*group + j = head g
+
+    ``group = 1`` is plain multi-head attention (every query head has its own keys/values).
     """
-    if x is None:
-        return None
-    if x.ndim < 3:
-        x = x.reshape((1,) * (3 - x.ndim) + x.shape)       # add a head axis of size 1
-    if x.shape[-3] == 1:
-        return x[..., None, :, :]                           # (..., 1, 1, n, m)
-    return x.reshape(x.shape[:-3] + (n_kv_heads, x.shape[-3] // n_kv_heads) + x.shape[-2:])
+    return np.repeat(x, group, axis=-3)
 
 
-def ungroup_heads(x):
-    """The inverse of :func:`group_heads`: (..., n_kv_heads, group, n, m) -> (..., H, n, m)."""
-    return x.reshape(x.shape[:-4] + (x.shape[-4] * x.shape[-3],) + x.shape[-2:])
+def repeat_kv_backward(dx, group):
+    """The gradient of :func:`repeat_kv`: each key/value head collects the gradients of its
+    ``group`` copies.  (..., n_kv_heads * group, n, d) -> (..., n_kv_heads, n, d)."""
+    return dx.reshape(dx.shape[:-3] + (dx.shape[-3] // group, group) + dx.shape[-2:]).sum(axis=-3)
+
+
+def kv_cache_append(kv_cache, K, V):
+    """The KV cache, one call longer (003 §6.2, 000 §2.5.1, 001 §2.2).
+
+        prompt (T tokens):     cache = (K_{1..T}, V_{1..T})
+        each next token t:     cache = ([K_cache; k_t], [V_cache; v_t])
+
+    kv_cache: None (nothing cached yet) or {"k", "v"}: (..., n_kv_heads, T_past, d_head)
+    K, V: the new positions' keys (after RoPE) and values (..., n_kv_heads, n, d_head)
+    ->  {"k", "v"}: (..., n_kv_heads, T_past + n, d_head), a new dict (the old one is kept).
+    A decoding step computes the keys and values of its new token only: the earlier ones
+    are read back from here instead of being computed again.
+    """
+    if kv_cache is None:
+        return {"k": K, "v": V}
+    return {"k": np.concatenate([kv_cache["k"], K], axis=-2),    # K = [K_cache; K_new]
+            "v": np.concatenate([kv_cache["v"], V], axis=-2)}    # V = [V_cache; V_new]
 
 
 # ---------------------------------------------------------------------------------------
@@ -232,11 +252,13 @@ def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *
                 scale=None):
     """Multi-head attention with GQA/MQA, RoPE and a KV cache (003 §5.1.3, §5.2, §6.2, §7.3).
 
-        Q = x_q Wq + bq,  K = x_kv Wk + bk,  V = x_kv Wv + bv     (split into heads)
-        Q, K = RoPE(Q), RoPE(K)                                   (if ``rope``)
-        K, V = [K_cache; K], [V_cache; V]                         (if ``kv_cache``)
-        head_h = softmax(Q_h K_{g(h)}^T * scale + M) V_{g(h)},  g(h) = h // (n_heads // n_kv_heads)
-        out = Concat(head_1, ..., head_H) Wo + bo
+        Q = x_q Wq + bq,   K = x_kv Wk + bk,   V = x_kv Wv + bv      (project)
+        Q_i, K_i, V_i: the columns of head i                       (split into heads)
+        Q_i, K_i = RoPE(Q_i), RoPE(K_i)                            (if ``rope``)
+        K, V = [K_cache; K], [V_cache; V]                          (if ``kv_cache``)
+        K_i, V_i = K_{g(i)}, V_{g(i)},   g(i) = i // (n_heads / n_kv_heads)     (GQA, MQA)
+        head_i = softmax(Q_i K_i^T * scale + M) V_i                (each head's attention)
+        out = Concat(head_1, ..., head_H) Wo + bo                  (concatenate, project)
 
     x_q: (..., n_q, d_model)     x_kv: (..., n_k, d_kv) (same leading axes; d_kv is usually
         d_model). Self-attention passes the same array twice and adds the two input
@@ -249,7 +271,7 @@ def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *
         where n_k counts the cached keys too (``causal_mask(n_q, T_past + n_q)``). A
         key-padding mask needs the head axis: ``padding_mask(lengths[:, None], n_k)`` is
         (B, 1, 1, n_k); the (B, 1, n_k) form would line B up with the head axis.
-    scale: defaults to 1/sqrt(d_head) (multiply by ``yarn_attention_scale`` for YaRN).
+    scale: defaults to `1/sqrt(d_head)` (multiply by ``yarn_attention_scale`` for YaRN).
     rope: None, a layout string ("interleaved" or "half"), or a dict with optional keys
         "layout" ("interleaved"), "base" (10000.0), "freqs" ((d_head/2,) frequencies),
         "scaling" (passed to ``rope_frequencies`` when "freqs" is absent),
@@ -269,32 +291,29 @@ def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *
     "T_past", "n_heads", "n_kv_heads".
     The backward works after a cached forward too: the cached keys/values are constants.
     """
-    H, H_kv = n_heads, n_kv_heads
-    Q, c_q = linear_forward(x_q, Wq, bq)            # Q = x_q W^Q + b^Q      (003 §5.1.3)
+    H, group = n_heads, n_heads // n_kv_heads
+    Q, c_q = linear_forward(x_q, Wq, bq)            # Q = x_q W^Q + b^Q   (003 §5.1.3)
     K, c_k = linear_forward(x_kv, Wk, bk)           # K = x_kv W^K + b^K
     V, c_v = linear_forward(x_kv, Wv, bv)           # V = x_kv W^V + b^V
-    Q, K, V = split_heads(Q, H), split_heads(K, H_kv), split_heads(V, H_kv)  # (..., heads, n, d_head)
+    Q = split_heads(Q, H)                           # Q_i = X W_i^Q: (..., H, n_q, d_head)
+    K = split_heads(K, n_kv_heads)                  # K_i = X W_i^K: (..., H_kv, n_k, d_head)
+    V = split_heads(V, n_kv_heads)                  # V_i = X W_i^V
     c_rope = None
     if rope is not None:                            # RoPE (003 §7.3): q~_i = R(theta_i) q_i
         Q, c_rope_q = rope_forward(Q, **rope["q"])
         K, c_rope_k = rope_forward(K, **rope["k"])  # k~_j = R(theta_j) k_j, the new keys only
         c_rope = (c_rope_q, c_rope_k)
-    T_past = 0
-    if kv_cache is not None:                        # K = [K_past; K], V = [V_past; V]  (003 §6.2)
-        T_past = kv_cache["k"].shape[-2]
-        K = np.concatenate([kv_cache["k"], K], axis=-2)
-        V = np.concatenate([kv_cache["v"], V], axis=-2)
-    # head_h = softmax(Q_h K_g^T / sqrt(d_head) + M) V_g (003 §5.1.3). GQA (003 §5.2): the query
-    # heads grouped as (..., H_kv, group, n_q, d); each group's K_g, V_g broadcast over it
-    heads, c_attn = attention_forward(group_heads(Q, H_kv), K[..., None, :, :], V[..., None, :, :],
-                                      mask=group_heads(mask, H_kv), bias=group_heads(bias, H_kv),
-                                      scale=scale)
-    concat = merge_heads(ungroup_heads(heads))      # Concat(head_1, ..., head_H): (..., n_q, H*d_head)
+    T_past = 0 if kv_cache is None else kv_cache["k"].shape[-2]
+    grown = kv_cache_append(kv_cache, K, V)         # K = [K_cache; K], V = [V_cache; V]  (§6.2)
+    K_h = repeat_kv(grown["k"], group)              # GQA (003 §5.2): one K per query head
+    V_h = repeat_kv(grown["v"], group)
+    # head_i = softmax(Q_i K_i^T * scale + M) V_i, every head at once
+    heads, c_attn = attention_forward(Q, K_h, V_h, mask=mask, bias=bias, scale=scale)
+    concat = merge_heads(heads)                     # Concat(head_1, ..., head_H): (..., n_q, H*d_head)
     out, c_o = linear_forward(concat, Wo, bo)       # out = Concat(...) W^O + b^O
-    return out, {"weights": ungroup_heads(c_attn["weights"]), "kv_cache": {"k": K, "v": V},
-                 "x_q": x_q, "x_kv": x_kv, "concat": concat, "q": c_q, "k": c_k, "v": c_v,
-                 "rope": c_rope, "attn": c_attn, "o": c_o, "T_past": T_past,
-                 "n_heads": H, "n_kv_heads": H_kv}
+    return out, {"weights": c_attn["weights"], "kv_cache": grown, "x_q": x_q, "x_kv": x_kv,
+                 "concat": concat, "q": c_q, "k": c_k, "v": c_v, "rope": c_rope, "attn": c_attn,
+                 "o": c_o, "T_past": T_past, "n_heads": H, "n_kv_heads": n_kv_heads}
 
 
 @backward_of(mha_forward)
@@ -303,15 +322,16 @@ def mha_backward(dout, cache):
 
     Returns ``(dx_q, dx_kv, dWq, dWk, dWv, dWo, dbq, dbk, dbv, dbo)``, with ``None`` for a
     bias that was not given. The key/value gradient of a GQA group is the sum over the
-    query heads of the group (the broadcast's backward). After a cached forward, the
+    query heads of the group (:func:`repeat_kv_backward`). After a cached forward, the
     gradient reaches only the new tokens; the cached keys and values are constants.
     """
-    H, H_kv, T_past = cache["n_heads"], cache["n_kv_heads"], cache["T_past"]
+    H, T_past = cache["n_heads"], cache["T_past"]
+    group = H // cache["n_kv_heads"]
     dconcat, dWo, dbo = linear_backward(dout, cache["o"])   # out = concat W^O + b^O
-    dheads = group_heads(split_heads(dconcat, H), H_kv)      # concat = Concat(heads), grouped
-    dQ, dK, dV = attention_backward(dheads, cache["attn"])   # dK, dV summed over each group
-    dQ = ungroup_heads(dQ)                                   # (..., H, n_q, d_head)
-    dK, dV = dK[..., 0, T_past:, :], dV[..., 0, T_past:, :]  # drop the group axis, the cached keys
+    dheads = split_heads(dconcat, H)                         # concat = Concat(head_1, ..., head_H)
+    dQ, dK_h, dV_h = attention_backward(dheads, cache["attn"])   # head_i = Attention(Q_i, K_i, V_i)
+    dK = repeat_kv_backward(dK_h, group)[..., T_past:, :]    # each K head sums its copies; the
+    dV = repeat_kv_backward(dV_h, group)[..., T_past:, :]    # cached positions are constants
     if cache["rope"] is not None:                            # RoPE backward: dq = R(theta)^T dq~
         dQ = rope_backward(dQ, cache["rope"][0])
         dK = rope_backward(dK, cache["rope"][1])

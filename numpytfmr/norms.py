@@ -24,8 +24,8 @@ def layernorm_forward(x, gamma, beta, *, eps=1e-5):
         sigma_i = sqrt((1/d) sum_j (x_ij - mu_i)^2 + eps)       (population variance)
         out_i   = gamma * (x_i - mu_i) / sigma_i + beta
 
-    With gamma = beta = None this is the plain LN(x_i) = (x_i - mu_i) / sigma_i of eq. 28
-    (eps > 0 keeps a constant row finite: it maps to 0). gamma and beta are the optional
+    With `gamma = beta = None` this is the plain `LN(x_i) = (x_i - mu_i) / sigma_i` of eq. 28
+    (`eps > 0` keeps a constant row finite: it maps to 0). `gamma` and `beta` are the optional
     learned gain and bias of the notes' step (3).
 
     x: (..., d)   gamma: (d,) or None   beta: (d,) or None   ->  out: (..., d)

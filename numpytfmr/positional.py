@@ -365,7 +365,7 @@ def _slopes_power_of_two(n):
 def alibi_slopes(n_heads):
     """Per-head ALiBi slopes ``m_h`` (Press et al., "Train Short, Test Long").
 
-    For ``n`` a power of two: ``m_h = 2^(-8(h+1)/n)``, h = 0 .. n-1 (8 heads: 1/2 ... 1/256).
+    For ``n`` a power of two: `m_h = 2^(-8(h+1)/n)`, `h = 0 ... n-1` (8 heads: 1/2 ... 1/256).
     Otherwise, with ``n'`` the largest power of two below ``n``: the ``n'`` slopes of
     ``n'`` heads, then every other slope of ``2n'`` heads (its 1st, 3rd, ...) for the
     remaining ``n - n'`` heads -- the rule of the paper's reference code.
@@ -382,30 +382,39 @@ def alibi_slopes(n_heads):
 
 
 def alibi_bias(n_heads, n_q, n_k, *, causal=True, dtype=np.float64):
-    """ALiBi bias to add to the attention logits (004 eq. 13, with a slope per head).
+    """ALiBi (004 eq. 13): a bias on the attention logits that falls off linearly with the
+    distance from the query, one slope per head (Press et al.).
 
-        bias[h, i, j] = -m_h * distance(i, j)
+    004 eq. 13 is the slope-1 case: query i (of keys 1..n) gets
+
+        alpha_i = softmax(k_{1:n} q_i + b_i),   b_i = [-(i-1), ..., -1, 0, -1, ..., -(n-i)]
+
+    (the notes print the ends as -i and -n: see the errata). ALiBi scales b by a slope
+    m_h per head (:func:`alibi_slopes`):
+
+        bias[h, i, j] = m_h * b_i[j] = -m_h |p_i - j|
 
     Query ``i`` sits at absolute position ``p_i = n_k - n_q + i`` and key ``j`` at ``j``
     (the convention of ``causal_mask``, so a KV-cached step with ``n_q = 1`` gets the
     last row).
 
-    * ``causal=True``: ``distance = p_i - j`` for keys at or before the query; future
-      keys get bias 0. The bias stays finite -- removing the future is the causal mask's
-      job (pass ``mask=causal_mask(n_q, n_k)`` as well).
-    * ``causal=False``: ``distance = |p_i - j|`` (symmetric, for an encoder).
+    * ``causal=False``: the whole of b, symmetric (an encoder).
+    * ``causal=True``: b for the keys at or before the query; future keys get bias 0. The
+      bias stays finite -- removing the future is the causal mask's job (pass
+      ``mask=causal_mask(n_q, n_k)`` as well).
 
     Returns (n_heads, n_q, n_k) of ``dtype``.
     """
     where = "alibi_bias"
-    slopes = alibi_slopes(count(n_heads, "n_heads", where))
+    n_heads = count(n_heads, "n_heads", where)
     n_q = count(n_q, "n_q", where)
     n_k = count(n_k, "n_k", where)
     causal = flag(causal, "causal", where)
     dt = _dtype_arg(dtype, where)
-    p_q = np.arange(n_k - n_q, n_k)[:, None]       # (n_q, 1) absolute query positions
-    p_k = np.arange(n_k)[None, :]                  # (1, n_k)
-    offset = p_q - p_k                             # (n_q, n_k): how far back key j is
-    distance = np.maximum(offset, 0) if causal else np.abs(offset)
-    # (n_heads, 1, 1) * (1, n_q, n_k) -> (n_heads, n_q, n_k)
-    return (slopes[:, None, None] * -distance[None]).astype(dt)
+    p = np.arange(n_k - n_q, n_k)[:, None]         # p_i: query i's position, (n_q, 1)
+    j = np.arange(n_k)[None, :]                    # key j's position, (1, n_k)
+    b = -np.abs(p - j)                             # b_i[j] = -|p_i - j|   (004 eq. 13, slope 1)
+    if causal:
+        b = np.where(j <= p, b, 0)                 # future keys: 0 (the causal mask removes them)
+    m = alibi_slopes(n_heads)                      # m_h, one slope per head
+    return (m[:, None, None] * b[None]).astype(dt)  # bias[h, i, j] = m_h b_i[j]

@@ -27,7 +27,7 @@ The GRU of 002 "Hidden state of the decoder", in row form (the slides' ``W_rh h_
 The encoder's GRU is the same cell without the context term. Bahdanau et al. write the last
 line as ``(1 - z) s_{i-1} + z s~``: the same family, with ``Z`` standing for ``1 - z``.
 
-Two points where the slides cannot be taken literally (README errata):
+Two points where the slides cannot be taken literally (docs/errata.md):
 
 - The query of the attention is the PREVIOUS decoder state h_{t-1}. The slides write
   ``c_t = c_t(x', h_t)`` with query ``h_t``, but ``h_t`` is computed from ``c_t`` -- a circular

@@ -11,45 +11,16 @@ import numpy as np
 import pytest
 
 from numpytfmr import (
-    additive_attention_forward, additive_scores_backward, additive_scores_forward, attention_backward, attention_forward,
-    bilinear_scores_forward, causal_mask, dot_scores_forward, merge_heads, mha_backward,
-    mha_forward, neg_sq_dist_scores_forward, padding_mask, scaled_dot_scores_forward,
-    sinusoidal_encoding, split_heads,
+    additive_attention_forward, additive_scores_backward, additive_scores_forward,
+    attention_backward, attention_forward, bilinear_scores_forward, causal_mask,
+    dot_scores_forward, mha_backward, mha_forward, neg_sq_dist_scores_forward, padding_mask,
+    sinusoidal_encoding,
 )
-from numpytfmr.gradcheck import check_gradients
 from numpytfmr.registry import bind
 from numpytfmr.registry.attention import OPS
 
-pytestmark = pytest.mark.filterwarnings("error")
+from conftest import assert_attention_gradients, mha_weights
 
-
-def assert_gradients(forward, kwargs, args, seed=0):
-    res = check_gradients(bind(forward, kwargs), _backward_of(forward), args, seed=seed)
-    assert res.passed and max(res.errors.values()) <= 1e-7, str(res)
-
-
-_BACKWARDS = {spec.forward: spec.backward for spec in OPS}
-
-
-def _backward_of(forward):
-    return _BACKWARDS[forward]
-
-
-def _mha_weights(rng, d_model, n_heads, n_kv_heads, d_head, *, biases=True, dtype=np.float64):
-    s = d_model ** -0.5
-    W = [rng.standard_normal((d_model, n_heads * d_head)) * s,
-         rng.standard_normal((d_model, n_kv_heads * d_head)) * s,
-         rng.standard_normal((d_model, n_kv_heads * d_head)) * s,
-         rng.standard_normal((n_heads * d_head, d_model)) * (n_heads * d_head) ** -0.5]
-    b = ([rng.standard_normal(n) * 0.3 for n in (n_heads * d_head, n_kv_heads * d_head,
-                                                 n_kv_heads * d_head, d_model)]
-         if biases else [None] * 4)
-    return [None if a is None else a.astype(dtype) for a in W + b]
-
-
-# ---------------------------------------------------------------------------------------
-# finite differences beyond the registered cases (those run in tests/test_registry.py)
-# ---------------------------------------------------------------------------------------
 
 def test_registry_covers_every_requested_case():
     labels = {spec.name: " | ".join(c.label for c in spec.make_cases(np.random.default_rng(0),
@@ -63,42 +34,6 @@ def test_registry_covers_every_requested_case():
                  "MQA 6 heads / 1 kv", "RoPE interleaved", "RoPE half"):
         assert word in labels["mha"], word
 
-
-def test_mha_gradients_through_a_kv_cached_step():
-    """The backward of a cached step: the cache is a constant, x and weights get gradients."""
-    rng = np.random.default_rng(5)
-    W = _mha_weights(rng, 6, 6, 2, 2)
-    past = {"k": rng.standard_normal((1, 2, 3, 2)), "v": rng.standard_normal((1, 2, 3, 2))}
-    x = rng.standard_normal((1, 2, 6))
-    kwargs = {"n_heads": 6, "n_kv_heads": 2, "kv_cache": past, "mask": causal_mask(2, 5),
-              "rope": {"layout": "half"}}
-    assert_gradients(mha_forward, kwargs, (x, x.copy(), *W))
-
-
-def test_mha_gradients_with_rope_options():
-    rng = np.random.default_rng(6)
-    W = _mha_weights(rng, 5, 2, 1, 4)
-    x_q, x_kv = rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 4, 5))
-    rope = {"layout": "interleaved", "freqs": np.array([0.9, 0.2]),
-            "positions_q": np.array([[4, 5, 6], [1, 2, 3]]), "positions_k": np.arange(4)}
-    assert_gradients(mha_forward, {"n_heads": 2, "n_kv_heads": 1, "rope": rope},
-                     (x_q, x_kv, *W))
-
-
-def test_additive_attention_gradients_with_values_batched_beyond_queries_and_keys():
-    """q and K shared by two sets of values: the scores (n_q, n_k) get the weights' batch
-    axis only through V, and their gradient is summed back over it."""
-    rng = np.random.default_rng(23)
-    q, K, V = rng.standard_normal((3, 4)), rng.standard_normal((5, 3)), rng.standard_normal((2, 5, 2))
-    Wq, Wk, w = (0.6 * rng.standard_normal(s) for s in ((4, 6), (3, 6), (6,)))
-    mask = rng.random((2, 3, 5)) < 0.7
-    mask[..., 0] = True
-    assert_gradients(additive_attention_forward, {"mask": mask}, (q, K, V, Wq, Wk, w))
-
-
-# ---------------------------------------------------------------------------------------
-# masks, weights, fully masked rows
-# ---------------------------------------------------------------------------------------
 
 def test_causal_mask_by_hand():
     assert np.array_equal(causal_mask(3), np.array([[1, 0, 0], [1, 1, 0], [1, 1, 1]], bool))
@@ -188,7 +123,7 @@ def test_mask_and_bias_with_batch_axes_only_the_values_have():
     A = np.exp(S - S.max(-1, keepdims=True))
     A /= A.sum(-1, keepdims=True)
     np.testing.assert_allclose(out, A @ V, rtol=1e-13)
-    assert_gradients(attention_forward, {"mask": mask, "bias": bias}, (Q, K, V))
+    assert_attention_gradients(attention_forward, {"mask": mask, "bias": bias}, (Q, K, V))
 
 
 def test_default_scale_and_temperature():
@@ -204,16 +139,12 @@ def test_default_scale_and_temperature():
     np.testing.assert_allclose(c_tau["weights"], np.exp(S) / np.exp(S).sum(-1, keepdims=True), rtol=1e-13)
 
 
-# ---------------------------------------------------------------------------------------
-# the notes' properties
-# ---------------------------------------------------------------------------------------
-
 def test_self_attention_is_permutation_equivariant_and_positions_break_it():
     """Attn(PX) = P Attn(X) without positions (003 §7.1); false once positions enter."""
     rng = np.random.default_rng(7)
     n, d = 5, 8
     X = rng.standard_normal((n, d))
-    W = _mha_weights(rng, d, 2, 2, 4)
+    W = mha_weights(rng, d, 2, 2, 4)
     P = np.eye(n)[rng.permutation(n)]
     attn = lambda X, **kw: mha_forward(X, X, *W, n_heads=2, **kw)[0]  # noqa: E731
     np.testing.assert_allclose(attn(P @ X), P @ attn(X), rtol=1e-12, atol=1e-14)
@@ -226,30 +157,6 @@ def test_self_attention_is_permutation_equivariant_and_positions_break_it():
     # so does RoPE on queries and keys (003 §7.3)
     for layout in ("interleaved", "half"):
         assert not np.allclose(attn(P @ X, rope=layout), P @ attn(X, rope=layout), atol=1e-6)
-
-
-@pytest.mark.parametrize("rope,n_kv_heads", [(None, 6), ("half", 2), ("interleaved", 1)])
-def test_causal_outputs_up_to_t_are_bitwise_unchanged_by_later_tokens(rope, n_kv_heads):
-    rng = np.random.default_rng(8)
-    B, n, d, t = 2, 5, 12, 2
-    W = _mha_weights(rng, d, 6, n_kv_heads, 2)
-    x = rng.standard_normal((B, n, d))
-    x2 = x.copy()
-    x2[:, t + 1:] = rng.standard_normal((B, n - t - 1, d)) * 10   # change every later token
-    kw = {"n_heads": 6, "n_kv_heads": n_kv_heads, "mask": causal_mask(n), "rope": rope}
-    out, c = mha_forward(x, x, *W, **kw)
-    out2, c2 = mha_forward(x2, x2, *W, **kw)
-    assert np.array_equal(out[:, :t + 1], out2[:, :t + 1])
-    assert np.array_equal(c["weights"][..., :t + 1, :], c2["weights"][..., :t + 1, :])
-    assert not np.array_equal(out[:, t + 1:], out2[:, t + 1:])
-    # and plain attention, with Q, K, V all changed after t
-    Q, K, V = (rng.standard_normal((B, n, 4)) for _ in range(3))
-    Q2, K2, V2 = Q.copy(), K.copy(), V.copy()
-    for a in (Q2, K2, V2):
-        a[:, t + 1:] += 3.0
-    o = attention_forward(Q, K, V, mask=causal_mask(n))[0]
-    o2 = attention_forward(Q2, K2, V2, mask=causal_mask(n))[0]
-    assert np.array_equal(o[:, :t + 1], o2[:, :t + 1])
 
 
 def test_worked_example_context_vector_003_5_1():
@@ -273,115 +180,6 @@ def test_worked_example_context_vector_003_5_1():
     assert abs(c[0, 1] - 0.6626) > 1e-4
 
 
-def test_kv_cache_worked_example_003_6_2_1():
-    """003 §6.2.1 / 000 §2.5.1: keys k_i = x_i W^K and values v_i = x_i W^V of x_1..x_3.
-
-    Erratum: 003 §6.2.1 writes k_1 as the matrix W^K times the column x_1, which is
-    (5, 2), and garbles k_2, k_3; the row-vector product x_i W^K gives the printed (1, 4),
-    (3, 10), (5, 16), as 000 §2.5.1 writes it.
-    """
-    x = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-    WQ, WK = np.eye(2), np.array([[1.0, 2.0], [0.0, 1.0]])
-    WV = np.array([[0.5, -0.5], [1.0, 0.5]])
-    _, cache = mha_forward(x, x, WQ, WK, WV, np.eye(2), n_heads=1)
-    assert np.array_equal(cache["kv_cache"]["k"][0], [[1, 4], [3, 10], [5, 16]])
-    assert np.array_equal(cache["kv_cache"]["v"][0], [[2.5, 0.5], [5.5, 0.5], [8.5, 0.5]])
-    assert not np.array_equal(WK @ x[0], [1, 4])          # the notes' column form: (5, 2)
-    # the next step with a made-up x_4, from the cache: alpha_{4j} = softmax_j(q_4 . k_j / sqrt(2))
-    x4 = np.array([[0.5, -1.0]])
-    z4, c4 = mha_forward(x4, x4, WQ, WK, WV, np.eye(2), n_heads=1, kv_cache=cache["kv_cache"])
-    k = [[1, 4], [3, 10], [5, 16], list(x4[0] @ WK)]
-    v = [[2.5, 0.5], [5.5, 0.5], [8.5, 0.5], list(x4[0] @ WV)]
-    s = [(0.5 * kj[0] - 1.0 * kj[1]) / math.sqrt(2) for kj in k]
-    a = [math.exp(si) / sum(math.exp(sj) for sj in s) for si in s]
-    z = [sum(a[j] * v[j][0] for j in range(4)), sum(a[j] * v[j][1] for j in range(4))]
-    np.testing.assert_allclose(z4[0], z, rtol=1e-13)
-    assert c4["kv_cache"]["k"].shape == (1, 4, 2)
-
-
-@pytest.mark.parametrize("n_kv_heads,rope", [(6, None), (2, "half"), (1, "interleaved"),
-                                             (3, {"layout": "half", "base": 100.0})])
-def test_cached_steps_equal_the_uncached_computation(n_kv_heads, rope):
-    rng = np.random.default_rng(9)
-    B, n, d = 2, 6, 12
-    W = _mha_weights(rng, d, 6, n_kv_heads, 2)
-    x = rng.standard_normal((B, n, d))
-    kw = {"n_heads": 6, "n_kv_heads": n_kv_heads, "rope": rope}
-    full, full_c = mha_forward(x, x, *W, mask=causal_mask(n), **kw)
-    # prefill 3 tokens, then a chunk of 2, then 1 token
-    out, c = mha_forward(x[:, :3], x[:, :3], *W, mask=causal_mask(3), **kw)
-    outs, kv = [out], c["kv_cache"]
-    for lo, hi in ((3, 5), (5, 6)):
-        kv_before = {k: a.copy() for k, a in kv.items()}
-        out, c = mha_forward(x[:, lo:hi], x[:, lo:hi], *W, mask=causal_mask(hi - lo, hi),
-                             kv_cache=kv, **kw)
-        assert all(np.array_equal(kv[k], kv_before[k]) for k in kv)   # input cache untouched
-        assert c["kv_cache"] is not kv and c["kv_cache"]["k"].shape == (B, n_kv_heads, hi, 2)
-        outs.append(out)
-        kv = c["kv_cache"]
-    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(kv["k"], full_c["kv_cache"]["k"], rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(c["weights"][..., -1, :], full_c["weights"][..., -1, :], atol=1e-13)
-
-
-def test_gqa_with_as_many_kv_heads_as_heads_is_mha():
-    rng = np.random.default_rng(10)
-    W = _mha_weights(rng, 6, 3, 3, 2)
-    x = rng.standard_normal((2, 4, 6))
-    a, _ = mha_forward(x, x, *W, n_heads=3)
-    b, _ = mha_forward(x, x, *W, n_heads=3, n_kv_heads=3)
-    assert np.array_equal(a, b)
-
-
-@pytest.mark.parametrize("n_kv_heads", [2, 1, 3])
-def test_gqa_equals_mha_with_repeated_kv_heads(n_kv_heads):
-    """Query head h uses kv head h // (n_heads // n_kv_heads); the kv gradient sums the group."""
-    rng = np.random.default_rng(11)
-    H, dh, d, g = 6, 2, 6, 6 // n_kv_heads
-    Wq, Wk, Wv, Wo, bq, bk, bv, bo = _mha_weights(rng, d, H, n_kv_heads, dh)
-    rep = lambda W: np.repeat(W.reshape(W.shape[:-1] + (n_kv_heads, dh)), g, axis=-2).reshape(  # noqa: E731
-        W.shape[:-1] + (H * dh,))
-    x_q, x_kv = rng.standard_normal((2, 3, d)), rng.standard_normal((2, 4, d))
-    mask = padding_mask(np.array([4, 2])[:, None], 4)
-    out, c = mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq, bk, bv, bo, n_heads=H,
-                         n_kv_heads=n_kv_heads, mask=mask, rope="half")
-    out_r, c_r = mha_forward(x_q, x_kv, Wq, rep(Wk), rep(Wv), Wo, bq, rep(bk), rep(bv), bo,
-                             n_heads=H, mask=mask, rope="half")
-    np.testing.assert_allclose(out, out_r, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(c["weights"], c_r["weights"], rtol=1e-12, atol=1e-14)
-    dout = rng.standard_normal(out.shape)
-    g1, g2 = mha_backward(dout, c), mha_backward(dout, c_r)
-    unrep = lambda G: G.reshape(G.shape[:-1] + (n_kv_heads, g, dh)).sum(-2).reshape(  # noqa: E731
-        G.shape[:-1] + (n_kv_heads * dh,))
-    for i in (0, 1, 2, 5, 6, 9):                                  # dx_q, dx_kv, dWq, dWo, dbq, dbo
-        np.testing.assert_allclose(g1[i], g2[i], rtol=1e-11, atol=1e-13)
-    for i in (3, 4, 7, 8):                                        # dWk, dWv, dbk, dbv
-        np.testing.assert_allclose(g1[i], unrep(g2[i]), rtol=1e-11, atol=1e-13)
-
-
-def test_mha_heads_are_attention_on_column_blocks():
-    """003 §5.1.3: head_i = Attention(X W_i^Q, X W_i^K, X W_i^V), out = Concat(heads) W^O."""
-    rng = np.random.default_rng(12)
-    H, dh, d = 3, 2, 5
-    Wq, Wk, Wv, Wo, *_ = _mha_weights(rng, d, H, H, dh, biases=False)
-    x = rng.standard_normal((4, d))
-    out, c = mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=H, mask=causal_mask(4))
-    blocks = [slice(i * dh, (i + 1) * dh) for i in range(H)]
-    heads = [attention_forward(x @ Wq[:, b], x @ Wk[:, b], x @ Wv[:, b], mask=causal_mask(4))
-             for b in blocks]
-    np.testing.assert_allclose(out, np.concatenate([h[0] for h in heads], -1) @ Wo, rtol=1e-12)
-    np.testing.assert_allclose(c["weights"], np.stack([h[1]["weights"] for h in heads]), rtol=1e-12)
-    assert c["weights"].shape == (H, 4, 4)
-
-
-def test_split_and_merge_heads():
-    x = np.arange(2 * 3 * 12.0).reshape(2, 3, 12)
-    h = split_heads(x, 4)
-    assert h.shape == (2, 4, 3, 3)
-    assert np.array_equal(h[1, 2, 0], x[1, 0, 6:9])     # head 2 takes columns 6..8
-    assert np.array_equal(merge_heads(h), x)
-
-
 def test_float32_is_preserved():
     rng = np.random.default_rng(13)
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
@@ -393,7 +191,7 @@ def test_float32_is_preserved():
     assert all(g.dtype == np.float32 for g in attention_backward(np.ones_like(out), c))
     out64bias, _ = attention_forward(Q, K, V, bias=bias.astype(np.float64))  # an option: no upcast
     assert out64bias.dtype == np.float32
-    W = [w.astype(np.float32) for w in _mha_weights(rng, 6, 6, 2, 2)]
+    W = [w.astype(np.float32) for w in mha_weights(rng, 6, 6, 2, 2)]
     x = f(2, 3, 6)
     out, c = mha_forward(x, x, *W, n_heads=6, n_kv_heads=2, rope="half", mask=causal_mask(3))
     out2, c2 = mha_forward(x[:, :1], x[:, :1], *W, n_heads=6, n_kv_heads=2, rope="half",
@@ -442,55 +240,6 @@ def test_backwards_refuse_a_wrong_dout_and_a_cache_of_another_op():
         additive_scores_backward(np.zeros((2, 3, 5)), caches["additive_attention"])
 
 
-# ---------------------------------------------------------------------------------------
-# the scoring functions of 002
-# ---------------------------------------------------------------------------------------
-
-def test_scoring_functions_closed_forms():
-    rng = np.random.default_rng(14)
-    Q, K = rng.standard_normal((3, 4)), rng.standard_normal((5, 4))
-    np.testing.assert_allclose(scaled_dot_scores_forward(Q, K)[0], Q @ K.T / 2.0, rtol=1e-14)
-    S = neg_sq_dist_scores_forward(Q, K)[0]
-    expanded = Q @ K.T - 0.5 * (Q * Q).sum(-1)[:, None] - 0.5 * (K * K).sum(-1)[None, :]
-    np.testing.assert_allclose(S, expanded, rtol=1e-12)       # 002: q^T k - |q|^2/2 - |k|^2/2
-    assert np.all(S <= 0)
-    np.testing.assert_allclose(bilinear_scores_forward(Q, K, np.eye(4))[0], Q @ K.T, rtol=1e-14)
-    M = rng.standard_normal((4, 6))
-    K6 = rng.standard_normal((5, 6))
-    np.testing.assert_allclose(bilinear_scores_forward(Q, K6, M)[0], Q @ M @ K6.T, rtol=1e-13)
-    Wq, Wk, w = rng.standard_normal((4, 3)), rng.standard_normal((6, 3)), rng.standard_normal(3)
-    A = additive_scores_forward(Q, K6, Wq, Wk, w)[0]
-    by_hand = [[w @ np.tanh(Q[t] @ Wq + K6[s] @ Wk) for s in range(5)] for t in range(3)]
-    np.testing.assert_allclose(A, by_hand, rtol=1e-13)
-
-
-def test_negative_distance_weights_equal_dot_product_weights_for_equal_norm_keys():
-    """002: softmax drops -|q|^2/2, so with keys of one norm the two scores give the same weights."""
-    rng = np.random.default_rng(15)
-    Q, K = rng.standard_normal((3, 4)), rng.standard_normal((5, 4))
-    K = K / np.linalg.norm(K, axis=-1, keepdims=True) * 1.3
-    soft = lambda S: np.exp(S - S.max(-1, keepdims=True)) / np.exp(S - S.max(-1, keepdims=True)).sum(-1, keepdims=True)  # noqa: E731
-    np.testing.assert_allclose(soft(neg_sq_dist_scores_forward(Q, K)[0]),
-                               soft(dot_scores_forward(Q, K)[0]), rtol=1e-12)
-
-
-def test_additive_attention_is_softmax_of_additive_scores():
-    rng = np.random.default_rng(16)
-    q, K, V = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 6)), rng.standard_normal((2, 5, 2))
-    Wq, Wk, w = rng.standard_normal((4, 3)), rng.standard_normal((6, 3)), rng.standard_normal(3)
-    mask = padding_mask(np.array([5, 3]), 5)
-    c, cache = additive_attention_forward(q, K, V, Wq, Wk, w, mask=mask)
-    S = additive_scores_forward(q, K, Wq, Wk, w)[0]
-    E = np.exp(S) * mask
-    A = E / E.sum(-1, keepdims=True)
-    np.testing.assert_allclose(cache["weights"], A, rtol=1e-13, atol=1e-16)
-    np.testing.assert_allclose(c, A @ V, rtol=1e-13)
-
-
-# ---------------------------------------------------------------------------------------
-# errata: each shows what the notes state and the correct math
-# ---------------------------------------------------------------------------------------
-
 def test_masked_attention_formula_errata_QtK():
     """003 §5.1.2 / 000 §2.1.2 write MA = softmax((Q^T K + M)/sqrt(d_k)) V.
 
@@ -535,26 +284,6 @@ def test_future_masking_errata_zeroing_after_softmax_is_not_equivalent():
     np.testing.assert_allclose(A, notes / notes.sum(-1, keepdims=True), rtol=1e-13)
 
 
-def test_bahdanau_score_errata_needs_the_tanh():
-    """002 'Seq2seq meets attention' writes a(h_t, h'_s) = v^T (W h_t + W' h'_s) without the
-    tanh. Then v^T W h_t is the same for every s and cancels in the softmax: the weights would
-    not depend on the query at all. With the tanh (002's last slide, Bahdanau) they do."""
-    rng = np.random.default_rng(20)
-    K = rng.standard_normal((5, 4))
-    Wq, Wk, w = rng.standard_normal((3, 6)), rng.standard_normal((4, 6)), rng.standard_normal(6)
-    q1, q2 = rng.standard_normal((1, 3)), rng.standard_normal((1, 3))
-    soft = lambda S: np.exp(S - S.max()) / np.exp(S - S.max()).sum()  # noqa: E731
-    linear = lambda q: soft(((q @ Wq)[:, None, :] + (K @ Wk)[None]) @ w)  # noqa: E731
-    np.testing.assert_allclose(linear(q1), linear(q2), rtol=1e-12)        # query-blind
-    a1 = additive_attention_forward(q1, K, K, Wq, Wk, w)[1]["weights"]
-    a2 = additive_attention_forward(q2, K, K, Wq, Wk, w)[1]["weights"]
-    assert np.abs(a1 - a2).max() > 1e-3
-
-
-# ---------------------------------------------------------------------------------------
-# bad input
-# ---------------------------------------------------------------------------------------
-
 def test_attention_bad_input():
     Q, K, V = np.zeros((2, 5, 8)), np.zeros((2, 5, 6)), np.zeros((2, 5, 3))
     with pytest.raises(ValueError, match=r"attention_forward: K has shape \(2, 5, 6\) but Q has "
@@ -579,59 +308,3 @@ def test_attention_bad_input():
         causal_mask(3, 2)
     with pytest.raises(ValueError, match="padding_mask: lengths has values in"):
         padding_mask(np.array([5]), 4)
-
-
-def test_mha_bad_input():
-    rng = np.random.default_rng(21)
-    x = rng.standard_normal((2, 3, 6))
-    Wq, Wk, Wv, Wo, *_ = _mha_weights(rng, 6, 6, 2, 2)
-    with pytest.raises(ValueError, match="mha_forward: Wk has shape \\(6, 4\\); expected \\(6, 2\\)"):
-        mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=1)         # mismatched head sizes
-    with pytest.raises(ValueError, match="mha_forward: Wq has shape \\(6, 12\\); its 12 columns "
-                                         "are not divisible by n_heads=5"):
-        mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=5)
-    with pytest.raises(ValueError, match="mha_forward: n_heads=6 is not divisible by n_kv_heads=4"):
-        mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=4)
-    with pytest.raises(ValueError, match="mha_forward: mask has shape \\(4, 4\\)"):
-        mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2, mask=causal_mask(4))
-    with pytest.raises(ValueError, match="mha_forward: Wq has shape \\(6, 12\\) but x_q has shape "
-                                         "\\(2, 3, 5\\)"):
-        mha_forward(x[..., :5], x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2)
-    with pytest.raises(ValueError, match="mha_forward: Wk has shape \\(6, 4\\) but x_kv has shape "
-                                         "\\(2, 3, 5\\); the axes d_kv must match"):
-        mha_forward(x, x[..., :5], Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2)
-    with pytest.raises(ValueError, match="mha_forward: Wo has shape"):
-        mha_forward(x, x, Wq, Wk, Wv, Wo[:6], n_heads=6, n_kv_heads=2)
-    with pytest.raises(ValueError, match="mha_forward: bq has shape"):
-        mha_forward(x, x, Wq, Wk, Wv, Wo, np.zeros(6), n_heads=6, n_kv_heads=2)
-    with pytest.raises(ValueError, match="mha_forward: the leading \\(batch\\) axes of x_q .*x_kv "
-                                         "\\(3, 3, 6\\) do not broadcast"):
-        mha_forward(x, np.zeros((3, 3, 6)), Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2)
-    with pytest.raises(ValueError, match="mha_forward: x_kv has shape \\(1, 3, 6\\) but x_q has shape "
-                                         "\\(2, 3, 6\\); the leading \\(batch\\) axes must match"):
-        mha_forward(x, x[:1], Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2)     # no broadcasting here
-    with pytest.raises(ValueError, match="mha_forward: kv_cache\\['k'\\] has shape"):
-        mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2,
-                    kv_cache={"k": np.zeros((2, 6, 1, 2)), "v": np.zeros((2, 6, 1, 2))})
-    with pytest.raises(ValueError, match="mha_forward: rope has unknown keys \\['position'\\]"):
-        mha_forward(x, x, Wq, Wk, Wv, Wo, n_heads=6, n_kv_heads=2, rope={"position": [0, 1, 2]})
-    with pytest.raises(ValueError, match="rope_forward: x has shape .* must be even"):
-        Wq3 = rng.standard_normal((6, 3))
-        mha_forward(x, x, Wq3, Wq3, Wq3, rng.standard_normal((3, 6)), n_heads=1, rope="half")
-    with pytest.raises(ValueError, match="split_heads: x has shape \\(2, 3, 6\\); its last axis 6 "
-                                         "is not divisible by n_heads=4"):
-        split_heads(x, 4)
-
-
-def test_key_bias_gradient_is_zero_without_rope_and_not_with_it():
-    """q_i . (k_j + bk) = q_i . k_j + q_i . bk: the second term is the same for every key j
-    of row i, and the softmax ignores it, so dL/dbk = 0 (why the registry's biased cases
-    without RoPE leave bk out). RoPE rotates bk differently at each position, and then it counts."""
-    rng = np.random.default_rng(22)
-    W = _mha_weights(rng, 6, 2, 2, 2)
-    x = rng.standard_normal((2, 4, 6))
-    dout = rng.standard_normal((2, 4, 6))
-    for rope, zero in ((None, True), ("half", False)):
-        out, c = mha_forward(x, x, *W, n_heads=2, mask=causal_mask(4), rope=rope)
-        dbk, dbq = mha_backward(dout, c)[7], mha_backward(dout, c)[6]
-        assert (np.abs(dbk).max() <= 1e-13 * np.abs(dbq).max()) == zero, rope

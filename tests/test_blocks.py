@@ -165,6 +165,7 @@ def _assert_close(ours, theirs, what):
     assert np.max(np.abs(ours - theirs)) <= 1e-10 * scale, what
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_block_matches_torch(norm, activation):
@@ -196,6 +197,7 @@ def test_encoder_block_matches_torch(norm, activation):
     _assert_close(grads["h0.mlp_norm.beta"], layer.norm2.bias.grad, "beta2")
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_decoder_block_matches_torch(norm):
     torch = pytest.importorskip("torch")

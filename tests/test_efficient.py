@@ -640,6 +640,7 @@ def test_linear_attention_bad_input(args, kwargs, exc, words):
 # PyTorch autograd (linear attention has no torch op; build it from torch primitives)
 # ---------------------------------------------------------------------------------------
 
+@pytest.mark.torch
 @pytest.mark.parametrize("causal", [False, True])
 def test_linear_attention_gradients_match_torch(causal):
     torch = pytest.importorskip("torch")

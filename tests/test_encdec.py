@@ -57,6 +57,7 @@ def test_every_parameter_matches_finite_differences(options):
     assert max(res.errors.values()) <= 1e-6, str(res)
 
 
+@pytest.mark.torch
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor")
 def test_matches_torch_transformer():
     """Pre-norm model against nn.Transformer(norm_first=True), whose encoder and decoder end

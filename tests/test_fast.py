@@ -675,3 +675,91 @@ def test_complete_prompts_and_completion_kl_match():
     assert kr["kl_per_token"] > 0
     for k in kr:
         assert abs(kf[k] - kr[k]) <= 1e-4 * abs(kr[k]), k
+
+
+# ---------------------------------------------------------------------------------------
+# Multi-head attention: the GQA groups broadcast (fast) against repeated (reference)
+# ---------------------------------------------------------------------------------------
+
+MHA_CASES = {
+    "mha": dict(n_heads=4, n_kv_heads=None),
+    "gqa-causal-rope": dict(n_heads=4, n_kv_heads=2, causal=True, rope={"layout": "half"}),
+    "mqa-bias-scale": dict(n_heads=4, n_kv_heads=1, bias=True, scale=0.3),
+    "gqa-cached-rope": dict(n_heads=6, n_kv_heads=3, past=3, rope="interleaved"),
+    "cross-padding": dict(n_heads=2, n_kv_heads=1, cross=True, padding=True),
+}
+
+
+def _mha_inputs(case, dtype=np.float64, seed=3):
+    rng = np.random.default_rng(seed)
+    H, H_kv = case["n_heads"], case["n_kv_heads"] or case["n_heads"]
+    d_head, d_model, B, n_q = 4, 12, 2, 5
+    n_k = 7 if case.get("cross") else n_q
+    x_q = rng.standard_normal((B, n_q, d_model))
+    x_kv = rng.standard_normal((B, n_k, d_model)) if case.get("cross") else x_q
+    W = [rng.standard_normal(s) / 3 for s in ((d_model, H * d_head), (d_model, H_kv * d_head),
+                                                (d_model, H_kv * d_head), (H * d_head, d_model))]
+    b = [rng.standard_normal(s) / 3 for s in ((H * d_head,), (H_kv * d_head,), (H_kv * d_head,),
+                                                (d_model,))]
+    past = case.get("past", 0)
+    kw = dict(n_heads=H, n_kv_heads=case["n_kv_heads"], rope=case.get("rope"), scale=case.get("scale"))
+    if past:
+        kw["kv_cache"] = {n: rng.standard_normal((B, H_kv, past, d_head)).astype(dtype) for n in "kv"}
+    if case.get("causal") or past:
+        kw["mask"] = R.causal_mask(n_q, past + n_k)
+    if case.get("padding"):
+        kw["mask"] = R.padding_mask(np.array([n_k, 3])[:, None], n_k)
+    if case.get("bias"):
+        kw["bias"] = rng.standard_normal((B, H, n_q, past + n_k))
+    args = [a.astype(dtype) for a in [x_q, x_kv] + W + b]
+    return args, kw, rng
+
+
+@pytest.mark.parametrize("name", list(MHA_CASES))
+def test_fast_mha_equals_the_reference_float64(name):
+    args, kw, rng = _mha_inputs(MHA_CASES[name])
+    out_r, cache_r = R.mha_forward(*args, **kw)
+    out_f, cache_f = fast.mha_forward(*args, **kw)
+    assert _err(out_f, out_r) <= 1e-12
+    assert _err(cache_f["weights"], cache_r["weights"]) <= 1e-12
+    for n in "kv":
+        assert _err(cache_f["kv_cache"][n], cache_r["kv_cache"][n]) == 0.0
+    dout = rng.standard_normal(out_r.shape)
+    for gf, gr in zip(fast.mha_backward(dout, cache_f), R.mha_backward(dout, cache_r)):
+        assert (gf is None) == (gr is None)
+        if gr is not None:
+            assert _err(gf, gr) <= 1e-12
+
+
+def test_fast_mha_float32_and_its_checks_are_the_references():
+    args, kw, _ = _mha_inputs(MHA_CASES["gqa-causal-rope"], dtype=np.float32)
+    out_r, _ = R.mha_forward(*args, **kw)
+    out_f, _ = fast.mha_forward(*args, **kw)
+    assert out_f.dtype == np.float32 and _f32_close(out_f, out_r)
+    bad = dict(kw, n_kv_heads=3)
+    for fn in (R.mha_forward, fast.mha_forward):
+        with pytest.raises(ValueError, match="mha_forward: n_heads=4 is not divisible by n_kv_heads=3"):
+            fn(*args, **bad)
+
+
+def test_reference_gqa_repeats_each_key_value_head_for_its_group():
+    """The reference builds the repeated keys (003 §5.2 as drawn); head i uses K_{i // group}."""
+    K = np.arange(2 * 3 * 4, dtype=float).reshape(2, 3, 4)          # 2 kv heads
+    Kh = R.repeat_kv(K, 3)
+    assert Kh.shape == (6, 3, 4)
+    for i in range(6):
+        np.testing.assert_array_equal(Kh[i], K[i // 3])
+    d = np.random.default_rng(0).standard_normal(Kh.shape)
+    np.testing.assert_allclose(R.repeat_kv_backward(d, 3), d.reshape(2, 3, 3, 4).sum(1))
+
+
+def test_kv_cache_grows_by_the_new_positions_and_keeps_the_old_cache():
+    rng = np.random.default_rng(1)
+    K1, V1 = rng.standard_normal((2, 1, 3, 4)), rng.standard_normal((2, 1, 3, 4))
+    c1 = R.kv_cache_append(None, K1, V1)
+    assert c1["k"] is K1 and c1["v"] is V1
+    K2, V2 = rng.standard_normal((2, 1, 1, 4)), rng.standard_normal((2, 1, 1, 4))
+    c2 = R.kv_cache_append(c1, K2, V2)
+    assert c2["k"].shape == (2, 1, 4, 4) and c1["k"].shape == (2, 1, 3, 4)
+    np.testing.assert_array_equal(c2["k"][..., :3, :], K1)
+    np.testing.assert_array_equal(c2["v"][..., 3:, :], V2)

@@ -168,6 +168,7 @@ def _torch_gpt(torch, tp, ids, c):
     return x @ (tp["wte"].T if c.tie_embeddings else tp["lm_head.W"])
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("options", [
     dict(positional="learned", norm="pre", n_kv_heads=4, activation="gelu_tanh"),
     dict(positional="sinusoidal", norm="post", n_kv_heads=2, tie_embeddings=False, activation="relu"),

@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import pathlib
+import sys
 import types
 
 import numpy as np
@@ -169,8 +170,7 @@ def _code_objects(code):
 
 
 def test_fast_imports_and_reference_gpt_does_not_use_it():
-    if not (PKG_DIR / "fast").is_dir():
-        pytest.skip("numpytfmr/fast/ does not exist yet")
+    assert (PKG_DIR / "fast").is_dir(), "numpytfmr/fast/ is missing"
     importlib.import_module(f"{PACKAGE}.fast")
     import numpytfmr
 
@@ -297,3 +297,72 @@ def demo_forward(x):
                                           '"# not a comment")', 'raise ValueError("x")',
                                           'return z, {}']
     assert [figures.is_plumbing(l) for l in lines] == [False, False, False, True, False]
+
+
+# ---------------------------------------------------------------------------------------
+# (f) ``import numpytfmr`` loads the reference only; the machinery loads when used
+# ---------------------------------------------------------------------------------------
+
+def _modules_loaded_by(code):
+    """The modules a fresh interpreter has loaded after running ``code``."""
+    import json
+    import subprocess
+    import sys
+    script = code + "\nimport json, sys; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_import_numpytfmr_loads_the_reference_only():
+    loaded = _modules_loaded_by("import numpytfmr")
+    ours = {m for m in loaded if m == PACKAGE or m.startswith(PACKAGE + ".")}
+    machinery = sorted(m for m in ours if m.split(".")[1:2] and m.split(".")[1] in
+                       ("run", "grading", "site", "fast", "registry"))
+    assert not machinery, f"import numpytfmr loaded the machinery: {machinery}"
+    topics = {f"{PACKAGE}.{t[:-3]}" for t in TOPICS}
+    assert topics <= ours, sorted(topics - ours)
+    # only the topic modules and the gradient checker's own checks (checking/)
+    assert ours <= topics | {PACKAGE} | {m for m in ours if m.startswith(PACKAGE + ".checking")}
+    third_party = sorted({m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names)
+                         - {PACKAGE, "numpy", "_distutils_hack", "__main__"})
+    assert not third_party, f"import numpytfmr loaded {third_party}; the runtime is NumPy only"
+
+
+def test_entry_points_load_their_module_on_first_use():
+    import numpytfmr
+    for name, module in numpytfmr._ENTRY_POINTS.items():
+        if name == "load_run":                       # defined with the checkpoint format
+            continue
+        loaded = _modules_loaded_by(f"import numpytfmr; numpytfmr.{name}")
+        assert module in loaded, (name, module)
+        assert getattr(numpytfmr, name) is getattr(importlib.import_module(module), name)
+    assert numpytfmr.fast is importlib.import_module(f"{PACKAGE}.fast")
+    with pytest.raises(AttributeError, match="no_such_name"):
+        numpytfmr.no_such_name
+
+
+def test_star_import_gives_the_reference_and_the_checker():
+    namespace = {}
+    exec(f"from {PACKAGE} import *", namespace)
+    for name in ("layernorm_forward", "mha_forward", "check_gradients", "gpt_forward", "adamw_step"):
+        assert name in namespace, name
+    assert not [n for n in namespace if n in ("train_bpe", "get_batch", "load_run")]
+
+
+# ---------------------------------------------------------------------------------------
+# (g) tests findable from their module: numpytfmr/X.py is tested in tests/test_X.py
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("module", TOPICS)
+def test_every_topic_module_has_its_test_file(module):
+    test_file = REPO / "tests" / f"test_{module}"
+    assert test_file.is_file(), (f"numpytfmr/{module} is a topic module; its tests belong in "
+                                 f"tests/test_{module}")
+    tree = ast.parse(test_file.read_text(encoding="utf-8"))
+    stem = module[:-3]
+    imports = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    exported = set(getattr(importlib.import_module(f"{PACKAGE}.{stem}"), "__all__", []))
+    assert f"{PACKAGE}.{stem}" in imports or names & exported, \
+        f"tests/test_{module} imports nothing of numpytfmr/{module}"

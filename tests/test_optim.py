@@ -348,6 +348,7 @@ def _compare(ours, theirs):
         np.testing.assert_allclose(ours[k], theirs[k], rtol=1e-12, atol=1e-14, err_msg=k)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("kw", [
     dict(lr=0.05),
     dict(lr=0.05, momentum=0.9),
@@ -366,6 +367,7 @@ def test_sgd_matches_torch(kw):
     _compare(ours, theirs)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("decoupled", [False, True])
 @pytest.mark.parametrize("kw", [
     dict(lr=0.01),
@@ -388,6 +390,7 @@ def test_adam_and_adamw_match_torch(kw, decoupled):
     _compare(ours, theirs)
 
 
+@pytest.mark.torch
 def test_clip_grad_norm_matches_torch():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(7)

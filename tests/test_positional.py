@@ -324,6 +324,7 @@ def test_rope_backward_takes_only_a_rope_cache():
         rope_backward(x, dict(rope_forward(x, positions=np.arange(3))[1]))
 
 
+@pytest.mark.torch
 def test_rope_matches_torch_autograd():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(11)
@@ -518,8 +519,6 @@ def test_erratum_004_eq13_alibi_bias_vector():
 # ---------------------------------------------------------------------------
 
 def test_learned_positions_are_an_embedding_lookup_004_eq12():
-    if not hasattr(numpytfmr, "embedding_forward"):
-        pytest.skip("numpytfmr.embedding_forward is not available")
     rng = np.random.default_rng(14)
     n, d, N = 5, 4, 9
     X = rng.standard_normal((2, n, d))

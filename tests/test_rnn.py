@@ -87,6 +87,7 @@ def test_gru_cell_closed_forms():
                                np.tanh([[0.1, -0.2, 0.3]]), rtol=1e-15)
 
 
+@pytest.mark.torch
 def test_gru_cell_matches_torch_grucell_with_diagonal_W_hh():
     """torch.nn.GRUCell resets after the matrix product, tanh(W x + r * (U h)); the slides
     (and Cho et al.) before it, tanh(W x + U (r * h)). The two agree when U is diagonal,
@@ -193,6 +194,7 @@ def _torch_model(tp, src, tgt, src_mask, c):
     return torch.stack(logits, 1)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["unidirectional", "bidirectional"])
 def test_logits_and_gradients_match_torch_autograd(bidirectional):
     torch = pytest.importorskip("torch")

@@ -5,15 +5,18 @@ Chromium is Debian's ``chromium`` package (``.ci/run`` installs it); the test sk
 that a failure. Chromium is driven through the DevTools protocol over a pipe
 (``--remote-debugging-pipe``: NUL-separated JSON on file descriptors 3 and 4), so nothing
 is downloaded and no driver is needed. Checked on every page: no console error and no
-uncaught exception, every math element drawn with a non-zero size; on every topic page,
-the math and code columns side by side at 1400 px and stacked at 400 px, with nothing
-wider than the phone's screen; and on one page, the search box, the keyboard navigation
-and the theme switch.
+uncaught exception, every math element drawn with a non-zero size, no raw TeX in the text,
+and no equation wider than its column (a box whose scrollWidth exceeds its clientWidth, or
+math reaching past its box) at 1400 px and at 400 px; on every topic page, the math and
+code columns side by side at 1400 px and stacked at 400 px; on every notebook page, the
+executed outputs and figures; and on one page, the search box, the keyboard navigation and
+the theme switch.
 """
 import fcntl
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +24,8 @@ import threading
 import time
 
 import pytest
+
+pytest.importorskip("markdown_it", reason="the reader needs the docs extra (pip install \".[docs]\")")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and os.path.exists(p)),
@@ -204,6 +209,8 @@ def site(tmp_path_factory):
     return build_site(tmp_path_factory.mktemp("site") / "site", source=REPO)
 
 
+RAW_TEX = re.compile(r"\\(?:frac|sqrt|mathrm|mathbf|operatorname|begin|left|right|sum|alpha|beta|"
+                     r"sigma|theta|cdot|text|hat|quad)\b|\$\$")
 # Everything measured on a page in one evaluation.
 MEASURE = """(() => {
   const visible = el => { const s = getComputedStyle(el); return s.display !== 'none' && s.visibility !== 'hidden'
@@ -216,7 +223,24 @@ MEASURE = """(() => {
     const b = p.querySelector('.code-col').getBoundingClientRect();
     return [a.left, a.right, a.top, a.bottom, b.left, b.right, b.top, b.bottom];
   });
-  return {n_math: maths.length, empty, pairs, title: document.title,
+  // equations that do not fit their column: a box that scrolls, or math beyond its box
+  const boxes = '.eqs, .eq, .display-math, .math.block, .ann, .inline-math, .what, .doc p, .markdown p, li';
+  const overflow = Array.from(document.querySelectorAll(boxes)).filter(visible)
+    .filter(el => el.scrollWidth > el.clientWidth + 1 && el.querySelector('math'))
+    .map(el => `${el.className || el.tagName} ${el.scrollWidth} > ${el.clientWidth}: ${el.textContent.trim().slice(0, 60)}`);
+  for (const m of maths) {
+    const box = m.closest('.eqs, .display-math, .math.block, .ann, .markdown, .doc, .cell') || document.body;
+    const r = m.getBoundingClientRect(), b = box.getBoundingClientRect();
+    if (r.right > b.right + 1 || r.left < b.left - 1)
+      overflow.push(`math ${r.left.toFixed(0)}-${r.right.toFixed(0)} beyond ${b.left.toFixed(0)}-${b.right.toFixed(0)}: ${(m.getAttribute('title') || m.textContent).slice(0, 60)}`);
+  }
+  // TeX left in the rendered text (code listings apart)
+  const clone = document.body.cloneNode(true);
+  clone.querySelectorAll('pre, code, script, style, math').forEach(e => e.remove());
+  const text = clone.textContent;
+  const figures = Array.from(document.querySelectorAll('.output img')).map(i => [i.naturalWidth, i.naturalHeight]);
+  const outputs = document.querySelectorAll('.output').length;
+  return {n_math: maths.length, empty, pairs, title: document.title, overflow, text, figures, outputs,
           scroll: document.documentElement.scrollWidth, width: window.innerWidth,
           theme: getComputedStyle(document.body).backgroundColor};
 })()"""
@@ -262,6 +286,11 @@ def test_every_page_loads_without_errors_draws_its_math_and_sets_code_beside_it(
             problems.append(f"{page}: {errs[:3]}")
         if m["empty"]:
             problems.append(f"{page}: {len(m['empty'])} math elements of size 0, e.g. {m['empty'][0]}")
+        if m["overflow"]:
+            problems.append(f"{page} at 1400 px: {len(m['overflow'])} equations overflow, e.g. {m['overflow'][:3]}")
+        tex = RAW_TEX.search(m["text"])
+        if tex:
+            problems.append(f"{page}: raw TeX {m['text'][max(0, tex.start() - 30):tex.end() + 30]!r}")
         if "numpytfmr reader" not in m["title"]:
             problems.append(f"{page}: title {m['title']!r}")
         if page in topics:
@@ -274,14 +303,21 @@ def test_every_page_loads_without_errors_draws_its_math_and_sets_code_beside_it(
 
 
 def test_on_a_phone_the_code_goes_below_the_math(browser, site):
+    """At 400 px: every page without an overflowing equation; on the topic pages the code
+    goes below the math."""
     browser.set_width(400, 900)
     problems = []
-    for page in _topic_pages(site):
+    topics = set(_topic_pages(site))
+    for page in site.pages:
         browser.open(_url(site, page))
         m = browser.js(MEASURE)
         assert m["width"] == 400
         errs = browser.errors()
         problems.append(errs and f"{page}: {errs[:3]}")
+        if m["overflow"]:
+            problems.append(f"{page} at 400 px: {len(m['overflow'])} equations overflow, e.g. {m['overflow'][:3]}")
+        if page not in topics:
+            continue
         problems.append(_pair_problem(page, 400, m["pairs"]) if m["pairs"] else f"{page}: no pair")
         if m["empty"]:
             problems.append(f"{page} at 400 px: {len(m['empty'])} math elements of size 0")
@@ -349,3 +385,20 @@ def test_search_keys_and_theme(browser, site):
     assert browser.js(MEASURE)["theme"] == dark
     browser.call("Emulation.setEmulatedMedia", session=True, features=[])
     assert not browser.errors()
+
+
+def test_notebook_pages_show_their_outputs_and_figures(browser, site):
+    """The notebooks are executed when the site is built: every notebook page shows outputs,
+    and the figures (matplotlib's PNGs) are drawn."""
+    browser.set_width(1400)
+    notebooks = sorted(p for p in site.pages if p[:2].isdigit() and p.endswith(".html"))
+    assert len(notebooks) >= 11
+    n_figures = 0
+    for page in notebooks:
+        browser.open(_url(site, page))
+        m = browser.js(MEASURE)
+        assert m["outputs"] > 0, f"{page} shows no output"
+        assert all(w > 0 and h > 0 for w, h in m["figures"]), f"{page}: a figure is not drawn"
+        n_figures += len(m["figures"])
+        assert not browser.errors()
+    assert n_figures >= 11

@@ -1,5 +1,5 @@
 """The training loop, checkpoints and resuming (numpytfmr/run/: loop.py, checkpoint.py,
-models.py, tasks.py, blas.py), on tiny models."""
+models.py, tasks.py), on tiny models."""
 import json
 import os
 
@@ -8,7 +8,6 @@ import pytest
 
 from numpytfmr.gpt import GPTConfig, generate, gpt_forward, init_gpt
 from numpytfmr.run import fileio
-from numpytfmr.run.blas import blas_threads, limit_blas_threads
 from numpytfmr.run.checkpoint import load_checkpoint, load_model, save_checkpoint
 from numpytfmr.run.data import CharTokenizer, make_task, translation_tokenizers
 from numpytfmr.run.loop import TrainSettings, step_rng, train_loop
@@ -49,54 +48,6 @@ def test_settings_refuse_bad_values():
         TrainSettings(batch_size=0)
     s = tiny_settings()
     assert TrainSettings.from_dict(s.to_dict()) == s
-
-
-def test_blas_threads_restores_the_previous_number():
-    before = limit_blas_threads(2)
-    if before is None:
-        pytest.skip("NumPy does not use OpenBLAS here")
-    with blas_threads(1) as previous:
-        assert previous == 2
-        assert limit_blas_threads(1) == 1            # inside: one thread
-    assert limit_blas_threads(before) == 2           # restored on the way out
-    with pytest.raises(ValueError):
-        limit_blas_threads(0)
-
-
-def test_blas_kernel_sets_switch_compute_the_same_products_and_are_restored(monkeypatch):
-    from numpytfmr.run import blas
-    first = blas.blas_kernels()
-    if first is None:
-        pytest.skip("NumPy's BLAS is not an OpenBLAS with several kernel sets here")
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((64, 48)), rng.standard_normal((48, 32))
-    want = a @ b
-    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
-    for name in (first,) + blas._ALTERNATIVES.get(first, ()):
-        with blas.tuned_blas(1):
-            blas.set_blas_kernels(name)
-            assert blas.blas_kernels().lower() == name.lower()
-            np.testing.assert_allclose(a @ b, want, rtol=1e-12, atol=1e-12)
-        assert blas.blas_kernels() == first                  # as it was, on the way out
-    with pytest.raises(ValueError, match="name is 'Prescott'"):
-        blas.set_blas_kernels("Prescott")                    # not offered: never switched to
-    assert blas.blas_kernels() == first
-
-
-def test_blas_kernel_rule_picks_avx2_on_zen4_only(monkeypatch):
-    from numpytfmr.run import blas
-    if blas.blas_kernels() is None:
-        pytest.skip("NumPy's BLAS is not an OpenBLAS with several kernel sets here")
-    assert blas.blas_kernels() == blas.openblas_kernels()    # nothing left switched
-    chosen = blas.openblas_kernels()
-    monkeypatch.setattr(blas, "_cpu", lambda: ("GenuineIntel", 6))
-    assert blas.preferred_blas_kernels() == chosen
-    monkeypatch.setattr(blas, "_cpu", lambda: ("AuthenticAMD", 25))
-    want = "Haswell" if chosen in blas._ALTERNATIVES else chosen
-    assert blas.preferred_blas_kernels() == want
-    monkeypatch.setenv("OPENBLAS_CORETYPE", chosen)          # the user's choice stands
-    report = blas.choose_blas_kernels()
-    assert report["used"] == blas.blas_kernels() == chosen
 
 
 def test_batches_are_a_function_of_seed_and_step():

@@ -11,6 +11,9 @@ its reference twin, and tests/test_fast.py checks them tensor by tensor::
     loss, grads = fast.gpt_loss(params, ids, targets, config=config)
     params, state = fast.adamw_step(params, grads, state, lr=1e-3)
 
+``fast.mha_forward`` / ``fast.mha_backward`` are multi-head attention with the GQA groups
+broadcast against their key/value head instead of repeated.
+
 ``fast.posttrain`` has the LoRA and DPO functions of ``numpytfmr.posttrain`` that run the
 model (``gpt_lora_loss``, ``dpo_loss_and_grads``, ``complete_prompts``, ...), on the fast GPT.
 
@@ -23,8 +26,9 @@ KV cache into buffers allocated at their final length and runs each new token th
 one-position step (no mask, no per-token checks).
 """
 from . import posttrain
+from .mha import mha_backward, mha_forward
 from .gpt import Workspace, generate, gpt_backward, gpt_forward, gpt_loss, loss_workspace
 from .optim import adamw_step, adamw_step_, clip_grad_norm_
 
 __all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "adamw_step", "adamw_step_",
-           "clip_grad_norm_", "Workspace", "loss_workspace"]
+           "clip_grad_norm_", "mha_forward", "mha_backward", "Workspace", "loss_workspace"]

@@ -52,15 +52,16 @@ interpreter's own memory that ``ru_maxrss`` would add (the two agree within a fe
 percent: standard attention at n = 4096, 197 MiB traced against 205 MiB of ``ru_maxrss``
 growth in a fresh process). Timing runs are separate (tracemalloc slows Python down).
 
-Threads: NumPy's BLAS (OpenBLAS, through ``limit_blas_threads``) and ``torch.set_num_threads``
-get the same count. With ``threads=None`` nothing is changed.
+Threads: NumPy's BLAS (through threadpoolctl, ``limit_blas_threads``) and
+``torch.set_num_threads`` get the same count. With ``threads=None`` nothing is changed.
 
 Kernels: NumPy's OpenBLAS carries one set of kernels per CPU family and picks one when it
-loads. By default (``blas="auto"``, as the training commands) the bench first runs
-``choose_blas_kernels``: on AMD Zen 4 the AVX2 set, about 10 % faster on these products
-than the AVX-512 set OpenBLAS picks for it; elsewhere OpenBLAS's pick. The summary's
-"blas" says which set ran and the time of each on a projection and a batch of per-head
-products; ``blas="openblas"`` keeps OpenBLAS's pick.
+loads; the package leaves that choice alone. ``bench_blas_coretype`` measures what another
+set would change: the fast training step in fresh processes, with OpenBLAS's own pick and
+with ``OPENBLAS_CORETYPE`` set before NumPy loads (by default, on a CPU where OpenBLAS picks
+an AVX-512 set, its AVX2 set "Haswell": on AMD Zen 4, which runs 512-bit instructions in two
+halves, that set was the faster one). The training commands used to switch the set inside
+the process; they no longer do, and the summary's "blas_coretype" says what that costs.
 PyTorch brings its own BLAS and is not affected.
 """
 import gc
@@ -85,14 +86,15 @@ from ..gpt import GPTConfig, gpt_loss, init_gpt
 from ..mha import mha_forward
 from ..optim import adamw_init, adamw_step
 from ..contract import count
-from .blas import choose_blas_kernels, kept_blas_kernels, limit_blas_threads
+from .blas import THREAD_VARIABLES, blas_info, limit_blas_threads
 
 __all__ = ["DEFAULT_MODEL", "QUICK_MODEL", "REQUIRED_KEYS", "set_threads", "resolve_clock",
            "time_interleaved", "time_calls", "torch_gpt_step", "bench_config", "gemm_only_seconds",
            "train_step_flops", "matmul_flops_per_second", "bench_train_step", "bench_decoding",
            "fit_exponent", "time_decoding_steps", "measure_decoding_growth",
            "hf_gpt2_from_params", "bench_decoding_vs_hf", "bench_attention", "bench_scaling",
-           "profile_train_step", "keep_freed_memory", "run_bench"]
+           "profile_train_step", "keep_freed_memory", "child_step_seconds", "bench_blas_coretype",
+           "run_bench"]
 
 # The model of the training-step benchmark (the issue's default configuration).
 DEFAULT_MODEL = {"vocab_size": 512, "d_model": 256, "n_layers": 4, "n_heads": 8, "d_ff": 1024,
@@ -781,6 +783,71 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
 
 
 # ---------------------------------------------------------------------------------------
+# OpenBLAS's kernel sets: the training step in fresh processes
+# ---------------------------------------------------------------------------------------
+
+# The kernel sets of OpenBLAS that use AVX-512, and the AVX2 set every such CPU also runs.
+AVX512_SETS = ("SkylakeX", "Cooperlake", "SapphireRapids")
+AVX2_SET = "Haswell"
+_STEP_CHILD = ("import json, sys\n"
+               "from numpytfmr.run.bench import child_step_seconds\n"
+               "print(json.dumps(child_step_seconds(**json.loads(sys.argv[1]))))\n")
+
+
+def child_step_seconds(model, repeat, clock):
+    """The fast training step of :func:`bench_train_step` (no reference, no PyTorch), timed
+    in this process: ``{"seconds": min over repeat, "architecture": OpenBLAS's kernel set}``."""
+    step = bench_train_step(model, repeat=repeat, use_torch=False, use_reference=False, clock=clock)
+    return {"seconds": step["numpy_seconds"]["min"], "architecture": blas_info()["architecture"]}
+
+
+def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rounds=3,
+                        clock="cpu", progress=None):
+    """What running OpenBLAS's kernel set ``coretype`` instead of its own pick costs or saves
+    on the fast training step.
+
+    Each measurement is a fresh Python process (OpenBLAS reads ``OPENBLAS_CORETYPE``, and the
+    thread variables, when NumPy loads it): ``rounds`` pairs, alternating OpenBLAS's pick and
+    ``coretype``, each the minimum of ``repeat`` steps; the minimum over rounds is kept.
+    ``coretype="auto"``: "Haswell" (AVX2) where OpenBLAS picks an AVX-512 set, else nothing
+    to compare. Returns ``{"coretype", "openblas_choice", "seconds": {"openblas", "coretype"},
+    "ratio"}`` (ratio = coretype / OpenBLAS's pick: below 1 the other set is faster), or
+    ``{"coretype": None, "note"}`` when there is nothing to compare.
+    """
+    model = dict(DEFAULT_MODEL if model is None else model)
+    chosen = blas_info()["architecture"]
+    if coretype == "auto":
+        coretype = AVX2_SET if chosen in AVX512_SETS else None
+    if coretype is None:
+        return {"coretype": None, "openblas_choice": chosen,
+                "note": f"OpenBLAS runs {chosen}; no other kernel set to compare"}
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = [package_root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    base["PYTHONPATH"] = os.pathsep.join(path)
+    if threads is not None:
+        base.update({v: str(threads) for v in THREAD_VARIABLES})
+    envs = {"openblas": base, "coretype": dict(base, OPENBLAS_CORETYPE=str(coretype))}
+    options = json.dumps({"model": model, "repeat": int(repeat), "clock": clock})
+    seconds, architecture = {"openblas": [], "coretype": []}, {}
+    for _ in range(int(rounds)):
+        for name, env in envs.items():
+            proc = subprocess.run([sys.executable, "-c", _STEP_CHILD, options], env=env,
+                                  capture_output=True, text=True, timeout=1200)
+            if proc.returncode != 0:
+                raise RuntimeError(f"bench_blas_coretype: the timing process failed:\n{proc.stderr[-2000:]}")
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+            seconds[name].append(out["seconds"])
+            architecture[name] = out["architecture"]
+        if progress is not None:
+            progress()
+    best = {name: min(s) for name, s in seconds.items()}
+    return {"coretype": coretype, "openblas_choice": architecture["openblas"],
+            "coretype_ran": architecture["coretype"], "seconds": best, "runs": seconds,
+            "ratio": best["coretype"] / best["openblas"], "threads": threads, "model": model}
+
+
+# ---------------------------------------------------------------------------------------
 # Attention: time and peak memory against n
 # ---------------------------------------------------------------------------------------
 
@@ -1021,7 +1088,7 @@ def _machine():
 
 def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention_n=None,
               block_size=128, window=256, n_new=None, repeat=None, profile=False, scaling=False,
-              keep_memory=False, blas="auto", on_stage=None):
+              keep_memory=False, coretype="auto", on_stage=None):
     """Run every measurement; returns the summary dict (REQUIRED_KEYS plus details).
 
     quick:   tiny model, short decoding and small n (a smoke test; figures meaningless)
@@ -1031,9 +1098,9 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
              summary then holds "scaling" (and the machine, threads and clock)
     keep_memory: ``keep_freed_memory()`` first (the C allocator keeps freed memory, for
              NumPy and PyTorch alike); by default the allocator is left as users have it
-    blas:    "auto": NumPy's BLAS uses the preferred OpenBLAS kernel set for this CPU
-             (``choose_blas_kernels``, what the training commands do; restored afterwards);
-             "openblas": the set OpenBLAS chose when it loaded
+    coretype: the OpenBLAS kernel set to compare with OpenBLAS's own pick on the training
+             step (``bench_blas_coretype``; "auto": the AVX2 set where OpenBLAS picks an
+             AVX-512 one; None: skip)
     on_stage(name): called after each measurement (a progress bar)
     """
     tick = on_stage if on_stage is not None else (lambda name: None)
@@ -1043,31 +1110,33 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
     start = time.perf_counter()
     clock = resolve_clock(clock, threads)
     torch = _torch_or_none() if use_torch else None
-    if blas not in ("auto", "openblas"):
-        raise ValueError(f"run_bench: blas is {blas!r}; expected 'auto' or 'openblas'")
     torch_threads = None if torch is None else torch.get_num_threads()
-    with kept_blas_kernels() as kernels_before:
-        summary = {"quick": bool(quick), "machine": _machine(),
-                   "threads": set_threads(threads, use_torch=use_torch), "clock": clock,
-                   "blas": (choose_blas_kernels(measure=True) if blas == "auto" else
-                            {"chosen_by_openblas": kernels_before, "used": kernels_before,
-                             "seconds": {}}),
-                   "memory": (keep_freed_memory() if keep_memory else
-                              {"allocator": "system default (freed memory may go back to the "
-                               "system)", "kept": False})}
-        try:
-            if scaling:
-                summary["scaling"] = bench_scaling(
-                    QUICK_SCALING_BASE if quick else SCALING_BASE,
-                    QUICK_SCALING_AXES if quick else SCALING_AXES,
-                    repeat=2 if quick else 5, clock=clock, progress=lambda: tick("scaling"))
-            else:
-                _run_all(summary, quick=quick, clock=clock, use_torch=use_torch,
-                         attention_n=attention_n, block_size=block_size, window=window,
-                         n_new=n_new, repeat=repeat, profile=profile, tick=tick)
-        finally:
-            if torch_threads is not None:
-                torch.set_num_threads(torch_threads)      # as it was (e.g. inside a test run)
+    summary = {"quick": bool(quick), "machine": _machine(),
+               "threads": set_threads(threads, use_torch=use_torch), "clock": clock,
+               "blas": blas_info(),
+               "memory": (keep_freed_memory() if keep_memory else
+                          {"allocator": "system default (freed memory may go back to the "
+                           "system)", "kept": False})}
+    try:
+        if scaling:
+            summary["scaling"] = bench_scaling(
+                QUICK_SCALING_BASE if quick else SCALING_BASE,
+                QUICK_SCALING_AXES if quick else SCALING_AXES,
+                repeat=2 if quick else 5, clock=clock, progress=lambda: tick("scaling"))
+        else:
+            _run_all(summary, quick=quick, clock=clock, use_torch=use_torch,
+                     attention_n=attention_n, block_size=block_size, window=window,
+                     n_new=n_new, repeat=repeat, profile=profile, tick=tick)
+            kernels = (bench_blas_coretype(QUICK_MODEL if quick else DEFAULT_MODEL,
+                                           coretype=coretype, threads=threads,
+                                           repeat=2 if quick else 4, rounds=1 if quick else 3,
+                                           clock=clock, progress=lambda: tick("kernel sets"))
+                       if coretype is not None else {"coretype": None, "note": "not measured"})
+            summary["blas_coretype"] = kernels
+            summary["blas_coretype_step_ratio"] = kernels.get("ratio")
+    finally:
+        if torch_threads is not None:
+            torch.set_num_threads(torch_threads)      # as it was (e.g. inside a test run)
     summary["seconds"] = time.perf_counter() - start
     return summary
 

@@ -131,7 +131,7 @@ h1:hover .anchor, h2:hover .anchor, h3:hover .anchor { color: var(--muted); }
   overflow-x: auto; border-left: 3px solid var(--border); }
 .eq { padding: .18rem .1rem; border-radius: 4px; display: flex; flex-wrap: wrap; align-items: baseline;
   column-gap: 2.2em; row-gap: .2rem; }
-.eq .seg { white-space: nowrap; }
+.eq .seg { display: inline-flex; flex-wrap: wrap; align-items: baseline; column-gap: .35em; max-width: 100%; }
 .eq math[display="block"] { display: block math; width: fit-content; margin: 0; }
 .ann { display: flex; flex-wrap: wrap; align-items: baseline; column-gap: 1.2em; }
 .eq.hl, .ln.hl { background: var(--hl); box-shadow: inset 3px 0 0 var(--hl-border); }
@@ -229,6 +229,14 @@ th { background: var(--faint); }
   font: .75rem ui-monospace, Menlo, monospace; }
 .cell.md { max-width: 60rem; }
 .display-math { overflow-x: auto; margin: .5rem 0; }
+.output { margin: .2rem 0 .6rem; padding-left: .6rem; border-left: 3px solid var(--border); }
+.output pre.out { margin: .3rem 0; font-size: .78rem; white-space: pre-wrap; overflow-wrap: anywhere;
+  background: none; border: 0; padding: 0; }
+.output pre.err { color: var(--muted); }
+.output img.figure { display: block; max-width: 100%; height: auto; margin: .4rem 0;
+  background: #fff; border-radius: 4px; }
+.math.block { display: flex; flex-wrap: wrap; justify-content: center; align-items: baseline;
+  column-gap: .3em; row-gap: .35rem; margin: .6rem 0; }
 pre.file { padding: .5rem 0; }
 pre.file .fl { display: block; padding-right: 1rem; outline: none; }
 pre.file .fl:target, .cell:target, .api-item:target, .topic:target { background: var(--accent-bg); }

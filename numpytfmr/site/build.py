@@ -65,10 +65,11 @@ def _write(path, data):
         raise
 
 
-def render_site(source=None):
-    """Every file of the site, as ``{relative path: text}`` (nothing is written)."""
+def render_site(source=None, execute=False):
+    """Every file of the site, as ``{relative path: text}`` (nothing is written). With
+    ``execute``, the notebooks are run and their pages show their outputs and figures."""
     import numpytfmr
-    model = collect(source)
+    model = collect(source, execute)
     site = Site(model, numpytfmr.__version__)
     bodies = {}                              # path -> (title, side, body, kind)
     for t in model.topics:
@@ -107,18 +108,22 @@ def _dedupe(items):
     return out
 
 
-def build_site(out_dir, *, force=False, source=None):
+def build_site(out_dir, *, force=False, source=None, execute=None):
     """Write the reader into ``out_dir``; return a :class:`BuildResult`.
 
     ``source``: the checkout holding README.md, docs/contract.md, notebooks/ and tests/
     (default: next to the package, else the current directory; without one, the pages come
     from the code alone). Raises :class:`SiteExistsError` for a non-empty folder that is not
-    a site, unless ``force``.
+    a site, unless ``force``. ``execute``: run the notebooks so that their pages show
+    outputs and figures (default: when nbclient and a kernel are installed).
     """
+    if execute is None:
+        from .execute import can_execute
+        execute = can_execute()
     start = time.perf_counter()
     out = pathlib.Path(out_dir)
     previous = _check_target(out, force)
-    files = render_site(source)
+    files = render_site(source, execute)
     out.mkdir(parents=True, exist_ok=True)
     n_bytes = 0
     for rel, text in files.items():

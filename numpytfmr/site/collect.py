@@ -2,7 +2,7 @@
 
 - the topic modules (``numpytfmr/*.py``) and their public functions, forward/backward pairs
   joined, registered ops with their :class:`~numpytfmr.registry.OpSpec`;
-- the README's "What is inside" table (each module's topic and notes) and its errata table;
+- ``docs/modules.toml`` (each module's topic and notes) and ``docs/errata.toml``;
 - the tests (``tests/*.py``, parsed, not imported): which test names which function;
 - the notebooks (``notebooks/*.ipynb``): their titles, cells, and the names each cell uses;
 - the notes' section references everywhere (``004 eq. 27``, ``003 §5.1.1``), parsed so the
@@ -21,7 +21,7 @@ import types
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .markdown import parse_table
+from .tables import load_errata, load_modules
 
 __all__ = ["Ref", "parse_refs", "Entry", "Topic", "TestRef", "Notebook", "Erratum", "Model",
            "collect", "find_source_tree", "NOTES"]
@@ -117,7 +117,7 @@ class Entry:
 
 @dataclass
 class Topic:
-    """A topic module: its entries in source order, its constants, and the README's words."""
+    """A topic module: its entries in source order, its constants, and its words in docs/modules.toml."""
     module: str
     doc: str
     what: str
@@ -129,7 +129,7 @@ class Topic:
 
 @dataclass
 class TestRef:
-    file: str          # "test_core_ops.py"
+    file: str          # "test_norms.py"
     name: str          # "test_layernorm_constant_row_is_finite" (Class.test for methods)
     line: int
     names: set
@@ -147,6 +147,8 @@ class Notebook:
     cells: list        # [(kind, source)]
     names: list        # per cell: set of identifiers (code cells)
     refs: list
+    outputs: list = None   # per cell: nbformat outputs after running it; None: not run
+    error: str = ""        # why it could not be run
 
 
 @dataclass
@@ -176,7 +178,6 @@ class Model:
     test_sources: dict         # file -> source text
     notebooks: list
     errata: list
-    readme: str
     contract_md: str
     source: object             # the checkout's root (a Path) or None
     owner: dict                # public name -> topic module that defines it
@@ -265,57 +266,23 @@ def find_source_tree(explicit=None):
     return None
 
 
-def readme_section(readme, title_start):
-    """The text of the README section whose ``## `` heading starts with ``title_start``."""
-    lines = readme.splitlines()
-    out, inside = [], False
-    for line in lines:
-        if line.startswith("## "):
-            if inside:
-                break
-            inside = line[3:].strip().lower().startswith(title_start.lower())
-            continue
-        if inside:
-            out.append(line)
-    return "\n".join(out)
-
-
-def _tables(text):
-    """Every pipe table of a Markdown text, as lists of rows (header first)."""
-    tables, cur = [], []
-    for line in text.splitlines() + [""]:
-        if line.strip().startswith("|"):
-            cur.append(line)
-        elif cur:
-            tables.append(parse_table(cur))
-            cur = []
-    return tables
-
-
-def module_table(readme):
-    """README "What is inside": module -> (what, notes)."""
+def module_table(root):
+    """``docs/modules.toml``: module -> (what, notes), in reading order."""
     out = {}
-    for table in _tables(readme_section(readme, "What is inside")):
-        if not table or table[0][0].strip().lower() != "module":
-            continue
-        for row in table[1:]:
-            if len(row) < 3:
-                continue
-            for mod in re.findall(r"`(\w+)\.py`", row[0]):
-                out[mod] = (row[1], row[2])
+    if root is None or not (pathlib.Path(root) / "docs" / "modules.toml").is_file():
+        return out
+    for row in load_modules(root):
+        for mod in row["files"]:
+            out[mod] = (row["what"], row["notes"])
     return out
 
 
-def errata_table(readme):
-    out = []
-    for table in _tables(readme_section(readme, "Errata")):
-        if not table or len(table[0]) < 4:
-            continue
-        for row in table[1:]:
-            where, says, correct, test = (row + ["", "", "", ""])[:4]
-            test = test.strip().strip("`")
-            out.append(Erratum(where, says, correct, test, parse_refs(where), index=len(out) + 1))
-    return out
+def errata_table(root):
+    """``docs/errata.toml`` as :class:`Erratum` objects, numbered from 1."""
+    if root is None or not (pathlib.Path(root) / "docs" / "errata.toml").is_file():
+        return []
+    return [Erratum(e["where"], e["says"], e["correct"], e["test"], parse_refs(e["where"]), index=i)
+            for i, e in enumerate(load_errata(root), 1)]
 
 
 def _names_in(node):
@@ -374,7 +341,8 @@ def index_tests(tests_dir):
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
-def read_notebooks(nb_dir):
+def read_notebooks(nb_dir, execute=False):
+    """The notebooks of ``nb_dir``; with ``execute``, each run (see :mod:`.execute`)."""
     out = []
     for path in sorted(pathlib.Path(nb_dir).glob("*.ipynb")):
         try:
@@ -396,6 +364,14 @@ def read_notebooks(nb_dir):
                     if m:
                         title = m.group(1).strip()
         out.append(Notebook(path.stem, title, cells, names, refs))
+    if execute:
+        from .execute import notebook_outputs, package_fingerprint
+        package_hash = package_fingerprint()
+        for nb, path in zip(out, sorted(pathlib.Path(nb_dir).glob("*.ipynb"))):
+            try:
+                nb.outputs = notebook_outputs(path, package_hash=package_hash)
+            except Exception as exc:       # nbclient's errors, a dead kernel: shown on the page
+                nb.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
     return out
 
 
@@ -403,18 +379,18 @@ def read_notebooks(nb_dir):
 # Everything
 # ---------------------------------------------------------------------------------------
 
-def collect(source=None):
-    """Gather the :class:`Model` of the site (``source``: the checkout, or None to look)."""
+def collect(source=None, execute=False):
+    """Gather the :class:`Model` of the site (``source``: the checkout, or None to look;
+    ``execute``: run the notebooks for their outputs)."""
     import numpytfmr
     from numpytfmr.registry import registry
 
     specs_by_forward = {id(s.forward): s for s in registry().values()}
     package_dir = pathlib.Path(numpytfmr.__file__).parent
     root = find_source_tree(source)
-    readme = (root / "README.md").read_text(encoding="utf-8") if root else ""
     contract_path = (root / "docs" / "contract.md") if root else None
     contract_md = contract_path.read_text(encoding="utf-8") if contract_path and contract_path.is_file() else ""
-    table = module_table(readme)
+    table = module_table(root)
     order = list(dict.fromkeys(list(table) + topic_module_names(package_dir)))
     order = [m for m in order if (package_dir / f"{m}.py").is_file()]
     topics = []
@@ -434,8 +410,8 @@ def collect(source=None):
                 owner.setdefault(n, t.module)
     public = []
     for n in sorted(dir(numpytfmr)):
-        obj = getattr(numpytfmr, n)
-        if n.startswith("_") or isinstance(obj, types.ModuleType):
+        obj = getattr(numpytfmr, n, None)          # an entry point whose module lacks it: None
+        if n.startswith("_") or obj is None or isinstance(obj, types.ModuleType):
             continue
         mod = getattr(obj, "__module__", None) if (inspect.isfunction(obj) or inspect.isclass(obj)) else None
         if mod is None:                          # a constant: the module whose __all__ names it
@@ -444,8 +420,8 @@ def collect(source=None):
                         and n in getattr(m, "__all__", ()) and getattr(m, n, None) is obj), "numpytfmr")
         public.append((n, obj, mod))
     tests, test_sources = index_tests(root / "tests") if root and (root / "tests").is_dir() else ([], {})
-    notebooks = read_notebooks(root / "notebooks") if root and (root / "notebooks").is_dir() else []
-    errata = errata_table(readme)
+    notebooks = read_notebooks(root / "notebooks", execute) if root and (root / "notebooks").is_dir() else []
+    errata = errata_table(root)
     by_test = {(t.file, t.name): t for t in tests}
     for er in errata:
         t = by_test.get((er.test_file, er.test_name))
@@ -456,5 +432,5 @@ def collect(source=None):
                 er.module = stem
             elif counts:
                 er.module = counts.most_common(1)[0][0]
-    return Model(topics, public, tests, test_sources, notebooks, errata, readme, contract_md,
+    return Model(topics, public, tests, test_sources, notebooks, errata, contract_md,
                  root, owner)

@@ -15,17 +15,18 @@ theme switch, a side bar, the page, and the search index as JSON. The pages:
   links from the ops land on the cell or the test.
 """
 import ast
+import base64
 import html
 import inspect
 import json
 import re
 import textwrap
 
-from .asciimath import symbols, to_mathml
 from .collect import NOTES
-from .highlight import highlight_block, highlight_lines
-from .markdown import inline as md_inline
-from .markdown import markdown_to_html, slugify
+from .markup import highlight_block, highlight_lines
+from .markup import inline as md_inline
+from .markup import markdown_to_html, slugify
+from .plainmath import atoms, symbols, to_mathml
 from .snippets import check_snippet
 
 __all__ = ["Site"]
@@ -85,8 +86,15 @@ def segments(line):
     return [p.strip() for p in parts if p.strip()]
 
 
+def pieces(segment):
+    """The pieces of an equation the page may wrap between: MathML is not broken across
+    lines by browsers, so each piece is a math element of its own (see ``atoms``)."""
+    return atoms(segment)
+
+
 def math_segments(line, *, display=False):
-    return "".join(f'<span class="seg">{to_mathml(p, display=display)}</span>' for p in segments(line))
+    return "".join('<span class="seg">' + "".join(to_mathml(p, display=display) for p in pieces(s))
+                   + "</span>" for s in segments(line))
 
 
 def _annotation(comment):
@@ -96,6 +104,53 @@ def _annotation(comment):
     if _MATHY.search(text):
         return math_segments(text)
     return f'<span class="ann-text">{_e(text)}</span>'
+
+
+_CODE_LINE = re.compile(r"^\s*(?:def |class |for |while |with |import |from |return\b|@|>>>)|\bnp\.\w|"
+                        r"\bprint\(", re.M)
+
+
+def _is_python(block):
+    """An indented docstring block that is an example of code, not equations (docs/math.md):
+    it parses as Python and has a statement or call no equation has."""
+    if block.lstrip().startswith(">>>"):
+        return True
+    try:
+        ast.parse(block)
+    except SyntaxError:
+        return False
+    return bool(_CODE_LINE.search(block))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _outputs_html(outputs):
+    """A code cell's outputs: printed text, results, figures (PNG or SVG as data URIs, so
+    the site stays one folder with nothing to fetch) and errors."""
+    parts = []
+    for o in outputs:
+        kind = o.get("output_type")
+        if kind == "stream":
+            text = "".join(o.get("text", ""))
+            cls = "out err" if o.get("name") == "stderr" else "out"
+            parts.append(f'<pre class="{cls}">{_e(_ANSI.sub("", text.rstrip()))}</pre>')
+        elif kind in ("execute_result", "display_data"):
+            data = o.get("data", {})
+            if "image/png" in data:
+                png = "".join(data["image/png"]).replace("\n", "")
+                alt = _e("".join(data.get("text/plain", "a figure")))
+                parts.append(f'<img class="figure" alt="{alt}" src="data:image/png;base64,{png}">')
+            elif "image/svg+xml" in data:
+                svg = "".join(data["image/svg+xml"])
+                parts.append('<img class="figure" alt="a figure" src="data:image/svg+xml;base64,'
+                             + base64.b64encode(svg.encode()).decode() + '">')
+            elif "text/plain" in data:
+                parts.append(f'<pre class="out">{_e("".join(data["text/plain"]).rstrip())}</pre>')
+        elif kind == "error":
+            trace = _ANSI.sub("", "\n".join(o.get("traceback", [])))
+            parts.append(f'<pre class="out err">{_e(trace or o.get("ename", "error"))}</pre>')
+    return f'<div class="output">{"".join(parts)}</div>' if parts else ""
 
 
 _SPECIAL_PAGES = {"index", "errata", "api", "contract"}
@@ -157,13 +212,21 @@ class Site:
         for m in self._DOC_INLINE.finditer(text):
             out.append(_e(text[pos:m.start()]))
             pos = m.end()
-            name = m.group(1) or m.group(2) or m.group(3)
+            if m.group(3) is not None:                    # `math` (docs/math.md)
+                out.append(self.inline_math(m.group(3)))
+                continue
+            name = m.group(1) or m.group(2)
             if name is not None:
                 out.append(self.code_link(name.split(".")[-1] if m.group(1) else name))
             else:
                 out.append(f'<span class="ref">{_e(m.group(4))}</span>')
         out.append(_e(text[pos:]))
         return "".join(out)
+
+    @staticmethod
+    def inline_math(text):
+        """Plain-text math inside prose, in pieces a line may break between."""
+        return f'<span class="inline-math">{" ".join(to_mathml(a) for a in atoms(text))}</span>'
 
     def code_link(self, text):
         base = re.match(r"[A-Za-z_]\w*", text)
@@ -184,7 +247,11 @@ class Site:
         for p in paras:
             lines = p.split("\n")
             if all(l.startswith("    ") or not l.strip() for l in lines):
-                out.append(self.equations(lines))
+                code = textwrap.dedent("\n".join(lines))
+                if _is_python(code):
+                    out.append(highlight_block(code, linker=self.linker))
+                else:
+                    out.append(self.equations(lines))
                 continue
             # a prose line followed by indented equation lines
             if len(lines) > 1 and not lines[0].startswith(" ") and lines[0].rstrip().endswith(":") and \
@@ -406,7 +473,8 @@ class Site:
                 if (t.file, t.name) not in seen and not t.every_op:
                     seen.add((t.file, t.name))
                     out.append(t)
-        out.sort(key=lambda t: (t.file, t.line))
+        own = f"test_{e.module}.py"                   # the module's own test file first
+        out.sort(key=lambda t: (t.file != own, t.file, t.line))
         return out
 
     def notebook_cells(self, names):
@@ -626,7 +694,7 @@ class Site:
         def code(body):
             if re.search(r"\b(?:tests?/|torch\.|np\.)|\.py\b", body) or not re.search(r"[=^/()_*]", body):
                 return self.code_link(body)
-            return f'<span class="inline-math" title="{_e(body)}">{to_mathml(body)}</span>'
+            return self.inline_math(body)
         return md_inline(text, code=code)
 
     def test_source(self, t):
@@ -762,16 +830,20 @@ class Site:
                              f'<a class="cell-no" href="#cell-{i}">{i}</a>{inner}</div>')
             elif kind == "code":
                 n_code += 1
+                outputs = nb.outputs[i - 1] if nb.outputs is not None and i <= len(nb.outputs) else []
                 cells.append(f'<div class="cell code-cell" id="cell-{i}" data-nav tabindex="-1">'
                              f'<a class="cell-no" href="#cell-{i}">{i}</a>'
-                             f"{highlight_block(src, linker=self.linker)}</div>")
+                             f"{highlight_block(src, linker=self.linker)}{_outputs_html(outputs)}</div>")
             else:
                 cells.append(f'<div class="cell raw" id="cell-{i}"><pre class="code">{_e(src)}</pre></div>')
         side = (f'<h3>notebook</h3><p class="muted">{_e(nb.stem)}.ipynb, {len(nb.cells)} cells '
                 f"({n_code} code)</p>" + '<h3>notebooks</h3><ol class="toc">' + "".join(
                     f'<li><a href="{self.nb_pages[o.stem]}">{_e(o.stem)}</a></li>' for o in self.m.notebooks) + "</ol>")
-        body = (f'<p class="nb-file">notebooks/{_e(nb.stem)}.ipynb, read-only (run it with Jupyter: the '
-                f"README says how)</p>" + "".join(cells))
+        run = ("executed when the site was built" if nb.outputs is not None else
+               f"not executed ({_e(nb.error)})" if nb.error else
+               "not executed (build with the docs extra installed to see the outputs)")
+        body = (f'<p class="nb-file">notebooks/{_e(nb.stem)}.ipynb, read-only, {run}; run it '
+                f"with Jupyter: docs/notebooks.md says how</p>" + "".join(cells))
         return side, body
 
     def _nb_link(self, href):

@@ -76,11 +76,12 @@ def report_lines(s):
                  f"CPUs, {m['platform']}" + ("   [--quick: figures not meaningful]"
                                               if s["quick"] else ""))
     kb = s.get("blas") or {}
-    if kb:
-        lines.append(f"NumPy's BLAS: OpenBLAS kernels {kb['used']} (OpenBLAS chose "
-                     f"{kb['chosen_by_openblas']}" + "".join(
-                         f"; {name} {1e3 * t:.2f} ms" for name, t in kb["seconds"].items())
-                     + (" on the test products)" if kb["seconds"] else ")"))
+    if kb.get("library"):
+        lines.append(f"NumPy's BLAS: {kb['library']} {kb['version']}, kernel set "
+                     f"{kb['architecture']} (its own pick), {kb['threads']} threads")
+    elif kb:
+        lines.append("NumPy's BLAS: threads as the environment set them when NumPy loaded "
+                     "(threadpoolctl is not installed)")
     lines.append(f"times: {clock}, minimum over the repeats; memory: "
                  f"{s.get('memory', {}).get('allocator', 'allocator unchanged')}")
     md = tr["model"]
@@ -116,6 +117,17 @@ def report_lines(s):
                  f"n x n: {by})  ->  step at {s['gemm_fraction']:.0%} of it")
     lines.append(f"  the step's matrix products alone {_ms(s['gemm_only_seconds'])} = "
                  f"{s['gemm_time_fraction']:.0%} of the fast step")
+    kc = s.get("blas_coretype") or {}
+    if kc.get("ratio") is not None:
+        sec = kc["seconds"]
+        lines.append(f"  OpenBLAS kernel sets (fresh processes, fast step only): its own pick "
+                     f"{kc['openblas_choice']} {_ms(sec['openblas']).strip()}, "
+                     f"OPENBLAS_CORETYPE={kc['coretype']} {_ms(sec['coretype']).strip()}: "
+                     f"{kc['ratio']:.3f}x ({'saves' if kc['ratio'] < 1 else 'costs'} "
+                     f"{abs(1 - kc['ratio']):.1%} of a step; the training commands keep "
+                     "OpenBLAS's pick)")
+    elif kc:
+        lines.append(f"  OpenBLAS kernel sets: {kc.get('note', 'not measured')}")
 
     lines += ["", f"decoding {dec['n_new']} tokens, greedy, batch 1, prompt {dec['prompt_len']} "
               "(generate)"]
@@ -196,7 +208,8 @@ def cmd_bench(args):
     n_attention = len(args.attention_n or (bench.QUICK_ATTENTION_N if quick
                                            else bench.DEFAULT_ATTENTION_N))
     total = (1 + repeat + 1 + 3 + 2 * (not args.skip_torch)
-             + n_attention * len(bench.ATTENTION_METHODS) + int(args.profile))
+             + n_attention * len(bench.ATTENTION_METHODS) + int(args.profile)
+             + (0 if args.blas_coretype == "none" else 1 if quick else 3))
     if args.scaling:
         total = len(bench.QUICK_SCALING_AXES if quick else bench.SCALING_AXES)
     with Progress(total, "bench", enabled=not args.quiet) as bar:
@@ -206,7 +219,8 @@ def cmd_bench(args):
                                   use_torch=not args.skip_torch, attention_n=args.attention_n,
                                   block_size=args.block_size, window=args.window,
                                   repeat=repeat, profile=args.profile, scaling=args.scaling,
-                                  keep_memory=args.keep_freed_memory, blas=args.blas_kernels,
+                                  keep_memory=args.keep_freed_memory,
+                                  coretype=None if args.blas_coretype == "none" else args.blas_coretype,
                                   on_stage=on_stage)
     if not args.quiet and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
@@ -253,11 +267,11 @@ def add_command(sub):
                    help="ask glibc to keep freed memory in the process (for NumPy and PyTorch "
                    "alike), so a step does not page-fault in again what the previous step "
                    "returned to the system; by default the allocator is left as users have it")
-    p.add_argument("--blas-kernels", choices=("auto", "openblas"), default="auto",
-                   help="which of OpenBLAS's kernel sets NumPy's products run: 'auto' (default, "
-                   "as the training commands): the one for this CPU (on AMD Zen 4 the AVX2 set, "
-                   "faster there than the AVX-512 one OpenBLAS picks); 'openblas': the one "
-                   "OpenBLAS picked when it loaded. Both are timed and reported")
+    p.add_argument("--blas-coretype", default="auto", metavar="NAME",
+                   help="an experiment: time the fast training step in fresh processes with "
+                   "OpenBLAS's own kernel set and with OPENBLAS_CORETYPE=NAME, and report the "
+                   "ratio (the training commands always keep OpenBLAS's pick). 'auto' (default): "
+                   "Haswell (AVX2) where OpenBLAS picks an AVX-512 set, else nothing; 'none': skip")
     p.add_argument("--scaling", action="store_true",
                    help="instead of the rest: time the fast training step as d_model, n_layers, "
                    "seq_len and batch grow, with the log-log slopes beside the FLOP and memory "

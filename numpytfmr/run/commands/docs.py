@@ -5,9 +5,10 @@ the notes beside the code that computes it.
 
 The site needs no network, neither to build nor to view (the math is MathML, drawn by the
 browser). It is built from the code (the topic modules, the registry of ops, the contracts)
-and from the checkout around it (README.md, docs/contract.md, notebooks/, tests/), found
-next to the package or in the current directory, or given with ``--source``. The builder
-lives in ``numpytfmr.site``.
+and from the checkout around it (docs/contract.md, docs/errata.toml, docs/modules.toml,
+notebooks/, tests/), found next to the package or in the current directory, or given with
+``--source``. The notebooks are executed (nbclient) so that their pages show outputs and
+figures. The builder lives in ``numpytfmr.site``; its libraries are the ``docs`` extra.
 """
 import os
 import sys
@@ -25,6 +26,10 @@ def add_command(sub):
                         "must be empty or hold an earlier site")
     p.add_argument("--force", action="store_true",
                    help="write into DIR even though it holds other files (they are left alone)")
+    p.add_argument("--no-execute", dest="execute", action="store_false",
+                   help="do not run the notebooks (their pages then show code without outputs); "
+                        "by default they run once, when nbclient is installed, and their outputs "
+                        "are cached until a notebook or the package changes")
     p.add_argument("--source", metavar="DIR",
                    help="the checkout holding README.md, docs/, notebooks/ and tests/ (default: "
                         "the folder above the package, else the current directory)")
@@ -32,14 +37,20 @@ def add_command(sub):
 
 
 def cmd_docs(args):
-    from numpytfmr.site import SiteExistsError, build_site
+    try:
+        from numpytfmr.site import SiteExistsError, build_site
+    except ImportError as exc:
+        print(f"numpytfmr docs: error: {exc.name or exc} is not installed; the reader needs the "
+              "docs extra: pip install \"numpytfmr[docs]\"", file=sys.stderr)
+        return 2
 
     if args.source is not None and not os.path.isfile(os.path.join(args.source, "README.md")):
         print(f"numpytfmr docs: error: --source is {args.source!r}, which holds no README.md; "
               "expected the numpytfmr checkout", file=sys.stderr)
         return 2
     try:
-        result = build_site(args.output, force=args.force, source=args.source)
+        result = build_site(args.output, force=args.force, source=args.source,
+                            execute=None if args.execute else False)
     except SiteExistsError as exc:
         print(f"numpytfmr docs: error: {exc}", file=sys.stderr)
         return 2

@@ -51,5 +51,5 @@ def cmd_examples(args):
                f"{n_wrong} marked WRONG (a notes erratum)")
     if n_differs:
         summary += f", {n_differs} other disagreement(s) (measured)"
-    print(f"{summary} ({seconds:.1f} s). The README's errata section lists every erratum.")
+    print(f"{summary} ({seconds:.1f} s). docs/errata.md lists every erratum.")
     return 0

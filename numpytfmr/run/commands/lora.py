@@ -161,8 +161,7 @@ def start_adapter_run(args, where):
     """The start shared by ``lora`` and ``dpo``: check what the argument types cannot see
     before any work (the targets, an --out that would replace a previous run without
     --force, one's own data without a model to tune), and load or train the base model
-    (the BLAS threads and kernels are set by ``adapter_command``). Returns (targets, start
-    time, base)."""
+    (the BLAS threads are set by ``adapter_command``). Returns (targets, start time, base)."""
     targets = parse_targets(args.targets)
     posttext.check_data_flags(args, where)
     check_out(args, where)
@@ -175,12 +174,12 @@ def start_adapter_run(args, where):
 # ---------------------------------------------------------------------------------------
 
 def adapter_command(run):
-    """The command ``run(args)`` with ``--threads`` BLAS threads and the preferred kernels
-    (``tuned_blas``), both as they were afterwards."""
+    """The command ``run(args)`` with ``--threads`` BLAS threads (``blas_threads``), as
+    they were afterwards."""
     @functools.wraps(run)
     def command(args):
-        from numpytfmr.run.blas import tuned_blas
-        with tuned_blas(args.threads):
+        from numpytfmr.run.blas import blas_threads
+        with blas_threads(args.threads):
             return run(args)
     return command
 

@@ -156,10 +156,10 @@ def _init_tokenizer(args, tok):
 
 
 def cmd_pretrain(args):
-    from numpytfmr.run.blas import tuned_blas
+    from numpytfmr.run.blas import blas_threads
     check_flags(args)
     check_out(args, "pretrain")
-    with tuned_blas(args.threads), resume_hint(args, "pretrain"):
+    with blas_threads(args.threads), resume_hint(args, "pretrain"):
         return _pretrain(args)
 
 

@@ -196,9 +196,9 @@ def resume_hint(args, command):
 
 
 def cmd_train(args):
-    from numpytfmr.run.blas import tuned_blas
+    from numpytfmr.run.blas import blas_threads
     check_out(args, "train")
-    with tuned_blas(args.threads), resume_hint(args, "train"):
+    with blas_threads(args.threads), resume_hint(args, "train"):
         return _train(args)
 
 

@@ -45,12 +45,12 @@ def _model_changes(args, kind):
 
 
 def cmd_train_seq2seq(args):
-    from numpytfmr.run.blas import tuned_blas
+    from numpytfmr.run.blas import blas_threads
     from numpytfmr.run.cli import output_dir
     if args.out is None:                  # the model's own directory
         args.out = output_dir(DEFAULT_OUT[args.model or "transformer"])
     check_out(args, "train-seq2seq")
-    with tuned_blas(args.threads), resume_hint(args, "train-seq2seq"):
+    with blas_threads(args.threads), resume_hint(args, "train-seq2seq"):
         return _train_seq2seq(args)
 
 
