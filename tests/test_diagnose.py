@@ -875,16 +875,16 @@ def _s_additive_attention(dout, cache):
 def _s_mha(bug):
     from numpytfmr.attention import attention_backward
     from numpytfmr.linear import linear_backward
-    from numpytfmr.mha import group_heads, merge_heads, split_heads, ungroup_heads
+    from numpytfmr.mha import merge_heads, repeat_kv_backward, split_heads
 
     def backward(dout, cache):
         dconcat, dWo, dbo = linear_backward(dout, cache["o"])
         attn = copy.copy(cache["attn"])
         if bug == "scale":
             attn["scale"] = 1.0                           # "the scores' scale is a constant"
-        dheads = group_heads(split_heads(dconcat, cache["n_heads"]), cache["n_kv_heads"])
-        dQ, dK, dV = attention_backward(dheads, attn)
-        dQ, dK, dV = ungroup_heads(dQ), dK[..., 0, :, :], dV[..., 0, :, :]
+        group = cache["n_heads"] // cache["n_kv_heads"]
+        dQ, dK, dV = attention_backward(split_heads(dconcat, cache["n_heads"]), attn)
+        dK, dV = repeat_kv_backward(dK, group), repeat_kv_backward(dV, group)
         dx_q, dWq, dbq = linear_backward(merge_heads(dQ), cache["q"])
         dx_k, dWk, dbk = linear_backward(merge_heads(dK), cache["k"])
         dx_v, dWv, dbv = linear_backward(merge_heads(dV), cache["v"])

@@ -8,7 +8,7 @@ Three modes, chosen once per grading run (:func:`choose`), the strongest that wo
     (the system's ``/usr``, the interpreter's prefix, NumPy's own folder); every site-packages
     folder is hidden behind an empty read-only tmpfs, so the reference, installed autodiff
     libraries, the grading config, the other submissions and the results do not exist inside.
-    It writes only to size-capped tmpfs folders (``/work``, its home and working folder, and
+    It writes only to size-capped tmpfs folders (``/home/student``, its home and working folder, and
     ``/tmp`` and ``/dev/shm``), all discarded when it ends. Its ``/proc`` shows its own processes
     only. As root, the sandbox also drops to a user ID of its own (below) before Python starts
     loading anything; otherwise it runs in a new user namespace mapped to the grader's user, with
@@ -41,7 +41,7 @@ import tempfile
 
 REQUIRE_ENV = "NUMPYTFMR_REQUIRE_SANDBOX"
 UID_BASE = int(os.environ.get("NUMPYTFMR_UID_BASE", "2000000000"))
-WORK = "/work"                   # the sandbox's working folder, home and TMPDIR
+WORK = "/home/student"           # the sandbox's working folder, home and TMPDIR
 TMP_BYTES = 64 << 20             # its size; /tmp and /dev/shm get SHM_BYTES each
 SHM_BYTES = 16 << 20
 MAX_PROCESSES = 32               # per submission, where its user ID is its own
@@ -223,6 +223,12 @@ def _bwrap_argv(python, protect, show, drop):
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         argv += ["--unshare-user", "--disable-userns"]
+    # the writable folders first: what Python and NumPy need is bound over them where it lives
+    # below one (a virtualenv in /tmp)
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--chmod", "1777", "/dev/shm",
+             "--size", str(SHM_BYTES), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp",
+             "--size", str(TMP_BYTES), "--tmpfs", WORK, "--chmod", "1777", WORK]
     trees = ["/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
@@ -252,11 +258,7 @@ def _bwrap_argv(python, protect, show, drop):
         argv += ["--ro-bind", p, p]
     for p in hidden_dirs:
         argv += ["--remount-ro", p]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--chmod", "1777", "/dev/shm",
-             "--size", str(SHM_BYTES), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp",
-             "--size", str(TMP_BYTES), "--tmpfs", WORK, "--chmod", "1777", WORK,
-             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK]
     return argv
 
 
