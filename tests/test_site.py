@@ -463,3 +463,46 @@ def test_prose_math_in_single_backticks_is_drawn(site):
     prose = prose[:prose.index("</p>")]
     assert prose.count('<span class="inline-math">') == 4 and 'title="LN(x_i)"' in prose
     assert "LN(x_i)" not in _text(prose)            # drawn, not spelled
+
+
+def _prose_math_spans(doc):
+    """The single-backtick spans of a docstring (docs/math.md), without ``code`` and roles."""
+    doc = re.sub(r":\w+:`[^`]*`", "", doc)
+    doc = re.sub(r"``.+?``", "", doc, flags=re.S)
+    return [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", doc)]
+
+
+def test_every_prose_math_span_of_the_reference_converts():
+    """Math inside the sentences of every topic module's docstrings (between single
+    backticks) converts, without an error, to MathML that keeps every word of the source."""
+    spans = []
+    for path in sorted((REPO / "numpytfmr").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            doc = ast.get_docstring(node) if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) else None
+            if doc:
+                spans += [(path.name, s) for s in _prose_math_spans(doc)]
+    assert len(spans) > 250 and len({name for name, _ in spans}) > 15
+    for name, span in spans:
+        m = to_mathml(span)
+        assert "<merror" not in m, (name, span, to_tex(span), m)
+        shown = _shown(m)
+        for word in re.findall(r"[A-Za-z]{4,}", span):
+            if word in ("sqrt", "prod", "tilde") or word.endswith("hat") or \
+                    any(g in word.lower() for g in GREEK_NAMES) or word in ("tanh", "sinh", "cosh"):
+                continue                                    # drawn as a symbol, not spelled out
+            assert word in shown, (name, span, word)
+
+
+def test_no_prose_math_is_left_undrawn_on_the_topic_pages(site):
+    """A single-backtick span that lands where the reader shows text as it is (a shape
+    block, a contract line, a reference) would show its backticks: no topic page has one."""
+    from numpytfmr.site.pages import Site
+    for path in sorted((REPO / "numpytfmr").glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        page = site.pages[Site.topic_page(path.stem)]
+        page = re.sub(r"<math\b.*?</math>", "", page, flags=re.S)
+        page = re.sub(r'<div class="ln\b[^"]*"[^>]*>.*?</div>', "", page, flags=re.S)   # the source
+        left = re.findall(r"(?<![`:])`[^`<>]+`(?!`)", page)
+        assert not left, (path.name, left)
