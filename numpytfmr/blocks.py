@@ -66,7 +66,7 @@ SWIGLU_KEYS = ("W_gate", "W_up", "W_down")
 # ---------------------------------------------------------------------------------------
 
 def norm_forward(x, params, key, o):
-    """N(x): LayerNorm (004 eq. 27-28) or RMSNorm (``o["norm_type"]``) with the gain
+    """`N(x)`: LayerNorm (004 eq. 27-28) or RMSNorm (``o["norm_type"]``) with the gain
     ``{key}.gamma`` (and the bias ``{key}.beta`` if present)."""
     if o["norm_type"] == "rmsnorm":
         return rmsnorm_forward(x, params[key + ".gamma"], eps=o["eps"])
@@ -74,7 +74,7 @@ def norm_forward(x, params, key, o):
 
 
 def norm_backward(dy, cache, grads, key, o):
-    """Backward of :func:`norm_forward`: returns dx; adds d gamma (and d beta) to grads."""
+    """Backward of :func:`norm_forward`: returns ``dx``; adds `dgamma` (and `dbeta`) to ``grads``."""
     if o["norm_type"] == "rmsnorm":
         dx, dgamma = rmsnorm_backward(dy, cache)
         dbeta = None
@@ -91,37 +91,37 @@ def attention_weights(params, key):
 
 
 def self_attention_forward(h, params, key, o, *, mask=None, rope=None, kv_cache=None):
-    """MultiHead(h, h, h) (003 §5.1.3, 004 "Multi-Head Attention"): queries, keys and
-    values all come from h; weights under ``key``. ``mha_forward``'s cache: its
+    """`MultiHead(h, h, h)` (003 §5.1.3, 004 "Multi-Head Attention"): queries, keys and
+    values all come from `h`; weights under ``key``. ``mha_forward``'s cache: its
     "weights" and "kv_cache" entries are the attention weights and the updated KV cache."""
     return mha_forward(h, h, *attention_weights(params, key), n_heads=o["n_heads"],
                        n_kv_heads=o["n_kv_heads"], mask=mask, rope=rope, kv_cache=kv_cache)
 
 
 def self_attention_backward(da, cache, grads, key):
-    """Backward of :func:`self_attention_forward`: returns dh."""
+    """Backward of :func:`self_attention_forward`: returns ``dh``."""
     dh_q, dh_kv, *dW = mha_backward(da, cache)
     add_grads(grads, key, ATTN_KEYS, dW)
     return dh_q + dh_kv               # h feeds the queries and the keys/values: both paths add
 
 
 def cross_attention_forward(h, memory, params, key, o, *, mask=None):
-    """MultiHead(h, memory, memory) (004 "Cross-Attention"): queries from the decoder
-    states h, keys and values from the encoder output ``memory``; weights under ``key``."""
+    """`MultiHead(h, memory, memory)` (004 "Cross-Attention"): queries from the decoder
+    states `h`, keys and values from the encoder output ``memory``; weights under ``key``."""
     return mha_forward(h, memory, *attention_weights(params, key), n_heads=o["n_heads"],
                        n_kv_heads=o["n_kv_heads"], mask=mask)
 
 
 def cross_attention_backward(da, cache, grads, key):
-    """Backward of :func:`cross_attention_forward`: returns (dh, dmemory)."""
+    """Backward of :func:`cross_attention_forward`: returns ``(dh, dmemory)``."""
     dh, dmemory, *dW = mha_backward(da, cache)
     add_grads(grads, key, ATTN_KEYS, dW)
     return dh, dmemory
 
 
 def mlp_forward(h, params, key, o):
-    """The position-wise FFN act(h W1 + b1) W2 + b2 (004 "Feed-forward", 002 "FFN"), or
-    with ``o["activation"] == "swiglu"`` LLaMA's gated (silu(h W_gate) * (h W_up)) W_down."""
+    """The position-wise FFN `act(h W1 + b1) W2 + b2` (004 "Feed-forward", 002 "FFN"), or
+    with ``o["activation"] == "swiglu"`` LLaMA's gated `(silu(h W_gate) * (h W_up)) W_down`."""
     if o["activation"] == "swiglu":
         return swiglu_ffn_forward(h, *(params[f"{key}.{n}"] for n in SWIGLU_KEYS))
     return ffn_forward(h, params[key + ".W1"], params.get(key + ".b1"), params[key + ".W2"],
@@ -129,7 +129,7 @@ def mlp_forward(h, params, key, o):
 
 
 def mlp_backward(da, cache, grads, key, o):
-    """Backward of :func:`mlp_forward`: returns dh."""
+    """Backward of :func:`mlp_forward`: returns ``dh``."""
     if o["activation"] == "swiglu":
         dh, *dW = swiglu_ffn_backward(da, cache)
         add_grads(grads, key, SWIGLU_KEYS, dW)
@@ -150,7 +150,7 @@ def residual_forward(x, a, o):
 
 
 def residual_backward(dy, cache):
-    """Backward of :func:`residual_forward`: ``(dx, da)``. The identity path passes dy
+    """Backward of :func:`residual_forward`: ``(dx, da)``. The identity path passes `dy`
     unchanged (004 eq. 29: local gradient 1); the sublayer path goes through the dropout."""
     return dy, (dy if cache is None else dropout_backward(dy, cache))
 
@@ -199,8 +199,8 @@ def check_block_inputs(x, memory, params, prefix, where, *, n_heads, n_kv_heads,
 
 
 def self_attention_mask(x, n_past, mask, o, where):
-    """The future mask (004 eq. 21) of the decoder's self-attention, with query i at
-    absolute position n_past + i (after the cached positions), combined by ``&`` with an
+    """The future mask (004 eq. 21) of the decoder's self-attention, with query `i` at
+    absolute position `n_past + i` (after the cached positions), combined by ``&`` with an
     optional extra boolean mask broadcastable to (..., n_heads, n, n_past + n)."""
     n = x.shape[-2]
     allowed = causal_mask(n, n_past + n)
@@ -236,7 +236,7 @@ def encoder_block_forward(x, params, *, prefix="", n_heads, n_kv_heads=None, nor
     x:      (..., n, d_model) float
     params: flat dict; reads ``{prefix}attn_norm.*``, ``{prefix}attn.*``,
             ``{prefix}mlp_norm.*``, ``{prefix}mlp.*`` (module docstring)
-    n_heads, n_kv_heads: heads of the self-attention (GQA/MQA when n_kv_heads < n_heads)
+    n_heads, n_kv_heads: heads of the self-attention (GQA/MQA when `n_kv_heads < n_heads`)
     norm:   "pre" | "post";  norm_type: "layernorm" | "rmsnorm";  eps: the norm's epsilon
     activation: the FFN's activation (``ffn_forward``'s option), or "swiglu" for the gated
             FFN of LLaMA (``swiglu_ffn_forward``, weights ``{prefix}mlp.W_gate/.W_up/.W_down``)
@@ -281,7 +281,7 @@ def encoder_block_backward(dy, cache):
 
     The forward read bottom to top. ``grads`` is a dict with the keys of every parameter
     the forward read. A residual passes its gradient straight through (004 eq. 29), so
-    the gradient of x is the identity path's plus the sublayer path's.
+    the gradient of `x` is the identity path's plus the sublayer path's.
     """
     c, p, o, grads = cache, cache["prefix"], cache["options"], {}
     if o["norm"] == "pre":
@@ -334,7 +334,7 @@ def decoder_block_forward(x, memory, params, *, prefix="", n_heads, n_kv_heads=N
     rope:   None, or ``mha_forward``'s rope option (applied in the self-attention only)
     kv_cache: None, or this layer's cached keys/values of the earlier positions in
             ``mha_forward``'s kv_cache format (003 §6.2, 001 §2.2); ``x`` then holds the
-            new positions only and the causal mask places query i at position n_past + i.
+            new positions only and the causal mask places query `i` at position `n_past + i`.
             The updated cache is returned under ``cache["kv_cache"]``.
     other options as in :func:`encoder_block_forward`
     returns y: (B, n, d_model), cache

@@ -100,7 +100,7 @@ def _log_base(base, where, name="base"):
 
 
 def _log(x, base):
-    """log_base(x); natural log for ``base=None``. log(0) = -inf without a warning."""
+    """`log_base(x)`; natural log for ``base=None``. `log(0) = -inf` without a warning."""
     with np.errstate(divide="ignore"):
         out = np.log(x)
     return out if base is None else out / math.log(base)  # a Python float keeps float32 float32
@@ -194,7 +194,7 @@ def bigram_counts(corpus, *, bos="<s>", eos="</s>"):
     corpus: a list of tokens (bigrams of consecutive tokens), or a list of sentences (lists
     of tokens), each padded as ``[bos] + sentence + [eos]``; no bigram crosses a sentence end.
 
-    Returns ``(vocab, C)``: ``vocab`` a list of the V types (for sentences ``bos`` first and
+    Returns ``(vocab, C)``: ``vocab`` a list of the `V` types (for sentences ``bos`` first and
     ``eos`` last, the words in order of first appearance between them) and ``C`` an int64
     array (V, V) with ``C[i, j] = Count(vocab[i], vocab[j])``, row = previous word.
     """
@@ -216,7 +216,7 @@ def bigram_mle(corpus, *, k=0.0, bos="<s>", eos="</s>"):
 
     Returns ``(vocab, P)``, ``P`` float64 (V, V), ``P[i, j] = P(vocab[j] | vocab[i])``; each row
     sums to 1, except a row whose word never occurs as a history (``eos``; under MLE also a
-    token seen only at the very end), which is all zeros (0/0 is left undefined, not guessed).
+    token seen only at the very end), which is all zeros (`0/0` is left undefined, not guessed).
     """
     where = "bigram_mle"
     k = real(k, "k", where, low=0.0)
@@ -282,11 +282,11 @@ def perplexity(probs, targets=None):
 
         PPL(W) = (prod_i P(w_i | w_<i))^(-1/N) = exp(-(1/N) sum_i log P(w_i | w_<i)) = exp(L_CE)
 
-    probs: with ``targets=None``, the probabilities the model gave the N observed tokens (any
-    shape); otherwise model distributions (..., N, V) over a vocabulary of V, and ``targets``
+    probs: with ``targets=None``, the probabilities the model gave the `N` observed tokens (any
+    shape); otherwise model distributions (..., N, V) over a vocabulary of `V`, and ``targets``
     the observed ids (..., N), ``probs[..., i, targets[..., i]]`` being used. The base of the log
     does not matter (``2^H`` in bits equals ``e^H`` in nats). A model distribution uniform over
-    V words has perplexity V. An observed token of probability 0 gives ``inf``.
+    `V` words has perplexity `V`. An observed token of probability 0 gives ``inf``.
     """
     where = "perplexity"
     if targets is None:
@@ -331,9 +331,9 @@ def cross_entropy(P, Q, *, base=None, axis=-1):
 
 
 def kl_divergence(P, Q, *, base=None, axis=-1):
-    """KL divergence ``D_KL(P || Q) = sum_x P(x) log(P(x) / Q(x))`` >= 0 (003 §2.1.2).
+    """KL divergence ``D_KL(P || Q) = sum_x P(x) log(P(x) / Q(x))`` `>= 0` (003 §2.1.2).
 
-    ``cross_entropy(P, Q) == entropy(P) + kl_divergence(P, Q)``. Zero iff P == Q; ``inf`` when
+    ``cross_entropy(P, Q) == entropy(P) + kl_divergence(P, Q)``. Zero iff `P == Q`; ``inf`` when
     ``Q(x) = 0`` where ``P(x) > 0``.
     """
     where = "kl_divergence"
@@ -360,9 +360,9 @@ def _scalar(x):
 
 @dataclass(frozen=True)
 class NGramLevel:
-    """The counts of one order k of an :class:`NGramModel`.
+    """The counts of one order `k` of an :class:`NGramModel`.
 
-    A k-gram ``h w`` (``h`` its k-1 ids of context, ``w`` the next id) is stored as the
+    A k-gram ``h w`` (``h`` its `k-1` ids of context, ``w`` the next id) is stored as the
     integer ``code(h w) = h_1 V^(k-1) + ... + h_(k-1) V + w``, so ``code(h) = code // V``.
 
     grams, counts:           sorted codes of the k-grams seen, and their counts: the plain
@@ -371,7 +371,7 @@ class NGramLevel:
                              seen just before ``h w``) at the lower orders (Kneser-Ney)
     contexts, totals, types: sorted codes of the contexts ``h`` seen, ``sum_w c(h w)`` and
                              the number of distinct ``w`` seen after ``h``
-    discount:                D, subtracted from every count seen (absolute discounting)
+    discount:                `D`, subtracted from every count seen (absolute discounting)
     """
     grams: np.ndarray
     counts: np.ndarray
@@ -385,10 +385,10 @@ class NGramLevel:
 class NGramModel:
     """A smoothed n-gram language model over ids ``0 .. vocab_size-1`` (:func:`ngram_model`).
 
-    order:       n: the next id depends on the n-1 ids before it (a Markov model of order
+    order:       `n`: the next id depends on the `n-1` ids before it (a Markov model of order
                  n-1; the bigram model of 003 §2.1 is n = 2)
-    vocab_size:  V (256 for bytes)
-    levels:      one :class:`NGramLevel` per k = 1 .. n
+    vocab_size:  `V` (256 for bytes)
+    levels:      one :class:`NGramLevel` per `k = 1 .. n`
     """
     order: int
     vocab_size: int
@@ -396,7 +396,7 @@ class NGramModel:
 
 
 def _ngram_codes(ids, k, V):
-    """``code(ids[i:i+k])`` for every i (k = 0 gives zeros: the empty context)."""
+    """``code(ids[i:i+k])`` for every `i` (`k = 0` gives zeros: the empty context)."""
     n = ids.size - k + 1
     codes = np.zeros(max(n, 0), dtype=np.int64)
     for j in range(k):
@@ -420,8 +420,8 @@ def ngram_model(ids, order, *, vocab_size, discount=None):
 
     003 §2.1 estimates the bigram ``P(w_i | w_{i-1}) = Count(w_{i-1}, w_i) / Count(w_{i-1})``
     (:func:`bigram_mle`). That gives probability 0 to every pair not in the training text,
-    so a held-out text gets perplexity infinity (003 §2.1.1). Here the context is the n-1
-    previous ids and the counts are smoothed: each seen count gives up D, and the mass
+    so a held-out text gets perplexity infinity (003 §2.1.1). Here the context is the `n-1`
+    previous ids and the counts are smoothed: each seen count gives up `D`, and the mass
     freed goes to the model of one order lower (interpolated absolute discounting)::
 
         P_k(w | h) = max(c(h w) - D_k, 0) / c(h .)  +  D_k N1+(h .) / c(h .) * P_{k-1}(w | h')
@@ -435,10 +435,10 @@ def ngram_model(ids, order, *, vocab_size, discount=None):
     none was seen once). Every distribution sums to 1 and, since the uniform ``P_0`` is
     always mixed in, no id ever gets probability 0.
 
-    ids:        1-D ints in [0, vocab_size), at least ``order`` of them (bytes of a text:
+    ids:        1-D ints in `[0, vocab_size)`, at least ``order`` of them (bytes of a text:
                 :func:`text_bytes`)
-    order:      n (1 unigram, 2 bigram, 3 trigram)
-    discount:   a fixed D in (0, 1] for every order instead of the estimate
+    order:      `n` (1 unigram, 2 bigram, 3 trigram)
+    discount:   a fixed `D` in `(0, 1]` for every order instead of the estimate
     Returns an :class:`NGramModel`; score it with :func:`ngram_log_probs`, read its
     distributions with :func:`ngram_probs`.
     """
@@ -488,7 +488,7 @@ def ngram_probs(model, context=()):
     """The next-id distribution ``P(. | context)`` of an :class:`NGramModel`, shape (V,).
 
     Only the last ``order - 1`` ids of ``context`` are read; a shorter context (the start of
-    a text) uses the orders it has enough ids for. The entries sum to 1 and are all > 0.
+    a text) uses the orders it has enough ids for. The entries sum to 1 and are all `> 0`.
     """
     where = "ngram_probs"
     if not isinstance(model, NGramModel):
@@ -508,8 +508,8 @@ def ngram_probs(model, context=()):
 
 
 def ngram_log_probs(model, ids):
-    """``log P(ids[i] | ids[i-n+1 .. i-1])`` (natural log) for every position i of a
-    sequence under an :class:`NGramModel`; the first n-1 positions use the context they
+    """``log P(ids[i] | ids[i-n+1 .. i-1])`` (natural log) for every position `i` of a
+    sequence under an :class:`NGramModel`; the first `n-1` positions use the context they
     have. Their negative mean is the cross-entropy of 003 eq. 2.2, and its exponential the
     perplexity (003 §2.1.1)."""
     where = "ngram_log_probs"
@@ -532,7 +532,7 @@ def ngram_log_probs(model, ids):
 
 
 def text_bytes(text):
-    """The UTF-8 bytes of ``text`` as int64 ids in [0, 256): what byte-level models read."""
+    """The UTF-8 bytes of ``text`` as int64 ids in `[0, 256)`: what byte-level models read."""
     if not isinstance(text, str):
         raise TypeError(f"text_bytes: text is a {type(text).__name__}; expected a str")
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
@@ -544,7 +544,7 @@ def bits_per_byte(nats, n_bytes):
 
     Unlike perplexity per token, this does not depend on the tokenizer: a byte model, a
     character model and a BPE model of the same text are compared on the same scale
-    (a model with cross-entropy ``L_CE`` nats per token over N tokens spends
+    (a model with cross-entropy ``L_CE`` nats per token over `N` tokens spends
     ``N L_CE / ln 2`` bits on the text; 003 §2.1.1 measures entropy in bits).
     """
     nats = real(nats, "nats", "bits_per_byte", low=0.0)
@@ -878,7 +878,7 @@ _IDF_VARIANTS = ("plain", "smooth", "bm25")
 
 def idf(df, n_docs, *, variant="plain", log_base=None):
     """Inverse document frequency (003 §3.3). ``df``: documents holding the term (int or array),
-    ``n_docs``: N, the number of documents.
+    ``n_docs``: `N`, the number of documents.
 
         "plain"   log(N / df)                         (the notes' definition; df = 0 is an error)
         "smooth"  log((1 + N) / (1 + df))             (the notes' fix for terms absent from the corpus)
@@ -886,7 +886,7 @@ def idf(df, n_docs, *, variant="plain", log_base=None):
 
     ``log_base``: None for the natural log, which the notes' text names; the notes' "cat"
     example (003 §3.3.1) computes ``log10(10^7 / 10^3) = 4``, i.e. ``log_base=10``.
-    "plain" and "smooth" are >= 0; "bm25" is negative for a term in most documents.
+    "plain" and "smooth" are `>= 0`; "bm25" is negative for a term in most documents.
     """
     where = "idf"
     one_of(*_IDF_VARIANTS)(variant, "variant", where)
@@ -929,18 +929,18 @@ def bm25_scores(query, docs, *, k1=1.5, b=0.75, idf_variant="notes"):
 
         score(D, Q) = sum_{i=1}^n IDF(q_i) f(q_i, D) (k1 + 1) / (f(q_i, D) + k1 (1 - b + b |D| / avgdl))
 
-    ``f(q_i, D)``: occurrences of ``q_i`` in D; ``|D|``: length of D in tokens; ``avgdl``: mean
+    ``f(q_i, D)``: occurrences of ``q_i`` in `D`; ``|D|``: length of `D` in tokens; ``avgdl``: mean
     document length. The sum runs over the query's tokens as given, so a repeated query word
     counts twice. For ``f -> inf`` a term's contribution rises to at most ``IDF (k1 + 1)``.
 
-    The BM25 section gives no IDF formula; ``idf_variant`` picks one (n = documents holding q_i):
+    The BM25 section gives no IDF formula; ``idf_variant`` picks one (`n` = documents holding `q_i`):
 
         "notes"      ln((N - n + 0.5) / (n + 0.5)) + 1      the notes' §3.3 form (default)
         "lucene"     ln(1 + (N - n + 0.5) / (n + 0.5))      Lucene/Okapi, never negative
         "robertson"  ln((N - n + 0.5) / (n + 0.5))          the original Robertson–Spärck Jones weight
 
     "notes" and "robertson" go negative for a word in most documents (so a match can lower
-    a score); "lucene" keeps every score >= 0.
+    a score); "lucene" keeps every score `>= 0`.
 
     query: list of tokens; docs: non-empty list of documents (lists of tokens).
     Returns float64 (N_docs,).
@@ -1008,8 +1008,8 @@ def pagerank(adjacency, *, damping=0.85, tol=1e-10, max_iter=1000):
         M[i, j] = A[i, j] / sum_j' A[i, j']       (a dangling row, no out-links, links to all: 1/N)
         r <- (1 - d) / N + d r M,   r_0 = 1/N,   until sum |r_new - r| < tol
 
-    adjacency: (N, N) non-negative weights, ``A[i, j] > 0`` a link from i to j. damping: d in
-    [0, 1]. Returns float64 (N,), the stationary distribution (sums to 1): the left eigenvector
+    adjacency: (N, N) non-negative weights, ``A[i, j] > 0`` a link from `i` to `j`. damping: `d` in
+    `[0, 1]`. Returns float64 (N,), the stationary distribution (sums to 1): the left eigenvector
     of ``G = d M + (1 - d)/N`` for eigenvalue 1. Raises RuntimeError if not converged.
     """
     where = "pagerank"
@@ -1092,7 +1092,7 @@ def label_smoothing_targets(targets, K, eps, *, dtype=np.float64):
 
         q'(k | x) = (1 - eps) delta_{k, y} + eps / K
 
-    targets: int array (...) of class ids y in [0, K); K: number of classes; eps in [0, 1].
+    targets: int array (...) of class ids `y` in `[0, K)`; `K`: number of classes; `eps` in `[0, 1]`.
     Returns (..., K) rows summing to 1 (the target ``cross_entropy_forward(...,
     label_smoothing=eps)`` uses).
     """

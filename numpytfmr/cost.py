@@ -1,9 +1,9 @@
 """Cost accounting: operation counts and memory sizes, as the notes count them.
 
 - 001 §1.1      multiplications and additions of a matrix product
-- 001 §2.1      multi-head attention: matmul counts per stage, score memory B h n^2
-- 001 §2.2      KV cache shapes (B, h, T, d_k) for K and V, per layer
-- 000 §2.5.1 / 003 §6.2.1   decoding cost with and without a KV cache (sum t^2 vs sum t)
+- 001 §2.1      multi-head attention: matmul counts per stage, score memory `B h n^2`
+- 001 §2.2      KV cache shapes (B, h, T, d_k) for `K` and `V`, per layer
+- 000 §2.5.1 / 003 §6.2.1   decoding cost with and without a KV cache (`sum t^2` vs `sum t`)
 - 000 §2.7.2    LoRA trainable parameter counts
 - 001 §1.1, §2.1  one training step of a GPT: matrix-product FLOPs and saved activations
 
@@ -53,7 +53,7 @@ def _scaled(cost, times):
 def mha_matmul_cost(n, d_model, n_heads, *, batch=1, n_kv_heads=None):
     """Matrix-product cost of one multi-head self-attention layer, stage by stage (001 §2.1).
 
-    With ``d_head = d_model / n_heads`` and B n tokens (each stage a :func:`matmul_cost`):
+    With ``d_head = d_model / n_heads`` and `B n` tokens (each stage a :func:`matmul_cost`):
 
         "q"        X Wq:            (B n, d_model) x (d_model, h d_head)
         "k", "v"   X Wk, X Wv:      (B n, d_model) x (d_model, h_kv d_head)
@@ -63,8 +63,8 @@ def mha_matmul_cost(n, d_model, n_heads, *, batch=1, n_kv_heads=None):
         "total"    the sum
 
     Each value is ``(multiplications, additions)``. Softmax and scaling are not counted.
-    The notes' toy case (n = 4, d_model = 8): one head computes a (4, 8) x (8, 4) score
-    product, two heads two (4, 4) x (4, 4) products: the same 128 multiplications (twice the
+    The notes' toy case (`n = 4`, `d_model = 8`): one head computes a `(4, 8) x (8, 4)` score
+    product, two heads two `(4, 4) x (4, 4)` products: the same 128 multiplications (twice the
     score steps at half the dimension), but 112 vs 96 additions.
     """
     where = "mha_matmul_cost"
@@ -96,8 +96,8 @@ def attention_score_memory(batch, n_heads, n, *, n_layers=1, bytes_per_element=4
 
         elements = n_layers B h n^2      (a (B, h, n, n) tensor per layer)
 
-    The notes' example: n = 1000 tokens gives 1000 x 1000 = 1 million scores per head, and
-    h = 12 heads 12 million in one layer. Returns ``(elements, bytes)``; the default 4 bytes
+    The notes' example: `n = 1000` tokens gives `1000 x 1000` = 1 million scores per head, and
+    `h = 12` heads 12 million in one layer. Returns ``(elements, bytes)``; the default 4 bytes
     is float32.
     """
     where = "attention_score_memory"
@@ -115,7 +115,7 @@ def kv_cache_bytes(batch, n_layers, n_kv_heads, seq_len, d_head, *, bytes_per_el
         bytes = 2 (K and V) n_layers B h_kv T d_head bytes_per_element
 
     The default 2 bytes is float16/bfloat16. With grouped-query attention pass the number of
-    key/value heads. Grows linearly in T and B (000 §2.5.1).
+    key/value heads. Grows linearly in `T` and `B` (000 §2.5.1).
     """
     where = "kv_cache_bytes"
     B = count(batch, "batch", where)
@@ -169,7 +169,7 @@ def train_step_cost(batch, seq_len, d_model, n_layers, n_heads, d_ff, vocab_size
     """Matrix-product FLOPs and saved activations of one GPT training step (001 §1.1, §2.1).
 
     FLOPs count each product ``(m, k) x (k, n)`` as ``2 m k n`` (:func:`matmul_cost`'s
-    m k n multiplications, each with its addition), with N = B n tokens:
+    `m k n` multiplications, each with its addition), with `N = B n` tokens:
 
         forward, per layer:  the attention's six products (:func:`mha_matmul_cost`:
                              q, k, v, the scores Q K^T, the values A V, the output
@@ -186,10 +186,10 @@ def train_step_cost(batch, seq_len, d_model, n_layers, n_heads, d_ff, vocab_size
         plus        N V logits
 
     and the weight matrices, which the step's gradients match one for one: per layer
-    4 d^2 + 2 d d_ff (biases and norm gains, O(d), are left out), plus the V d embedding.
+    `4 d^2 + 2 d d_ff` (biases and norm gains, `O(d)`, are left out), plus the `V d` embedding.
 
-    So time follows d^2 and n (projections) plus n^2 (attention); activation memory
-    follows d and n plus n^2 (the weights), the gradients d^2 and not n or B; all grow
+    So time follows `d^2` and `n` (projections) plus `n^2` (attention); activation memory
+    follows `d` and `n` plus `n^2` (the weights), the gradients `d^2` and not `n` or `B`; all grow
     linearly in the number of layers.
 
     Returns a dict: ``"forward_flops"``, ``"step_flops"`` (3 x forward),

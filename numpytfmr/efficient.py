@@ -1,7 +1,7 @@
 """Memory-efficient attention: tiled (flash) attention, sliding-window masks, linear attention.
 
-Covers 001 §2.1, "Sources of Inefficiency" (3. Memory Footprint: the scores of B sequences
-and h heads form a (B, h, n, n) array) and "Strategies to Mitigate Inefficiency":
+Covers 001 §2.1, "Sources of Inefficiency" (3. Memory Footprint: the scores of `B` sequences
+and `h` heads form a (B, h, n, n) array) and "Strategies to Mitigate Inefficiency":
 
 - flash attention: exact softmax attention, computed one (query block x key block) tile at a
   time with a running row maximum and normaliser (Dao et al. 2022, FlashAttention; loop order
@@ -9,8 +9,8 @@ and h heads form a (B, h, n, n) array) and "Strategies to Mitigate Inefficiency"
   `n_q x n_k` array (strategy 3).
 - sliding window: the simplest "limited attention" (strategy 1, Longformer's local window,
   Mistral's sliding window): each query sees the ``window`` keys before it. As a banded
-  boolean mask for attention_forward (sliding_window_mask), or computed band by band in
-  `O(n window)` memory, with no `n x n` array (sliding_window_attention_forward).
+  boolean mask for ``attention_forward`` (``sliding_window_mask``), or computed band by band in
+  `O(n window)` memory, with no `n x n` array (``sliding_window_attention_forward``).
 - linear attention: `softmax(q^T k)` replaced by the kernel `phi(q)^T phi(k)`,
   `phi(x) = elu(x) + 1` (Katharopoulos et al. 2020, "Transformers are RNNs"), so `Q K^T` is
   never formed (strategy 2); causal, in chunks with a running state, memory `O(n d + d^2)`.
@@ -35,7 +35,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------
 
 def _blocks(n, block_size):
-    """The slices [0, B), [B, 2B), ... covering range(n); the last one may be shorter."""
+    """The slices `[0, B), [B, 2B), ...` covering ``range(n)``; the last one may be shorter."""
     return [slice(s, min(s + block_size, n)) for s in range(0, n, block_size)]
 
 
@@ -51,7 +51,7 @@ def _tile(a, rows, cols):
 
 
 def _score_tile(Q_i, K_j, mask, bias, rows, cols, scale):
-    """S_ij = Q_i K_j^T * scale + M_ij: one (b_q, b_k) tile of the scores, -inf where masked."""
+    """`S_ij = Q_i K_j^T * scale + M_ij`: one (b_q, b_k) tile of the scores, -inf where masked."""
     S = Q_i @ K_j.swapaxes(-1, -2) * scale         # Q_i K_j^T / sqrt(d_k)
     if bias is not None:
         S = S + _tile(bias, rows, cols)             # + M_ij  (finite + (-inf) = -inf)
@@ -71,9 +71,9 @@ def flash_attention_forward(Q, K, V, *, mask=None, bias=None, scale=None, block_
 
         out = softmax(Q K^T * scale + M) V,
 
-    without ever holding the (..., n_q, n_k) scores. For each block of queries i the key
-    blocks j are visited in turn, keeping per query row a running maximum m, a running
-    normaliser l and an unnormalised output o:
+    without ever holding the (..., n_q, n_k) scores. For each block of queries `i` the key
+    blocks `j` are visited in turn, keeping per query row a running maximum `m`, a running
+    normaliser `l` and an unnormalised output `o`:
 
         S_ij = Q_i K_j^T * scale + M_ij                  (one b_q x b_k tile)
         m'   = max(m, rowmax(S_ij))
@@ -81,8 +81,8 @@ def flash_attention_forward(Q, K, V, *, mask=None, bias=None, scale=None, block_
         o    = exp(m - m') o + exp(S_ij - m') V_j
         out_i = o / l,   L_i = m + log(l)                 (the row's log-sum-exp)
 
-    Rescaling by exp(m - m') makes the result exact (not an approximation): every term ends
-    up divided by the same exp(max) as in the ordinary max-subtracted softmax.
+    Rescaling by `exp(m - m')` makes the result exact (not an approximation): every term ends
+    up divided by the same `exp(max)` as in the ordinary max-subtracted softmax.
 
     Q: (..., n_q, d_k)   K: (..., n_k, d_k)   V: (..., n_k, d_v)   ->  out: (..., n_q, d_v)
 
@@ -92,12 +92,12 @@ def flash_attention_forward(Q, K, V, *, mask=None, bias=None, scale=None, block_
         allowed key gives a zero output row and zero gradients (its L is -inf).
     block_size: rows per query block and keys per key block (the last block may be smaller).
 
-    Memory: the inputs, the output, L and O(batch * block_size^2) for one tile.
+    Memory: the inputs, the output, `L` and `O(batch * block_size^2)` for one tile.
 
     cache keys: "Q", "K", "V", "out", "lse" (L, shape (..., n_q, 1)), "mask", "bias",
-    "scale", "block_size". Unlike attention_forward there is NO "weights" entry: not
-    storing the n_q x n_k weights is the point. Row i of the weights is exp(S_i - L_i); to
-    plot them, call attention_forward on a small input.
+    "scale", "block_size". Unlike ``attention_forward`` there is NO "weights" entry: not
+    storing the `n_q x n_k` weights is the point. Row `i` of the weights is `exp(S_i - L_i)`; to
+    plot them, call ``attention_forward`` on a small input.
     """
     if scale is None:
         scale = Q.shape[-1] ** -0.5                 # 1 / sqrt(d_k)
@@ -127,7 +127,7 @@ def flash_attention_forward(Q, K, V, *, mask=None, bias=None, scale=None, block_
 def flash_attention_backward(dout, cache):
     """Backward of :func:`flash_attention_forward`: returns ``(dQ, dK, dV)``.
 
-    The weights are recomputed tile by tile from the stored log-sum-exp L, never stored:
+    The weights are recomputed tile by tile from the stored log-sum-exp `L`, never stored:
 
         D_i   = rowsum(dO_i * O_i)                 (= sum_j P_ij dP_ij over ALL keys)
         S_ij  = Q_i K_j^T * scale + M_ij,   P_ij = exp(S_ij - L_i)
@@ -136,8 +136,8 @@ def flash_attention_backward(dout, cache):
         dS_ij = P_ij * (dP_ij - D_i)
         dQ_i += dS_ij K_j * scale,   dK_j += dS_ij^T Q_i * scale
 
-    D_i replaces the row sum of the softmax Jacobian-vector product, which would otherwise
-    need the whole row of dP at once.
+    `D_i` replaces the row sum of the softmax Jacobian-vector product, which would otherwise
+    need the whole row of `dP` at once.
     """
     Q, K, V, out, lse = cache["Q"], cache["K"], cache["V"], cache["out"], cache["lse"]
     mask, bias, scale = cache["mask"], cache["bias"], cache["scale"]
@@ -173,11 +173,11 @@ def sliding_window_mask(n_q, n_k=None, *, window, causal=True):
         causal=False:  mask[i, j] = |j - p_i| <= window,       p_i = (n_k - n_q) + i
 
     Query ``i`` sits at absolute position ``p_i`` (as in :func:`causal_mask`, so a KV-cached
-    step with n_q < n_k works). Causally a query sees itself and the ``window`` keys before
-    it (window + 1 keys, fewer at the start); ``window >= n_k - 1`` gives ``causal_mask``.
-    ``causal=False`` gives the symmetric band of width 2 * window + 1.
+    step with `n_q < n_k` works). Causally a query sees itself and the ``window`` keys before
+    it (`window + 1` keys, fewer at the start); ``window >= n_k - 1`` gives ``causal_mask``.
+    ``causal=False`` gives the symmetric band of width `2 * window + 1`.
 
-    Returns a bool array of shape (n_q, n_k) (``n_k`` defaults to ``n_q``, must be >= n_q),
+    Returns a bool array of shape (n_q, n_k) (``n_k`` defaults to ``n_q``, must be `>= n_q`),
     for the ``mask`` of :func:`attention_forward` or :func:`flash_attention_forward`.
     """
     where = "sliding_window_mask"
@@ -217,7 +217,7 @@ def _window_option(window, name, where, args):
 
 def _window_tiles(n_q, n_k, window, causal, block_size):
     """For each block of queries: (rows, cols, band). ``cols`` is the one range of keys the
-    block's windows reach, ``band`` the (rows, cols) mask of sliding_window_mask on it:
+    block's windows reach, ``band`` the (rows, cols) mask of ``sliding_window_mask`` on it:
 
         p_i - window <= j <= p_i   (causal),    |j - p_i| <= window   (causal=False)
     """
@@ -235,7 +235,7 @@ def _window_tiles(n_q, n_k, window, causal, block_size):
 @op("Q: (..., n_q, d_k)", "K: (..., n_k, d_k)", "V: (..., n_k, d_v)",
     window=_window_option, causal=flag, scale=optional(real), block_size=count)
 def sliding_window_attention_forward(Q, K, V, *, window, causal=True, scale=None, block_size=128):
-    """Sliding-window (local) attention without an n_q x n_k array (001 §2.1 "Sparse or
+    """Sliding-window (local) attention without an `n_q x n_k` array (001 §2.1 "Sparse or
     Limited Attention"; Longformer's local window, Mistral's sliding window).
 
     The same result as ``attention_forward(Q, K, V, mask=sliding_window_mask(n_q, n_k,
@@ -246,16 +246,16 @@ def sliding_window_attention_forward(Q, K, V, *, window, causal=True, scale=None
                          otherwise), else -inf,    p_i = n_k - n_q + i
 
     but only the band is computed: the queries go in blocks of ``block_size``, and a block
-    is scored against the keys its windows reach, at most block_size + window of them
-    (block_size + 2 window when not causal). Each row's softmax is complete inside its
+    is scored against the keys its windows reach, at most `block_size + window` of them
+    (`block_size + 2 window` when not causal). Each row's softmax is complete inside its
     tile, so no running maximum is needed (unlike flash attention).
 
     Q: (..., n_q, d_k)   K: (..., n_k, d_k)   V: (..., n_k, d_v)   ->  out: (..., n_q, d_v)
     window: keys each query sees before its own position (and after it, when not causal);
         needs n_k >= n_q. scale: defaults to 1/sqrt(d_k). Every query sees at least itself.
 
-    Memory: O(n_q (block_size + window)) for the band's weights, kept for the backward,
-    instead of the n_q n_k of the dense mask and weights.
+    Memory: `O(n_q (block_size + window))` for the band's weights, kept for the backward,
+    instead of the `n_q n_k` of the dense mask and weights.
 
     cache keys: "Q", "K", "V", "band" (the weights of each query block, a list of arrays
     (..., rows, cols)), "window", "causal", "scale", "block_size".
@@ -277,7 +277,7 @@ def sliding_window_attention_forward(Q, K, V, *, window, causal=True, scale=None
 def sliding_window_attention_backward(dout, cache):
     """Backward of :func:`sliding_window_attention_forward`: returns ``(dQ, dK, dV)``.
 
-    attention_backward on each band tile, the key gradients of overlapping tiles summed:
+    ``attention_backward`` on each band tile, the key gradients of overlapping tiles summed:
 
         dV_j += A^T dO_i,   dA = dO_i V_j^T,   dS = A * (dA - rowsum(dA * A)),
         dQ_i = dS K_j * scale,   dK_j += dS^T Q_i * scale
@@ -304,12 +304,12 @@ def sliding_window_attention_backward(dout, cache):
 # ---------------------------------------------------------------------------------------
 
 def _phi(x):
-    """phi(x) = elu(x) + 1 = x + 1 for x > 0, exp(x) for x <= 0 (always > 0)."""
+    """`phi(x) = elu(x) + 1 = x + 1` for `x > 0`, `exp(x)` for `x <= 0` (always `> 0`)."""
     return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))  # min: no overflow warning
 
 
 def _phi_grad(x):
-    """phi'(x) = 1 for x > 0, exp(x) for x <= 0."""
+    """`phi'(x) = 1` for `x > 0`, `exp(x)` for `x <= 0`."""
     return np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))
 
 
@@ -326,14 +326,14 @@ def _causal_option(causal, name, where, args):
 
 def _chunks(n_q, n_k, chunk_size):
     """(rows, keys, mask) per chunk of queries: queries ``rows`` sit at the key positions
-    ``keys`` (p_i = n_k - n_q + i), and ``mask`` is the causal mask inside the chunk."""
+    ``keys`` (`p_i = n_k - n_q + i`), and ``mask`` is the causal mask inside the chunk."""
     first = n_k - n_q
     return [(rows, slice(first + rows.start, first + rows.stop),
              causal_mask(rows.stop - rows.start)) for rows in _blocks(n_q, chunk_size)]
 
 
 def _state_before(phi_K, V, n_q):
-    """S = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j) over the keys before the first query."""
+    """`S = sum_j phi(k_j) v_j^T` and `z = sum_j phi(k_j)` over the keys before the first query."""
     first = phi_K.shape[-2] - n_q
     S = phi_K[..., :first, :].swapaxes(-1, -2) @ V[..., :first, :]   # (..., d_k, d_v)
     z = phi_K[..., :first, :].sum(axis=-2, keepdims=True)            # (..., 1, d_k)
@@ -345,7 +345,7 @@ def _state_before(phi_K, V, n_q):
 def linear_attention_forward(Q, K, V, *, causal=False, eps=1e-6, chunk_size=64):
     """Linear attention (001 §2.1 "Linear Attention"; Katharopoulos et al. 2020).
 
-    The softmax similarity exp(q^T k) is replaced by phi(q)^T phi(k), phi(x) = elu(x) + 1,
+    The softmax similarity `exp(q^T k)` is replaced by `phi(q)^T phi(k)`, `phi(x) = elu(x) + 1`,
     so the sum over keys can be taken before the queries come in:
 
         non-causal:  out_i = phi(q_i)^T S / (phi(q_i)^T z + eps),
@@ -353,20 +353,20 @@ def linear_attention_forward(Q, K, V, *, causal=False, eps=1e-6, chunk_size=64):
         causal:      the same with prefix sums up to the query's position p_i = n_k - n_q + i,
                      S_i = sum_{j <= p_i} phi(k_j) v_j^T,   z_i = sum_{j <= p_i} phi(k_j)
 
-    Cost O(n d_k d_v) instead of O(n^2 d). This is out_i = sum_j a_ij v_j with weights
-    a_ij = phi(q_i)^T phi(k_j) / sum_l phi(q_i)^T phi(k_l), which are positive, but are NOT
+    Cost `O(n d_k d_v)` instead of `O(n^2 d)`. This is `out_i = sum_j a_ij v_j` with weights
+    `a_ij = phi(q_i)^T phi(k_j) / sum_l phi(q_i)^T phi(k_l)`, which are positive, but are NOT
     the softmax weights: linear attention is a different model, not an approximation of
-    attention_forward.
+    ``attention_forward``.
 
     Causal, in chunks of ``chunk_size`` queries (the "RNN" view of the paper, a chunk at a
-    time): a running state S, z holds the keys before the chunk, and inside the chunk the
-    few pairs j <= i are summed directly,
+    time): a running state `S, z` holds the keys before the chunk, and inside the chunk the
+    few pairs `j <= i` are summed directly,
 
         num_i = phi(q_i)^T S + sum_{j in chunk, j <= p_i} a_ij v_j,   a_ij = phi(q_i)^T phi(k_j)
         den_i = phi(q_i)^T z + sum_{j in chunk, j <= p_i} a_ij + eps
         then  S += sum_{j in chunk} phi(k_j) v_j^T,   z += sum_{j in chunk} phi(k_j)
 
-    so memory is O(n d + d_k d_v + chunk_size^2), never one state per position.
+    so memory is `O(n d + d_k d_v + chunk_size^2)`, never one state per position.
 
     Q: (..., n_q, d_k)   K: (..., n_k, d_k)   V: (..., n_k, d_v)   ->  out: (..., n_q, d_v)
     causal: use the prefix sums (needs n_k >= n_q). eps: added to the normaliser (as in the
@@ -402,7 +402,7 @@ def linear_attention_forward(Q, K, V, *, causal=False, eps=1e-6, chunk_size=64):
 
 
 def _causal_linear_backward(dnum, dden, cache):
-    """dphi_Q, dphi_K, dV of causal linear attention, chunk by chunk (see the backward)."""
+    """`dphi_Q, dphi_K, dV` of causal linear attention, chunk by chunk (see the backward)."""
     phi_Q, phi_K, V = cache["phi_Q"], cache["phi_K"], cache["V"]
     batch = dnum.shape[:-2]
     dphi_Q = np.zeros_like(phi_Q, shape=batch + phi_Q.shape[-2:])
@@ -445,11 +445,11 @@ def linear_attention_backward(dout, cache):
                                ->  dphi_K_j = dS v_j + dz,   dv_j = dS^T phi_K_j
         phi = elu + 1          ->  dQ = dphi_Q * phi'(Q),    dK = dphi_K * phi'(K)
 
-    Causal, chunk by chunk: a forward sweep recomputes the state S, z before each chunk
-    for dphi_Q, and takes the in-chunk pairs (da_ij = dnum_i . v_j + dden_i for j <= i:
-    dphi_Q_i += da_ij phi_K_j, dphi_K_j += da_ij phi_Q_i, dv_j += a_ij dnum_i); a reverse
-    sweep then carries dS, dz from the later chunks, whose state held key j:
-    dphi_K_j += dS v_j + dz, dv_j += dS^T phi_K_j.
+    Causal, chunk by chunk: a forward sweep recomputes the state `S, z` before each chunk
+    for `dphi_Q`, and takes the in-chunk pairs (`da_ij = dnum_i . v_j + dden_i` for `j <= i`:
+    `dphi_Q_i += da_ij phi_K_j`, `dphi_K_j += da_ij phi_Q_i`, `dv_j += a_ij dnum_i`); a reverse
+    sweep then carries `dS, dz` from the later chunks, whose state held key `j`:
+    `dphi_K_j += dS v_j + dz`, `dv_j += dS^T phi_K_j`.
     """
     Q, K, V, phi_Q, phi_K = (cache[k] for k in ("Q", "K", "V", "phi_Q", "phi_K"))
     den, out = cache["den"], cache["out"]

@@ -1,4 +1,4 @@
-"""Token embedding lookup (004 "`x = E w`"; learned position embeddings, 004 eq. 12).
+"""Token embedding lookup (004 "x = E w"; learned position embeddings, 004 eq. 12).
 
 The embedding of token id ``w`` is row ``w`` of the table ``E`` (V, d). The same lookup
 serves the learned position embeddings ``P`` (N, d) of 004 eq. 12 with the positions as ids.

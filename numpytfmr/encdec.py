@@ -112,7 +112,7 @@ def encdec_param_shapes(config):
 
 def init_encdec(config, *, rng, dtype=np.float32):
     """Initial parameters (GPT-2 scheme, as :func:`init_gpt`; the residual projections are
-    scaled by 1/sqrt(2 * (n_enc_layers + n_dec_layers)))."""
+    scaled by `1/sqrt(2 * (n_enc_layers + n_dec_layers))`)."""
     where = "init_encdec"
     c = check_config(config, EncDecConfig, where)
     generator(rng, "rng", where)
@@ -138,7 +138,7 @@ def source_key_mask(src_mask, src_ids, where):
 # ---------------------------------------------------------------------------------------
 
 def encoder_forward(params, src_ids, c, *, key_mask=None, rng=None, train=False):
-    """The encoder (004 "Transformer Encoder"): memory = N_f(enc_blocks(E_src[src] + P)).
+    """The encoder (004 "Transformer Encoder"): `memory = N_f(enc_blocks(E_src[src] + P))`.
 
     src_ids: (B, S) checked ids;  key_mask: :func:`source_key_mask` or None
     ->  memory (B, S, d_model), cache (keys "enc.embed", "enc.h{l}", "enc.norm_f",
@@ -203,7 +203,7 @@ def decoder_forward(params, tgt_ids, memory, c, *, key_mask=None, kv_cache=None,
 
 
 def decoder_backward(dlogits, cache):
-    """Backward of :func:`decoder_forward`: ``(dmemory, grads)``; dmemory sums the
+    """Backward of :func:`decoder_forward`: ``(dmemory, grads)``; ``dmemory`` sums the
     gradients of every decoder layer's cross-attention keys and values."""
     c, o, grads = cache["config"], cache["options"], {}
     dy = lm_head_backward(dlogits, cache["lm_head"], grads, c, table="dec.wte")  # y W_out
@@ -242,8 +242,8 @@ def encdec_forward(params, src_ids, tgt_ids, *, config, src_mask=None, rng=None,
         memory = encoder(src);   logits = decoder(tgt, memory)
 
     params:  dict from :func:`init_encdec`
-    src_ids: (B, S) source ids in [0, src_vocab_size)
-    tgt_ids: (B, T) decoder input ids in [0, tgt_vocab_size) (teacher forcing: the target
+    src_ids: (B, S) source ids in `[0, src_vocab_size)`
+    tgt_ids: (B, T) decoder input ids in `[0, tgt_vocab_size)` (teacher forcing: the target
              shifted right behind a start token)
     src_mask: optional (B, S) bool, True = real source token, False = padding: padded
              source positions are never attended to (encoder self-attention and
@@ -315,7 +315,7 @@ def encdec_generate(params, src_ids, *, config, max_new_tokens, bos_id, eos_id=N
                stops early once every row has.
     returns (B, 1 + max_new_tokens) ids, starting with ``bos_id``; with
     ``return_cross_weights`` also the cross-attention weights of every layer for the
-    output, each (B, n_heads, n_steps, S) (row t: where the model looked to choose token t+1).
+    output, each (B, n_heads, n_steps, S) (row `t`: where the model looked to choose token `t+1`).
     """
     where = "encdec_generate"
     c = check_config(config, EncDecConfig, where)

@@ -65,16 +65,16 @@ __all__ = ["GPTConfig", "init_gpt", "gpt_param_shapes", "gpt_forward", "gpt_back
 class GPTConfig:
     """The shape and options of a GPT.
 
-    vocab_size, n_layers, d_model, n_heads: as in the notes (d_head = d_model / n_heads)
+    vocab_size, n_layers, d_model, n_heads: as in the notes (`d_head = d_model / n_heads`)
     n_kv_heads:   key/value heads; None = n_heads (MHA), 1 = MQA, between = GQA (000 §2.2)
-    d_ff:         FFN hidden width; None = 4 * d_model
+    d_ff:         FFN hidden width; None = `4 * d_model`
     max_len:      context length: rows of the learned position table P
     positional:   "learned" (004 eq. 12) | "sinusoidal" (added, 003 §7.2) | "rope" (003 §7.3)
     norm:         "pre" (004 eq. 30) | "post" (004 eq. 31)
     norm_type:    "layernorm" | "rmsnorm";  norm_eps: its epsilon
     activation:   the FFN activation, "gelu" | "relu" | "gelu_tanh" (GPT-2) | "swiglu"
                   (LLaMA's gated FFN, ``swiglu_ffn_forward``; needs bias=False)
-    tie_embeddings: the final linear layer reuses the token table (logits = x E^T)
+    tie_embeddings: the final linear layer reuses the token table (`logits = x E^T`)
     dropout:      rate on the embeddings and on every sublayer output (training only)
     bias:         linear layers and LayerNorm have biases (GPT-2: True, LLaMA: False)
     rope_base, rope_layout, rope_scaling: RoPE's base, pairing ("interleaved" as in the
@@ -138,8 +138,8 @@ def gpt_param_shapes(config):
 def init_gpt(config, *, rng, dtype=np.float32):
     """Initial parameters of a GPT (GPT-2 scheme): a flat ``dict[str, ndarray]``.
 
-    Weights and embedding tables ~ N(0, 0.02^2); the residual projections ``attn.Wo`` and
-    ``mlp.W2`` ~ N(0, (0.02 / sqrt(2 n_layers))^2); biases and betas 0; gammas 1.
+    Weights and embedding tables `~ N(0, 0.02^2)`; the residual projections ``attn.Wo`` and
+    ``mlp.W2`` `~ N(0, (0.02 / sqrt(2 n_layers))^2)`; biases and betas 0; gammas 1.
     rng: np.random.Generator;  dtype: np.float32 (default) or np.float64
     """
     where = "init_gpt"
@@ -149,9 +149,9 @@ def init_gpt(config, *, rng, dtype=np.float32):
 
 
 def kv_cache_size(kv_cache):
-    """Number of floats held by a KV cache: 2 * n_layers * B * n_kv_heads * T * d_head.
+    """Number of floats held by a KV cache: `2 * n_layers * B * n_kv_heads * T * d_head`.
 
-    With GQA/MQA the cache is n_heads / n_kv_heads times smaller than with MHA
+    With GQA/MQA the cache is `n_heads / n_kv_heads` times smaller than with MHA
     (000 §2.2, 001 §2.2).
     """
     return int(sum(layer["k"].size + layer["v"].size for layer in kv_cache))
@@ -165,7 +165,7 @@ def check_gpt_inputs(params, ids, config, kv_cache, rng, train, where):
     """The checks at the GPT's entry: ``(config, dtype of the params, ids, n_past)``.
 
     config a GPTConfig; params with the keys and shapes of :func:`gpt_param_shapes`, one
-    float dtype; a KV cache of n_past positions (0 without one); ids (B, T) in the
+    float dtype; a KV cache of `n_past` positions (0 without one); ids (B, T) in the
     vocabulary, at positions the model has (learned positions stop at max_len); an rng
     when dropout is on.
     """
@@ -181,10 +181,10 @@ def gpt_forward(params, ids, *, config, kv_cache=None, rng=None, train=False):
         x = E[ids] + P;  x = block_l(x) for l = 0..L-1;  x = N_f(x);  logits = x W_out
 
     params:   dict from :func:`init_gpt` (float32 or float64; the logits have that dtype)
-    ids:      (B, T) ints in [0, vocab_size)
+    ids:      (B, T) ints in `[0, vocab_size)`
     config:   GPTConfig
-    kv_cache: None (a whole sequence, positions 0..T-1), or ``cache["kv_cache"]`` of an
-              earlier call: ``ids`` are then the NEW tokens, at positions n_past..n_past+T-1,
+    kv_cache: None (a whole sequence, positions `0..T-1`), or ``cache["kv_cache"]`` of an
+              earlier call: ``ids`` are then the NEW tokens, at positions `n_past..n_past+T-1`,
               attending to the cached keys/values (003 §6.2)
     rng, train: dropout (rng required when train and config.dropout > 0)
     returns logits (B, T, vocab_size), cache
@@ -195,7 +195,7 @@ def gpt_forward(params, ids, *, config, kv_cache=None, rng=None, train=False):
     per layer of {"k", "v"} of shape (B, n_kv_heads, n_past + T, d_head): pass it back to
     continue decoding), "attn_weights" (list per layer of (B, n_heads, T, n_past + T)),
     "positions" (T,). Raises ValueError for ids outside the vocabulary and, with learned
-    positions, for positions beyond max_len - 1 (sinusoidal and RoPE positions are
+    positions, for positions beyond `max_len - 1` (sinusoidal and RoPE positions are
     computed for any position). ``gpt_backward`` also works after a cached forward: the
     cached keys and values are constants, the gradient reaches only the new positions.
     """
@@ -221,7 +221,7 @@ def gpt_forward(params, ids, *, config, kv_cache=None, rng=None, train=False):
 def gpt_backward(dlogits, cache):
     """Backward of :func:`gpt_forward`: ``dict`` of gradients with the keys of ``params``.
 
-    The forward read bottom to top: final linear, final norm, blocks L-1..0, embeddings.
+    The forward read bottom to top: final linear, final norm, blocks `L-1..0`, embeddings.
     With tied embeddings ``wte`` gets both the output-layer and the lookup contribution.
     """
     dlogits = check_dlogits(dlogits, cache, "gpt_backward")
@@ -276,11 +276,11 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     eos_id:    optional end-of-sequence id; a row that has produced it is filled with
                ``eos_id`` from then on, and generation stops early when every row has.
     return_logits: also return the logits each step chose from, (B, n_steps, V), where
-               n_steps = max_new_tokens unless every row reached ``eos_id`` earlier.
+               `n_steps = max_new_tokens` unless every row reached ``eos_id`` earlier.
     prompt_ids: (B, T) ints  ->  (B, T + max_new_tokens) ints (and the logits)
 
     With learned positions the model can read at most max_len positions: a request with
-    T + max_new_tokens - 1 > max_len is a ValueError (no silent sliding window).
+    `T + max_new_tokens - 1 > max_len` is a ValueError (no silent sliding window).
     """
     where = "generate"
     c = check_config(config, GPTConfig, where)

@@ -135,11 +135,11 @@ def check_gradients(forward, backward, inputs, *, h=1e-3, rtol=1e-6, atol=1e-9, 
         np.random.default_rng([0x67726164, seed]) -- a stream of its own, so that inputs drawn
         from np.random.default_rng(seed) are not equal to dout; ``result.dout`` is the one used
 
-    Why the five-point stencil at h = 1e-3 and not central differences at h = 1e-6: with
-    central differences the rounding error of the two forward values, ~eps * |L| / h, alone
+    Why the five-point stencil at `h = 1e-3` and not central differences at `h = 1e-6`: with
+    central differences the rounding error of the two forward values, `~eps * |L| / h`, alone
     gives relative errors above 1e-7 on 1-10% of random LayerNorm/softmax inputs; the
-    fourth-order stencil has truncation error O(h^4) ~ 1e-12 and 1000x less rounding, and
-    stayed <= 3e-8 over 200 seeds.
+    fourth-order stencil has truncation error `O(h^4) ~ 1e-12` and 1000x less rounding, and
+    stayed `<= 3e-8` over 200 seeds.
 
     inputs:   the positional inputs of forward. All of them are copied (floats to float64),
               so the caller's arrays never change. Only float inputs whose gradient is not None
@@ -156,9 +156,9 @@ def check_gradients(forward, backward, inputs, *, h=1e-3, rtol=1e-6, atol=1e-9, 
               reference op (``functools.partial(op, scale=0.5)``: ``1/scale``), the numbers in
               its cache and the symbolic axes of its contract (``d_k``) are found without it.
 
-    An entry passes when |analytic - numeric| <= atol + rtol * max(|analytic|, |numeric|) +
-    noise, noise being the rounding error the difference quotient can carry. An entry that
-    fails at h is refined at h/16; where the one-sided derivatives disagree the function has
+    An entry passes when `|analytic - numeric| <= atol + rtol * max(|analytic|, |numeric|) +
+    noise`, noise being the rounding error the difference quotient can carry. An entry that
+    fails at `h` is refined at `h/16`; where the one-sided derivatives disagree the function has
     a kink there (ReLU at 0) and the entry is INCONCLUSIVE rather than failed.
 
     For a random op pass a forward that makes a fresh generator from a fixed seed on every

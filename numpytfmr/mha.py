@@ -271,7 +271,7 @@ def mha_forward(x_q, x_kv, Wq, Wk, Wv, Wo, bq=None, bk=None, bv=None, bo=None, *
         where n_k counts the cached keys too (``causal_mask(n_q, T_past + n_q)``). A
         key-padding mask needs the head axis: ``padding_mask(lengths[:, None], n_k)`` is
         (B, 1, 1, n_k); the (B, 1, n_k) form would line B up with the head axis.
-    scale: defaults to `1/sqrt(d_head)` (multiply by ``yarn_attention_scale`` for YaRN).
+    scale: defaults to 1/sqrt(d_head) (multiply by ``yarn_attention_scale`` for YaRN).
     rope: None, a layout string ("interleaved" or "half"), or a dict with optional keys
         "layout" ("interleaved"), "base" (10000.0), "freqs" ((d_head/2,) frequencies),
         "scaling" (passed to ``rope_frequencies`` when "freqs" is absent),

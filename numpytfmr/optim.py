@@ -195,7 +195,7 @@ def sgd_step(params, grads, state, *, lr, momentum=0.0, nesterov=False, weight_d
         g   = g + mu * b  if nesterov  else  b
         theta <- theta - eta * g
 
-    with eta = ``lr``, mu = ``momentum``, lambda = ``weight_decay``.
+    with `eta` = ``lr``, `mu` = ``momentum``, `lambda` = ``weight_decay``.
 
     params, grads: dicts name -> array, same keys, shapes and dtypes.
     state: from ``sgd_init(params)`` or a previous step.
@@ -292,7 +292,7 @@ def adam_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, wei
         m_hat = m_t / (1 - beta1^t),   v_hat = v_t / (1 - beta2^t)
         theta <- theta - eta * m_hat / (sqrt(v_hat) + eps)
 
-    With m_0 = v_0 = 0 the first step moves every parameter by about ``eta * sign(g)``.
+    With `m_0 = v_0 = 0` the first step moves every parameter by about ``eta * sign(g)``.
     ``no_decay``: parameter names (or a predicate) that get no weight decay.
     Returns ``(new_params, new_state)``; nothing passed in is modified.
     """
@@ -308,7 +308,7 @@ def adamw_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, we
         theta <- theta - eta * lambda * theta              (decay first, not through m, v)
         then the Adam update of ``adam_step`` with the plain gradient.
 
-    Unlike L2 decay in Adam, the decay here is not divided by sqrt(v_hat), so every weight
+    Unlike L2 decay in Adam, the decay here is not divided by `sqrt(v_hat)`, so every weight
     shrinks at the same relative rate.
     Returns ``(new_params, new_state)``; nothing passed in is modified.
     """

@@ -11,7 +11,7 @@ The adapters are a flat ``dict`` of arrays keyed by the weight they adapt,
 ``"h0.attn.Wq.A"``, ``"h0.attn.Wq.B"``, ... (:func:`add_lora`), so the optimizers of
 ``optim.py`` train them exactly as they train a model. The adapted model forms each
 effective weight ``W'`` and runs the plain GPT (:func:`gpt_lora_forward`) -- this is what
-the notes' ``LoRALinear`` does too (``F.linear(x, B @ A) * scaling``: the d x k product is
+the notes' ``LoRALinear`` does too (``F.linear(x, B @ A) * scaling``: the `d x k` product is
 formed). Its backward is the GPT's backward followed by the chain rule through ``W'``,
 which is exact and costs two thin matmuls per adapted matrix::
 
@@ -91,7 +91,7 @@ def lora_target_keys(config, targets=("Wq", "Wv")):
 
 def add_lora(params, config, *, r, rng, targets=("Wq", "Wv"), init="kaiming_uniform"):
     """New LoRA adapters for a GPT: ``{"<key>.A": (d, r), "<key>.B": (r, k)}`` per adapted
-    weight ``<key>`` (000 §2.7.2; ``lora_init``: A random, B = 0).
+    weight ``<key>`` (000 §2.7.2; ``lora_init``: `A` random, `B = 0`).
 
     params:  the base model (``init_gpt`` dict; not modified, only read for shapes and dtype)
     r:       the rank;  targets: projections to adapt (:func:`lora_target_keys`), default
@@ -302,7 +302,7 @@ def reward_head_forward(h, w_r, b_r=None, *, mask=None, pooling="last"):
     mask: (..., T) bool, True at the tokens of the sequence (not padding); None = all T
     -> r: (...,)
 
-    cache keys: "pooled" (..., d), "weights" (..., T) the pooling weights a_t, "w_r",
+    cache keys: "pooled" (..., d), "weights" (..., T) the pooling weights `a_t`, "w_r",
     "b_shape".
     """
     if mask is None:
@@ -342,7 +342,7 @@ def reward_head_backward(dr, cache):
 
 def init_reward_model(config, *, rng, params=None, dtype=np.float32):
     """A reward model: a GPT trunk (``params`` of a trained GPT, or a fresh ``init_gpt``)
-    plus a head ``"reward.w"`` (d_model,) ~ N(0, 1/d_model) and ``"reward.b"`` (1,) = 0
+    plus a head ``"reward.w"`` (d_model,) `~ N(0, 1/d_model)` and ``"reward.b"`` (1,) = 0
     (shape (1,) rather than () so that the optimizers' updates stay arrays).
 
     The GPT's own vocabulary head (``lm_head.W``, or the tied table's output role) is
@@ -423,8 +423,8 @@ def reward_model_loss(params, chosen_ids, rejected_ids, *, config, chosen_mask=N
 
     chosen_ids, rejected_ids: (B, T) whole sequences ``<bos> x <sep> y <eos> <pad>...``;
     masks: True at the tokens the reward reads (default: ``ids != pad_id``). Both halves go
-    through the model in one batch. metrics: "accuracy" (fraction with r_c > r_r),
-    "margin" (mean r_c - r_r).
+    through the model in one batch. metrics: "accuracy" (fraction with `r_c > r_r`),
+    "margin" (mean `r_c - r_r`).
     """
     chosen_ids, rejected_ids = np.asarray(chosen_ids), np.asarray(rejected_ids)
     if chosen_ids.shape != rejected_ids.shape:
@@ -503,7 +503,7 @@ def dpo_loss_and_grads(params, adapters, batch, *, config, alpha, beta=0.1, ref_
     (``make_preference_pairs`` layout). ref_chosen, ref_rejected: (B,) reference
     log-probs if already known (they never change, so a training run computes them once);
     None computes them with ``params`` alone. Chosen and rejected go through the policy
-    in one batch of 2B sequences.
+    in one batch of `2B` sequences.
     nll_weight: ``w >= 0`` adds ``w`` times the negative log-likelihood per token of the
     chosen completions, ``-sum_i pc_i / (number of chosen tokens)`` -- DPO + NLL, the RPO
     objective (Pang et al. 2024; TRL's ``rpo_alpha``). Plain DPO can lower the likelihood
@@ -627,7 +627,7 @@ def completion_kl(params, adapters, seqs, mask, *, config, alpha, rank_stabilize
     """KL divergence of the adapted policy from the reference (the base) along given
     completions (003 §9.1: the ``KL(pi || pi_0)`` that DPO's implicit objective bounds).
 
-    At every position t that predicts a completion token (``mask[:, t+1]``):
+    At every position `t` that predicts a completion token (``mask[:, t+1]``):
 
         KL_t = sum_v pi(v | y_<t) (log pi(v | y_<t) - log pi_ref(v | y_<t))
 

@@ -218,15 +218,15 @@ def dpo_loss_forward(policy_chosen, policy_rejected, ref_chosen, ref_rejected, *
     (conservative DPO); it is ``1 - p`` for the notes' preference label ``p``, and the notes'
     listing ``-[p log sigma(z) + (1-p) log sigma(-z)]`` is ``label_smoothing = 1 - p`` (pass
     an array, one value per pair, for per-pair labels). ``eps = 0`` is eq. 9.1. TRL uses
-    ``eps`` in [0, 0.5); any value in [0, 1] is accepted here. Hinge (SLiC) and IPO take no
+    ``eps`` in `[0, 0.5)`; any value in `[0, 1]` is accepted here. Hinge (SLiC) and IPO take no
     label smoothing: TRL ignores it for them with a warning, so a non-zero value is refused.
 
     policy_chosen, policy_rejected, ref_chosen, ref_rejected: (...) sequence log-probs, one
     per pair, same shape (e.g. from :func:`sequence_logprobs_forward`) -> loss: a scalar.
     The reference log-probs are constants: the backward returns None for them.
 
-    cache keys: "chosen_rewards" (r_c), "rejected_rewards" (r_r), "margins" (r_c - r_r),
-    "accuracy" (fraction of pairs with r_c > r_r), "z", "h", "beta", "eps", "loss_type",
+    cache keys: "chosen_rewards" (`r_c`), "rejected_rewards" (`r_r`), "margins" (`r_c - r_r`),
+    "accuracy" (fraction of pairs with `r_c > r_r`), "z", "h", "beta", "eps", "loss_type",
     "n" (number of pairs). See :func:`dpo_metrics`.
     """
     eps = label_smoothing

@@ -29,13 +29,13 @@ line as ``(1 - z) s_{i-1} + z s~``: the same family, with ``Z`` standing for ``1
 
 Two points where the slides cannot be taken literally (docs/errata.md):
 
-- The query of the attention is the PREVIOUS decoder state h_{t-1}. The slides write
+- The query of the attention is the PREVIOUS decoder state `h_{t-1}`. The slides write
   ``c_t = c_t(x', h_t)`` with query ``h_t``, but ``h_t`` is computed from ``c_t`` -- a circular
   definition. Bahdanau et al. (eq. 6) score ``a(s_{i-1}, h_j)``, as does 003 §5.1
   (``e_tj = s_{t-1}^T h_j``).
 - The score has a tanh: ``v_a . tanh(h W_ah + h' W'_ah)``. Without it (002 "Seq2seq meets
   attention" prints ``v_a^T (W_ah h_t + W'_ah h'_s)``) the query term is the same for every
-  source position s and the softmax cancels it: the weights would not depend on the decoder
+  source position `s` and the softmax cancels it: the weights would not depend on the decoder
   at all. The scoring op (``additive_attention_forward``, 002 last slide) has the tanh.
 
 Parameter keys (:func:`rnn_seq2seq_param_shapes`; ``d = d_hidden``, ``d_enc = d`` or ``2d``
@@ -73,7 +73,7 @@ __all__ = [
 
 
 def _sigmoid(x):
-    """sigma(x) = (1 + tanh(x/2)) / 2: the logistic function without overflow, in x's dtype."""
+    """`sigma(x) = (1 + tanh(x/2)) / 2`: the logistic function without overflow, in x's dtype."""
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
@@ -126,14 +126,14 @@ def gru_cell_forward(e, h_prev, W_e, W_h, b=None, c=None, W_c=None):
         h~_t = tanh((R_t * h_{t-1}) W_hh + e_t W_he + c_t W_hc + b_h)
         h_t  = Z_t * h_{t-1} + (1 - Z_t) * h~_t
 
-    The gates' weights are stacked in column blocks [r | z | h~], so that the input terms
-    of all three gates are one product P = e_t W_e + c_t W_c + b:
+    The gates' weights are stacked in column blocks `[r | z | h~]`, so that the input terms
+    of all three gates are one product `P = e_t W_e + c_t W_c + b`:
     e: (..., d_e)   h_prev: (..., d)   W_e: (d_e, 3d) = [W_re | W_ze | W_he]
     W_h: (d, 3d) = [W_rh | W_zh | W_hh]   b: (3d,) or None
     c: (..., d_c) or None (no context: the encoder's GRU)   W_c: (d_c, 3d) or None
     ->  h: (..., d).   e, h_prev and c share their leading axes.
 
-    cache keys: "e", "h_prev", "c", "W_e", "W_h", "W_c", "has_b", "R", "Z", "Rh" (R * h_prev),
+    cache keys: "e", "h_prev", "c", "W_e", "W_h", "W_c", "has_b", "R", "Z", "Rh" (`R * h_prev`),
     "h_tilde".
     """
     d = h_prev.shape[-1]
@@ -194,9 +194,9 @@ class RNNSeq2SeqConfig:
     """The shape of the recurrent encoder-decoder with attention (module docstring).
 
     src_vocab_size, tgt_vocab_size: the two vocabularies
-    d_emb: word embedding size (source and target);  d_hidden: GRU state size d
+    d_emb: word embedding size (source and target);  d_hidden: GRU state size `d`
     d_attn: size of the attention's tanh layer (defaults to d_hidden)
-    bidirectional: encoder of two GRUs, one per direction (Bahdanau et al.); h'_s has 2d entries
+    bidirectional: encoder of two GRUs, one per direction (Bahdanau et al.); `h'_s` has `2d` entries
     """
     src_vocab_size: int
     tgt_vocab_size: int
@@ -216,7 +216,7 @@ class RNNSeq2SeqConfig:
 
     @property
     def d_enc(self):
-        """Size of an encoder state h'_s (and of the context c_t)."""
+        """Size of an encoder state `h'_s` (and of the context `c_t`)."""
         return 2 * self.d_hidden if self.bidirectional else self.d_hidden
 
     def to_dict(self):
@@ -258,7 +258,7 @@ def rnn_seq2seq_param_shapes(config):
 
 
 def _orthogonal(rng, n):
-    """A random n x n orthogonal matrix (QR of a Gaussian matrix, signs fixed by diag(R))."""
+    """A random `n x n` orthogonal matrix (QR of a Gaussian matrix, signs fixed by `diag(R)`)."""
     q, r = np.linalg.qr(rng.standard_normal((n, n)))
     return q * np.sign(np.diag(r))
 
@@ -266,9 +266,9 @@ def _orthogonal(rng, n):
 def init_seq2seq_rnn(config, *, rng, dtype=np.float32):
     """Initial parameters, a flat ``dict[str, ndarray]`` (keys in the module docstring).
 
-    Embeddings ~ N(0, 1); each gate block of a recurrent matrix ``W_h`` a random orthogonal
-    matrix (as Bahdanau et al.); every other matrix ~ N(0, 1/fan_in), so pre-activations
-    start O(1); ``attn.w`` ~ N(0, 1/d_attn); biases 0.
+    Embeddings `~ N(0, 1)`; each gate block of a recurrent matrix ``W_h`` a random orthogonal
+    matrix (as Bahdanau et al.); every other matrix `~ N(0, 1/fan_in)`, so pre-activations
+    start `O(1)`; ``attn.w`` `~ N(0, 1/d_attn)`; biases 0.
     rng: np.random.Generator;  dtype: np.float32 (default) or np.float64
     """
     where = "init_seq2seq_rnn"
@@ -350,13 +350,13 @@ def check_rnn_inputs(params, config, src_ids, tgt_in_ids, src_mask, where):
 # ---------------------------------------------------------------------------------------
 
 def _gru_scan_forward(X, mask, W_e, W_h, b, *, reverse):
-    """Run the GRU over X (B, S, d_e) left to right (or right to left).
+    """Run the GRU over `X` (B, S, d_e) left to right (or right to left).
 
         h'_s = GRU(e'_s, h'_{s-1}) where mask[:, s], else h'_{s-1}
 
     A padded position keeps the previous state, so padding never changes the states of
     real words and the final state is that of the last real word read.
-    Returns H (B, S, d) (H[:, s] = state after reading position s), the final state, cache.
+    Returns H (B, S, d) (`H[:, s]` = state after reading position `s`), the final state, cache.
     """
     S = X.shape[1]
     h = np.zeros(X.shape[:1] + W_h.shape[:1], X.dtype)   # h'_0 = 0
@@ -386,7 +386,7 @@ def _gru_scan_backward(dH, dh_final, cache):
 
 
 def _encoder_forward(params, src_ids, src_mask, c):
-    """Encoder states H' (B, S, d_enc), the state h'_fin that starts the decoder, cache."""
+    """Encoder states `H'` (B, S, d_enc), the state `h'_fin` that starts the decoder, cache."""
     X, c_emb = embedding_forward(src_ids, params["enc.E"])    # e'_s = E'[x'_s]
     H, h_fin, c_fwd = _gru_scan_forward(X, src_mask, params["enc.W_e"], params["enc.W_h"],
                                         params["enc.b"], reverse=False)
@@ -440,9 +440,9 @@ def decoder_step_forward(params, e_t, h_prev, H, src_mask):
 
 
 def decoder_step_backward(dh, dctx, cache):
-    """Backward of :func:`decoder_step_forward`, given the gradients of h_t and of c_t
+    """Backward of :func:`decoder_step_forward`, given the gradients of `h_t` and of `c_t`
     (which the output layer reads too): ``(de_t, dh_prev, dH, grads)``, grads keyed by
-    ``STEP_KEYS``. The encoder states are both the keys and the values: dH = dK + dV."""
+    ``STEP_KEYS``. The encoder states are both the keys and the values: `dH = dK + dV`."""
     de, dh_prev, dW_e, dW_h, db, dctx_gru, dW_c = gru_cell_backward(dh, cache["gru"])
     dctx = dctx_gru + dctx                            # c_t feeds the GRU and the output layer
     dq, dK, dV, dWq, dWk, dw = additive_attention_backward(dctx[:, None, :], cache["attn"])
@@ -451,7 +451,7 @@ def decoder_step_backward(dh, dctx, cache):
 
 
 def _output_forward(params, Hd, Ed, C):
-    """logits = h_t W_yh + e_t W_ye + c_t W_yc + b_y (002 "Encoder-decoder"), any leading axes."""
+    """`logits = h_t W_yh + e_t W_ye + c_t W_yc + b_y` (002 "Encoder-decoder"), any leading axes."""
     z_h, c_h = linear_forward(Hd, params["out.W_yh"], params["out.b_y"])   # h_t W_yh + b_y
     z_e, c_e = linear_forward(Ed, params["out.W_ye"])                       # e_t W_ye
     z_c, c_c = linear_forward(C, params["out.W_yc"])                        # c_t W_yc
@@ -473,17 +473,17 @@ def rnn_seq2seq_forward(params, src_ids, tgt_in_ids, *, config, src_mask=None):
         for t = 1 .. T:  c_t, h_t = step(e_t, h_{t-1}, H');   logits_t = output(h_t, e_t, c_t)
 
     params:     dict from :func:`init_seq2seq_rnn`
-    src_ids:    (B, S) source ids in [0, src_vocab_size)
-    tgt_in_ids: (B, T) decoder inputs x_1 .. x_T in [0, tgt_vocab_size) (teacher forcing:
+    src_ids:    (B, S) source ids in `[0, src_vocab_size)`
+    tgt_in_ids: (B, T) decoder inputs `x_1 .. x_T` in `[0, tgt_vocab_size)` (teacher forcing:
                 the target shifted right behind a start token)
     src_mask:   optional (B, S) bool, True = real source word, False = padding: padding is
                 skipped by the encoder GRU(s) and never attended to
-    returns logits (B, T, tgt_vocab_size) (before the softmax of y_t), cache
+    returns logits (B, T, tgt_vocab_size) (before the softmax of `y_t`), cache
 
     cache: the steps' caches "enc", "init", "dec.embed", "steps" (one per decoder step),
-    "out"; and for readers "weights" (B, T, S) attention weights alpha_ts (row t: where the
-    decoder looked to predict the word after x_t; the alignment table), "enc_states" H'
-    (B, S, d_enc), "dec_states" h_1 .. h_T (B, T, d), "h0" (B, d), "contexts" c_t (B, T, d_enc).
+    "out"; and for readers "weights" (B, T, S) attention weights `alpha_ts` (row `t`: where the
+    decoder looked to predict the word after `x_t`; the alignment table), "enc_states" `H'`
+    (B, S, d_enc), "dec_states" `h_1 .. h_T` (B, T, d), "h0" (B, d), "contexts" `c_t` (B, T, d_enc).
     """
     c, dtype, src_ids, tgt_in_ids, src_mask = check_rnn_inputs(
         params, config, src_ids, tgt_in_ids, src_mask, "rnn_seq2seq_forward")
@@ -509,9 +509,9 @@ def rnn_seq2seq_backward(dlogits, cache):
     keys of ``params``.
 
     Output layer for all steps at once; then the decoder steps in reverse order, where the
-    state gradient is  dh_{t-1} = (GRU's dh_prev) + (attention's dq)  and every step adds
-    its attention's dK + dV to dH' (the encoder states are both keys and values);
-    then h_0 = tanh(...), and the encoder GRU(s) in reverse order.
+    state gradient is `dh_{t-1}` = (GRU's ``dh_prev``) + (attention's ``dq``) and every step adds
+    its attention's `dK + dV` to `dH'` (the encoder states are both keys and values);
+    then `h_0 = tanh(...)`, and the encoder GRU(s) in reverse order.
     """
     dlogits = check_dlogits(dlogits, cache, "rnn_seq2seq_backward")
     c, grads = cache["config"], {}
@@ -562,8 +562,8 @@ def rnn_seq2seq_generate(params, src_ids, *, config, max_new_tokens, bos_id, eos
     eos_id: a row that has produced it is filled with ``eos_id`` from then on; the loop stops
             once every row has.
     returns (B, 1 + max_new_tokens) ids starting with ``bos_id``; with ``return_weights``
-    also the attention weights (B, n_steps, S), row t: where the decoder looked to choose
-    word t+1 (the alignment table of the translation).
+    also the attention weights (B, n_steps, S), row `t`: where the decoder looked to choose
+    word `t+1` (the alignment table of the translation).
     """
     where = "rnn_seq2seq_generate"
     c, dtype, src_ids, _, src_mask = check_rnn_inputs(params, config, src_ids, None, src_mask,

@@ -1,7 +1,7 @@
 """Attention scoring functions of the slides (002), and additive (Bahdanau) attention.
 
-Every scoring op maps queries Q (..., n_q, d_q) and keys K (..., n_k, d_k) to scores
-S (..., n_q, n_k), S_ts = a(q_t, k_s); softmax over s turns them into attention weights
+Every scoring op maps queries `Q` (..., n_q, d_q) and keys `K` (..., n_k, d_k) to scores
+`S` (..., n_q, n_k), `S_ts = a(q_t, k_s)`; softmax over `s` turns them into attention weights
 (002 "Attention Mechanism, II", "Examples of attention weights"):
 
     dot product           a(q, k) = q^T k                        002 "Examples of attention weights"
@@ -11,7 +11,7 @@ S (..., n_q, n_k), S_ts = a(q_t, k_s); softmax over s turns them into attention 
     additive              a(q, k) = w . tanh(q Wq + k Wk)        002 "Seq2seq meets attention", last slide
 
 Row-vector convention (tokens are rows): the slides' ``W_q q_t`` is ``q_t Wq`` here.
-Leading axes of Q and K broadcast; weight matrices are shared (2-D) or broadcast too.
+Leading axes of `Q` and `K` broadcast; weight matrices are shared (2-D) or broadcast too.
 """
 import numpy as np
 
@@ -34,7 +34,7 @@ __all__ = [
 
 @op("Q: (..., n_q, d)", "K: (..., n_k, d)")
 def dot_scores_forward(Q, K):
-    """Dot-product scores (002 "Examples of attention weights"; 003 §5.1 e_tj = s^T h_j).
+    """Dot-product scores (002 "Examples of attention weights"; 003 §5.1 `e_tj = s^T h_j`).
 
         S_ts = q_t^T k_s,   S = Q K^T
 
@@ -47,7 +47,7 @@ def dot_scores_forward(Q, K):
 
 @backward_of(dot_scores_forward)
 def dot_scores_backward(dS, cache):
-    """Returns ``(dQ, dK)``:  dQ = dS K,  dK = dS^T Q."""
+    """Returns ``(dQ, dK)``: `dQ = dS K`, `dK = dS^T Q`."""
     Q, K = cache["Q"], cache["K"]
     dQ = dS @ K                                   # S = Q K^T  ->  dQ = dS K
     dK = dS.swapaxes(-1, -2) @ Q                  #            ->  dK = dS^T Q
@@ -75,7 +75,7 @@ def scaled_dot_scores_forward(Q, K, *, scale=None):
 
 @backward_of(scaled_dot_scores_forward)
 def scaled_dot_scores_backward(dS, cache):
-    """Returns ``(dQ, dK)``:  dQ = scale dS K,  dK = scale dS^T Q."""
+    """Returns ``(dQ, dK)``: `dQ = scale dS K`, `dK = scale dS^T Q`."""
     Q, K, scale = cache["Q"], cache["K"], cache["scale"]
     dQ = dS @ K * scale                           # S = scale Q K^T  ->  dQ = scale dS K
     dK = dS.swapaxes(-1, -2) @ Q * scale          #                  ->  dK = scale dS^T Q
@@ -92,9 +92,9 @@ def neg_sq_dist_scores_forward(Q, K):
 
         S_ts = -||q_t - k_s||^2 / 2  =  q_t^T k_s - ||q_t||^2/2 - ||k_s||^2/2
 
-    The softmax over s drops the -||q_t||^2/2 term, so with keys of equal norm these
+    The softmax over `s` drops the `-||q_t||^2/2` term, so with keys of equal norm these
     weights equal dot-product attention's (the slide's route to the scaled dot product).
-    Computed from the differences, so every score is exactly <= 0.
+    Computed from the differences, so every score is exactly `<= 0`.
 
     Q: (..., n_q, d)   K: (..., n_k, d)   ->  S: (..., n_q, n_k)
     cache keys: "Q", "K", "diff" (q_t - k_s, shape (..., n_q, n_k, d)).
@@ -106,7 +106,7 @@ def neg_sq_dist_scores_forward(Q, K):
 
 @backward_of(neg_sq_dist_scores_forward)
 def neg_sq_dist_scores_backward(dS, cache):
-    """Returns ``(dQ, dK)``:  dq_t = -sum_s dS_ts (q_t - k_s),  dk_s = sum_t dS_ts (q_t - k_s)."""
+    """Returns ``(dQ, dK)``: `dq_t = -sum_s dS_ts (q_t - k_s)`, `dk_s = sum_t dS_ts (q_t - k_s)`."""
     Q, K, diff = cache["Q"], cache["K"], cache["diff"]
     g = dS[..., None] * diff                      # dS_ts (q_t - k_s)
     dQ = -g.sum(axis=-2)                          # dS_ts/dq_t = -(q_t - k_s), summed over s
@@ -135,7 +135,7 @@ def bilinear_scores_forward(Q, K, M):
 
 @backward_of(bilinear_scores_forward)
 def bilinear_scores_backward(dS, cache):
-    """Returns ``(dQ, dK, dM)``:  dQ = dS K M^T,  dK = dS^T Q M,  dM = sum Q^T dS K."""
+    """Returns ``(dQ, dK, dM)``: `dQ = dS K M^T`, `dK = dS^T Q M`, `dM = sum Q^T dS K`."""
     Q, K, M, QM = cache["Q"], cache["K"], cache["M"], cache["QM"]
     dQM = dS @ K                                  # S = (QM) K^T  ->  d(QM) = dS K
     dK = dS.swapaxes(-1, -2) @ QM                 #               ->  dK = dS^T (Q M)
@@ -155,7 +155,7 @@ def additive_scores_forward(Q, K, Wq, Wk, w):
 
         S_ts = w . tanh(q_t Wq + k_s Wk)
 
-    (the slides' w_v^T tanh(W_q q_t + W_k k_s), written for row vectors).
+    (the slides' `w_v^T tanh(W_q q_t + W_k k_s)`, written for row vectors).
     Q: (..., n_q, d_q)   K: (..., n_k, d_k)   Wq: (d_q, d_h)   Wk: (d_k, d_h)   w: (d_h,)
     ->  S: (..., n_q, n_k)
     cache keys: "Q", "K", "Wq", "Wk", "w", "T" (the tanh, shape (..., n_q, n_k, d_h)).

@@ -124,7 +124,7 @@ def block_kwargs(c, *, rng, train):
 
 def rope_option(c):
     """``mha_forward``'s rope option for this config, or None. mha places the new queries
-    and keys at positions n_past, n_past + 1, ... after the n_past cached ones."""
+    and keys at positions `n_past, n_past + 1, ...` after the `n_past` cached ones."""
     if c.positional != "rope":
         return None
     freqs = rope_frequencies(c.d_head, base=c.rope_base, scaling=c.rope_scaling)
@@ -178,10 +178,10 @@ def float_dtype(dtype, where):
 
 
 def init_params(shapes, n_layers, *, rng, dtype):
-    """GPT-2 initialisation of the parameters ``shapes`` describes: N(0, 0.02^2) weights and
+    """GPT-2 initialisation of the parameters ``shapes`` describes: `N(0, 0.02^2)` weights and
     tables, zero biases and betas, unit gammas; the projections that write into the
     residual stream (attention/cross ``Wo``, ``mlp.W2``, ``mlp.W_down``) scaled by
-    1/sqrt(2 n_layers) so that the stream's variance does not grow with depth."""
+    `1/sqrt(2 n_layers)` so that the stream's variance does not grow with depth."""
     params = {}
     for key, shape in shapes.items():
         name = key.rsplit(".", 1)[-1]
@@ -240,8 +240,8 @@ def check_model(params, config, cls, param_shapes, where, *, rng=None, train=Fal
 
 
 def check_ids(ids, name, vocab_size, c, where, *, n_past=0):
-    """Token ids (B, T), T >= 1, in [0, vocab_size); with learned positions the positions
-    n_past .. n_past + T - 1 must have rows in the table (max_len)."""
+    """Token ids (B, T), `T >= 1`, in `[0, vocab_size)`; with learned positions the positions
+    `n_past .. n_past + T - 1` must have rows in the table (max_len)."""
     ids = int_array(ids, name, where, low=0, high=vocab_size)
     if ids.ndim != 2 or ids.shape[1] == 0:
         raise ValueError(f"{where}: {name} has shape {ids.shape}; expected (batch, T) with T >= 1")
@@ -300,14 +300,14 @@ def masked_targets(targets, loss_mask, ignore_index, where):
 
 
 def token_count(n, name, where):
-    """An integer >= 0 (a number of tokens to generate)."""
+    """An integer `>= 0` (a number of tokens to generate)."""
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or n < 0:
         raise ValueError(f"{where}: {name} is {n!r}; expected an integer >= 0")
     return int(n)
 
 
 def token_id(i, name, vocab_size, where):
-    """One token id in [0, vocab_size), as a Python int."""
+    """One token id in `[0, vocab_size)`, as a Python int."""
     return int(int_array(np.asarray(i), name, where, low=0, high=vocab_size))
 
 
@@ -382,7 +382,7 @@ def lm_head_forward(x, params, c, *, table="wte"):
 
 
 def lm_head_backward(dlogits, cache, grads, c, *, table="wte"):
-    """Backward of :func:`lm_head_forward`: returns dx, adds dW_out to ``grads``."""
+    """Backward of :func:`lm_head_forward`: returns ``dx``, adds `dW_out` to ``grads``."""
     dx, dW_out, _ = linear_backward(dlogits, cache)
     if c.tie_embeddings:
         add_grad(grads, table, dW_out.T)          # W_out = E^T  ->  dE = dW_out^T
@@ -438,7 +438,7 @@ def next_token(logits, *, temperature=0.0, top_k=None, top_p=None, rng=None):
 
 
 def nucleus(p, top_p):
-    """Nucleus (top-p) filtering of distributions p (B, V): keep, per row, the most likely
+    """Nucleus (top-p) filtering of distributions `p` (B, V): keep, per row, the most likely
     tokens until their probabilities sum to at least ``top_p`` (a token is kept when the
     tokens ranked above it sum to less than ``top_p``; equal probabilities rank by id),
     zero the rest and renormalise."""

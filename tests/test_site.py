@@ -361,27 +361,37 @@ def test_operators_text_and_references():
     assert r'\text{ "none" }' in to_tex('approximate="none":  gelu(x) = x Phi(x)')
 
 
+def _reference_docstrings():
+    """``(path, docstrings)`` of every topic module (``numpytfmr/*.py``), parsed, not imported."""
+    for path in sorted((REPO / "numpytfmr").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        yield path, [ast.get_docstring(node) for node in ast.walk(tree)
+                     if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) and ast.get_docstring(node)]
+
+
+def _assert_converts(text, *, display=False):
+    """``text`` converts to MathML without an error and keeps every word of it."""
+    m = to_mathml(text, display=display)
+    assert "<merror" not in m, (text, to_tex(text), m)
+    shown = _shown(m)
+    for word in re.findall(r"[A-Za-z]{4,}", text):
+        if word in ("sqrt", "prod", "tilde") or word.endswith("hat") or \
+                any(g in word.lower() for g in GREEK_NAMES) or word in ("tanh", "sinh", "cosh"):
+            continue                                    # drawn as a symbol, not spelled out
+        assert word in shown, (text, word)
+
+
 def test_every_equation_and_comment_of_the_reference_converts():
     """Every indented docstring line and end-of-line comment of the topic modules converts,
     without an error, to well-formed MathML that keeps every word of the source."""
     lines = []
-    for path in sorted((REPO / "numpytfmr").glob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            doc = ast.get_docstring(node) if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) else None
-            if doc:
-                lines += [l for l in doc.splitlines() if l.startswith("    ") and l.strip()]
+    for path, docs in _reference_docstrings():
+        for doc in docs:
+            lines += [l for l in doc.splitlines() if l.startswith("    ") and l.strip()]
         lines += [c[1:] for c in re.findall(r"(?m)(?<=\S)\s+(#.*)$", path.read_text(encoding="utf-8"))]
     assert len(lines) > 300
     for line in filter(str.strip, lines):
-        m = to_mathml(line, display=True)
-        assert "<merror" not in m, (line, to_tex(line), m)
-        shown = _shown(m)
-        for word in re.findall(r"[A-Za-z]{4,}", line):
-            if word in ("sqrt", "prod", "tilde") or word.endswith("hat") or \
-                    any(g in word.lower() for g in GREEK_NAMES) or word in ("tanh", "sinh", "cosh"):
-                continue                                    # drawn as a symbol, not spelled out
-            assert word in shown, (line, word)
+        _assert_converts(line, display=True)
 
 
 def test_segments_pieces_and_symbols_for_pairing():
@@ -463,3 +473,34 @@ def test_prose_math_in_single_backticks_is_drawn(site):
     prose = prose[:prose.index("</p>")]
     assert prose.count('<span class="inline-math">') == 4 and 'title="LN(x_i)"' in prose
     assert "LN(x_i)" not in _text(prose)            # drawn, not spelled
+
+
+def _prose_math_spans(doc):
+    """The single-backtick spans of a docstring (docs/math.md), without ``code`` and roles."""
+    doc = re.sub(r":\w+:`[^`]*`", "", doc)
+    doc = re.sub(r"``.+?``", "", doc, flags=re.S)
+    return [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", doc)]
+
+
+def test_every_prose_math_span_of_the_reference_converts():
+    """Math inside the sentences of every topic module's docstrings (between single
+    backticks) converts, without an error, to MathML that keeps every word of the source."""
+    spans = [(path.name, span) for path, docs in _reference_docstrings()
+             for doc in docs for span in _prose_math_spans(doc)]
+    assert len(spans) > 250 and len({name for name, _ in spans}) > 15
+    for name, span in spans:
+        _assert_converts(span)
+
+
+def test_no_prose_math_is_left_undrawn_on_the_topic_pages(site):
+    """A single-backtick span that lands where the reader shows text as it is (a shape
+    block, a contract line, a reference) would show its backticks: no topic page has one."""
+    from numpytfmr.site.pages import Site
+    for path in sorted((REPO / "numpytfmr").glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        page = site.pages[Site.topic_page(path.stem)]
+        page = re.sub(r"<math\b.*?</math>", "", page, flags=re.S)
+        page = re.sub(r'<div class="ln\b[^"]*"[^>]*>.*?</div>', "", page, flags=re.S)   # the source
+        left = re.findall(r"(?<![`:])`[^`<>]+`(?!`)", page)
+        assert not left, (path.name, left)
