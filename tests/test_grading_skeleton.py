@@ -97,7 +97,7 @@ def test_own_draw_reads_the_mask_of_any_valid_draw(name, op):
             assert (got is None) == (want is None)
             if got is not None:
                 np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
-    assert random_cases >= 4          # visible and hidden, including the statistics case
+    assert random_cases >= 2          # a visible one, and the hidden statistics case
 
 
 def test_the_three_draws_differ_yet_all_pass():
@@ -478,13 +478,14 @@ def test_students_see_one_gradescope_test_per_function_with_its_cases(tmp_path):
     report = grade(path, only=["softmax", "relu"], hidden_seed=5)
     results = report.gradescope()
     names = [t["name"] for t in results["tests"]]
-    assert names == ["softmax_forward", "softmax_backward", "softmax_forward [hidden: 4 cases]",
-                     "softmax_backward [hidden: 4 cases]", "relu_forward", "relu_backward",
-                     "relu_forward [hidden: 3 cases]", "relu_backward [hidden: 3 cases]"]
+    # by default the last third of each function's cases is hidden: one of softmax's and relu's
+    assert names == ["softmax_forward", "softmax_backward", "softmax_forward [hidden: 1 case]",
+                     "softmax_backward [hidden: 1 case]", "relu_forward", "relu_backward",
+                     "relu_forward [hidden: 1 case]", "relu_backward [hidden: 1 case]"]
     tests = {t["name"]: t for t in results["tests"]}
     back = tests["softmax_backward"]         # (dx,): a contract slip, 10% of each case's points
     assert back["status"] == "passed" and back["score"] == pytest.approx(0.9 * back["max_score"], abs=0.03)
-    assert back["output"].startswith("softmax_backward: 5 of 5 cases passed")
+    assert back["output"].startswith("softmax_backward: 4 of 4 cases passed")
     assert "PASS  x (2, 3, 7), last axis" in back["output"]
     assert tests["relu_forward"]["status"] == "passed"
     assert {t["visibility"] for t in results["tests"] if "hidden" in t["name"]} == {"after_due_date"}
@@ -503,7 +504,7 @@ def test_a_load_failure_is_one_gradescope_test_and_said_once(tmp_path):
     assert results["tests"][0]["max_score"] == results["max_score"] == 30
     assert "SyntaxError" in results["tests"][0]["output"]
     table = report.table()
-    assert table.count("SyntaxError") == 1 and "layernorm_backward: 0.00/6.04" in table
+    assert table.count("SyntaxError") == 1 and "layernorm_backward: 0.00/6.00" in table
 
 
 def test_make_assignment_options_for_the_course(tmp_path, capsys):

@@ -30,12 +30,18 @@ def assignment(tmp_path_factory):
     return out, paths
 
 
+# check.py run as a student would: another directory, isolated mode (no PYTHONPATH, no user
+# site), and numpytfmr made unimportable even where it is installed (an import of it fails)
+_NO_NUMPYTFMR = ("import runpy, sys; sys.modules['numpytfmr'] = None; sys.argv = sys.argv[1:]; "
+                 "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def _check(paths, submission, tmp_path, *extra):
-    """Run check.py as a student would: another directory, isolated mode (no PYTHONPATH, no
-    user site), so numpytfmr cannot be imported."""
+    """Run check.py where numpytfmr cannot be imported."""
     out = tmp_path / f"{pathlib.Path(submission).stem}.json"
-    proc = subprocess.run([sys.executable, "-I", paths["check"], str(submission), "--json", str(out),
-                           *extra], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-I", "-c", _NO_NUMPYTFMR, paths["check"], str(submission),
+                           "--json", str(out), *extra], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
     return proc, (json.loads(out.read_text()) if out.exists() else None)
 
 
@@ -166,9 +172,9 @@ def test_check_py_says_what_is_wrong_with_the_students_own_functions(assignment,
 
 
 def test_check_py_runs_where_numpytfmr_cannot_be_imported(assignment, tmp_path):
-    proc = subprocess.run([sys.executable, "-I", "-c", "import numpytfmr"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "No module named 'numpytfmr'" in proc.stderr
+    proc = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.modules['numpytfmr'] = None; "
+                           "import numpytfmr"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "numpytfmr" in proc.stderr
     _, paths = assignment
     proc, verdicts = _check(paths, _submission(tmp_path, "selfcheck/correct.py"), tmp_path,
                             "--only", "relu", "softmax", "dropout")

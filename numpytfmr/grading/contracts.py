@@ -604,9 +604,10 @@ _FUNC = re.compile(r":(?:func|class|meth|data):`~?([\w.]+)`")
 
 
 def clean_reference_text(text):
-    """Reference prose for a student: Sphinx roles and double backticks removed."""
+    """Reference prose for a student: Sphinx roles and the backticks around code (double) and
+    math (single, docs/math.md) removed."""
     text = _FUNC.sub(r"\1", text)
-    return text.replace("``", "")
+    return text.replace("``", "").replace("`", "")
 
 
 def _pieces(pieces, dropped):

@@ -223,7 +223,7 @@ class Report:
                 lines += ["", f"case '{t.label}': {t.short}"]
                 lines += ["  (same as above)"] if body in seen else ["  " + x for x in t.lines]
                 seen.add(body)
-            tests.append({"name": f"{function} [hidden: {len(group)} cases]" if hidden else function,
+            tests.append({"name": f"{function} [hidden: {len(group)} case{'s' if len(group) > 1 else ''}]" if hidden else function,
                           "number": str(k), "score": score, "max_score": most,
                           "status": "passed" if n_ok == len(group) else "failed",
                           "output": "\n".join(lines),
