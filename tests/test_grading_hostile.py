@@ -68,15 +68,22 @@ def _digest(path):
 
 
 def _survivors(mark):
-    """Processes on this machine named ``mark`` (the escapee renames itself)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            if pid.isdigit() and Path(f"/proc/{pid}/comm").read_text().strip() == mark:
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
+    """Living processes on this machine named ``mark`` (the escapee renames itself); a killed
+    one is a zombie until it is reaped, so the look is repeated for up to two seconds."""
+    deadline = time.monotonic() + 2
+    while True:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                if pid.isdigit() and Path(f"/proc/{pid}/comm").read_text().strip() == mark:
+                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state not in ("Z", "X"):
+                        found.append(int(pid))
+            except OSError:
+                pass
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 @pytest.fixture

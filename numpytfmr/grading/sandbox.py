@@ -10,9 +10,10 @@ Three modes, chosen once per grading run (:func:`choose`), the strongest that wo
     libraries, the grading config, the other submissions and the results do not exist inside.
     It writes only to size-capped tmpfs folders (``/home/student``, its home and working folder, and
     ``/tmp`` and ``/dev/shm``), all discarded when it ends. Its ``/proc`` shows its own processes
-    only. As root, the sandbox also drops to a user ID of its own (below) before Python starts
-    loading anything; otherwise it runs in a new user namespace mapped to the grader's user, with
-    further user namespaces disabled. Killing the sandbox's first process kills its whole PID
+    only. It runs in a new user namespace, with further user namespaces disabled, mapped to the
+    grader's user, or, as root, to a user ID of the child's own (below). Where that user cannot
+    reach the interpreter (a Python in root's home), bwrap runs as root without a user namespace
+    and the child drops to its user ID before Python loads anything else. Killing the sandbox's first process kills its whole PID
     namespace: nothing it started outlives it.
 ``user``
     Root without a working bubblewrap: the child runs as an unprivileged user ID of its own
@@ -279,17 +280,30 @@ def launch(mode, python_args, *, uid, limits, protect=(), modules=("numpy",), wo
     """
     show, path = allowed_paths(modules)
     root = _is_root()
-    setup = {"path": path, "drop": [uid, uid] if root and mode == "bubblewrap" else None}
     env = dict(_ENV)
     if mode == "bubblewrap":
         python = os.path.realpath(sys.executable)
-        argv = _bwrap_argv(python, protect, show, root)
+        # As root, bwrap itself runs as the child's user ID, in a user namespace, when that
+        # user can reach the interpreter and NumPy; where it cannot (an interpreter in root's
+        # home), bwrap runs as root without one and the child drops to its user ID first.
+        as_child = root and _reachable_by_all([python, os.path.realpath(sys.base_prefix)] + show)
+        drop = root and not as_child
+        setup = {"path": path, "drop": [uid, uid] if drop else None}
+        if as_child:
+            protect = [(p, why) for p, why in protect if _reachable_by_all([os.path.dirname(p)])]
+        argv = _bwrap_argv(python, protect, show, drop)
+        if as_child:
+            argv[1:1] = ["--uid", str(uid), "--gid", str(uid)]
         for k, v in dict(env, HOME=WORK, TMPDIR=WORK).items():
             argv += ["--setenv", k, v]
         args = argv + ["--", python, "-I", "-S"] + list(python_args) + [json.dumps(setup)]
-        return {"args": args, "env": env, "cwd": "/",
-                "preexec_fn": _limiter(limits, processes=MAX_PROCESSES if root
-                                       else MAX_PROCESSES + _processes_of(os.getuid()))}
+        out = {"args": args, "env": env, "cwd": "/",
+               "preexec_fn": _limiter(limits, processes=MAX_PROCESSES if root
+                                      else MAX_PROCESSES + _processes_of(os.getuid()))}
+        if as_child:
+            out.update(user=uid, group=uid, extra_groups=[])
+        return out
+    setup = {"path": path, "drop": None}
     env.update(HOME=workdir or "/nonexistent", TMPDIR=workdir or "/tmp")
     out = {"args": [sys.executable, "-I", "-S"] + list(python_args) + [json.dumps(setup)],
            "env": env, "cwd": workdir or "/", "start_new_session": True,
@@ -297,6 +311,15 @@ def launch(mode, python_args, *, uid, limits, protect=(), modules=("numpy",), wo
     if mode == "user":
         out.update(user=uid, group=uid, extra_groups=[])
     return out
+
+
+def _reachable_by_all(paths):
+    """Whether every folder above each of ``paths`` may be searched by any user."""
+    try:
+        return all(os.stat(parent).st_mode & stat.S_IXOTH
+                   for p in paths for parent in _ancestors(os.path.realpath(p)) + ["/"])
+    except OSError:
+        return False
 
 
 def readable_by_all(path):
