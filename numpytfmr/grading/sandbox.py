@@ -325,12 +325,9 @@ def _reachable_by_all(paths):
 def readable_by_all(path):
     """Whether any user may read ``path`` (every folder above it searchable by others, and it
     readable by others): what isolation by user ID alone leaves open."""
-    path = os.path.realpath(path)
     try:
-        for parent in _ancestors(path) + [os.path.dirname(path) or "/"]:
-            if not os.stat(parent).st_mode & stat.S_IXOTH:
-                return False
-        return bool(os.stat(path).st_mode & stat.S_IROTH)
+        return _reachable_by_all([path]) and bool(os.stat(os.path.realpath(path)).st_mode
+                                                  & stat.S_IROTH)
     except OSError:
         return False
 

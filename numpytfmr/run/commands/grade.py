@@ -112,7 +112,8 @@ def _isolation(args, whole_class):
                          f"({isolation.reason}); install bubblewrap, or run as root, or give "
                          "--no-isolation to grade them as your own user anyway")
     if isolation.mode != "bubblewrap" and requested == "auto":
-        print(f"warning: {isolation.reason}; isolation: {isolation.description}", flush=True)
+        print(f"numpytfmr grade: warning: {isolation.reason}; isolation: "
+              f"{isolation.description}", file=sys.stderr, flush=True)
     return isolation
 
 
@@ -124,7 +125,8 @@ def _warn_exposed(isolation, plan):
         return
     for path, why in plan.protect:
         if readable_by_all(path):
-            print(f"warning: {path} ({why}) is readable by every user, so by the submissions too "
+            print(f"numpytfmr grade: warning: {path} ({why}) is readable by every user, so by "
+                  "the submissions too "
                   f"(isolation by user ID alone); make it unreadable to others (chmod -R o-rwx) "
                   "or install bubblewrap", file=sys.stderr, flush=True)
 
