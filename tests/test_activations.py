@@ -1,5 +1,5 @@
-"""numpytfmr/activations.py: erf/erfc, ReLU, GELU (exact and tanh), SiLU, softmax and
-log-softmax: hand cases, closed forms, extremes and float32.
+"""numpytfmr/activations.py: ReLU, GELU (exact and tanh), SiLU, softmax and log-softmax:
+hand cases, closed forms, extremes and float32. (erf and erfc: tests/test_special.py.)
 """
 import math
 
@@ -11,35 +11,7 @@ from numpytfmr import (
     log_softmax_backward, log_softmax_forward, relu_backward, relu_forward,
     softmax_backward, softmax_forward,
 )
-from numpytfmr.activations import erf, erfc
-
-
-def test_erf_matches_math_erf_on_a_dense_grid_with_tails():
-    x = np.concatenate([np.linspace(-30.0, 30.0, 60001),
-                        np.geomspace(1e-300, 30.0, 4001), -np.geomspace(1e-300, 30.0, 4001),
-                        [0.0, 0.46875, 0.46875 + 1e-15, 4.0, 4.0 + 1e-14, 26.5, 1e300, -1e300]])
-    ref = np.array([math.erf(v) for v in x])
-    got = erf(x)
-    nz = ref != 0
-    assert np.max(np.abs(got[nz] - ref[nz]) / np.abs(ref[nz])) <= 1e-14
-    assert np.all(got[~nz] == 0)
-
-
-def test_erfc_has_relative_accuracy_in_the_tail():
-    x = np.concatenate([np.linspace(-6.0, 26.5, 40001), [0.0, 0.46875, 4.0, 10.0, 20.0, 26.0]])
-    ref = np.array([math.erfc(v) for v in x])
-    got = erfc(x)
-    assert np.max(np.abs(got - ref) / ref) <= 1e-14
-    assert np.all(erfc(np.array([27.5, 40.0, 1e300])) == 0)
-    assert np.all(erfc(np.array([-27.5, -1e300])) == 2)
-
-
-def test_erf_float32_keeps_dtype_and_float32_accuracy():
-    x = np.linspace(-6, 6, 2001).astype(np.float32)
-    got = erf(x)
-    assert got.dtype == np.float32
-    ref = np.array([math.erf(float(v)) for v in x])
-    assert np.max(np.abs(got - ref)) <= 1e-6
+from numpytfmr.special import erfc
 
 
 def test_relu_hand_case_and_zero_gradient_at_the_kink():
