@@ -2,7 +2,7 @@
 
 - (a) no module reaches into another module's private ``_x`` names;
 - (b) the topic modules (every ``numpytfmr/*.py`` but ``__init__`` and ``__main__``) do not
-  import the machinery (``run/``, ``grading/``, ``fast/``, ``registry/``);
+  import the machinery (``run/``, ``grading/``, ``fast/``, ``registry/``, ``shared/``);
 - (c) ``numpytfmr.fast`` imports, and the reference GPT does not use it;
 - (d) every registered forward carries a contract, and its backward refuses a cache that
   is not its own forward's;
@@ -26,7 +26,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = "numpytfmr"
 PKG_DIR = pathlib.Path(importlib.util.find_spec(PACKAGE).submodule_search_locations[0])
-MACHINERY = ("run", "grading", "fast", "registry")
+MACHINERY = ("run", "grading", "fast", "registry", "shared")
 NOT_TOPICS = {"__init__.py", "__main__.py"}
 MAX_FORWARD_LINES = 45
 
@@ -469,3 +469,35 @@ def test_no_import_circles_in_the_package():
     found = cycles(import_graph())
     assert not found, "modules that import each other in a circle: " + "; ".join(
         " <-> ".join(c) for c in found)
+
+
+# --- the grader does not import the command line ----------------------------------------------
+# What an instructor audits of the grader is grading/ and what it imports: never run/ (the
+# commands, training, data). The helpers both need live in shared/, which imports nothing of
+# the package. Read statically, with ``ast``: module-level and function-level imports,
+# relative or absolute, and import_module("numpytfmr.run...") calls.
+
+GRADING = sorted(m for m in ALL_MODULES if m.startswith("grading/"))
+SHARED = sorted(m for m in ALL_MODULES if m.startswith("shared/"))
+
+
+def test_the_static_import_reader_sees_a_grading_import_of_shared():
+    assert GRADING and SHARED
+    assert ("numpytfmr.shared.fileio" in
+            {m for _, m in _imported_modules("grading/skeleton.py")})
+
+
+@pytest.mark.parametrize("module", GRADING)
+def test_grading_imports_nothing_from_run(module):
+    found = [(line, m) for line, m in _imported_modules(module)
+             if m == f"{PACKAGE}.run" or m.startswith(f"{PACKAGE}.run.")]
+    assert not found, (f"{module} imports the command line: " + ", ".join(
+        f"{m} (line {line})" for line, m in found)
+        + "; a helper both need belongs in numpytfmr/shared/")
+
+
+@pytest.mark.parametrize("module", SHARED)
+def test_shared_imports_nothing_of_the_package(module):
+    found = [(line, m) for line, m in _imported_modules(module)
+             if not m.startswith(f"{PACKAGE}.shared")]
+    assert not found, f"{module} imports " + ", ".join(f"{m} (line {line})" for line, m in found)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from numpytfmr.run.cli import main
-from numpytfmr.run.fileio import load_arrays
+from numpytfmr.shared.fileio import load_arrays
 from numpytfmr.posttrain import merge_lora
 from numpytfmr.run.checkpoint import load_model
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from numpytfmr.gpt import GPTConfig, generate, gpt_forward, init_gpt
-from numpytfmr.run import fileio
+from numpytfmr.shared import fileio
 from numpytfmr.run.checkpoint import load_checkpoint, load_model, save_checkpoint
 from numpytfmr.run.data import CharTokenizer, make_task, translation_tokenizers
 from numpytfmr.run.loop import TrainSettings, step_rng, train_loop

@@ -217,7 +217,7 @@ def test_a_corrupt_checkpoint_names_the_flag(gpt_run, tmp_path, capsys):
 
 
 def test_a_file_error_while_running_is_one_line_with_status_2(monkeypatch, tmp_path, capsys):
-    from numpytfmr.run import fileio
+    from numpytfmr.shared import fileio
 
     def refuse(path, metrics):
         raise PermissionError(13, "Permission denied", str(path))

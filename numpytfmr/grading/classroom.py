@@ -27,7 +27,7 @@ import re
 import statistics
 import time
 
-from ..run.fileio import atomic_write_text, write_json
+from ..shared.fileio import atomic_write_text, write_json
 from .grader import POINT_DECIMALS, grade
 from .notebook import SubmissionError, candidate_files, choose_submission, import_problems
 from .sandbox import choose as choose_isolation

@@ -23,7 +23,7 @@ can say so.
 import csv
 import io
 
-from ..run.fileio import atomic_write_text
+from ..shared.fileio import atomic_write_text
 
 __all__ = ["FORMATS", "export", "canvas_text", "moodle_text"]
 

@@ -260,6 +260,6 @@ def report_text(rep):
 
 def write_report(path, rep):
     """The report as JSON (a ``.json`` path) or text, written atomically."""
-    from ..run.fileio import atomic_write_text
+    from ..shared.fileio import atomic_write_text
     text = json.dumps(rep, indent=1) + "\n" if str(path).endswith(".json") else report_text(rep)
     atomic_write_text(path, text)

@@ -28,7 +28,7 @@ import zlib
 import numpy as np
 
 from ..registry import bind
-from ..run.fileio import atomic_write_bytes, atomic_write_text, write_json
+from ..shared.fileio import atomic_write_bytes, atomic_write_text, write_json
 from .cases import DEFAULTS, input_names, load_config, make_graded_cases, resolve
 from .contracts import backward_doc, forward_doc, helper_doc, notes_for
 from .notebook import make_notebook

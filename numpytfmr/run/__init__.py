@@ -17,5 +17,7 @@ Nothing here is an equation of the notes; the topic modules one level up never i
     bench.py            speed and memory measurements (``numpytfmr bench``), one timing harness
     blas.py             the number of threads of NumPy's BLAS
     examples.py         the notes' worked examples recomputed (``numpytfmr examples``)
-    fileio.py           atomic file writes;  progress.py: the progress bar
+    progress.py         the progress bar
+
+Files are written atomically by ``numpytfmr/shared/fileio.py``, which the grader uses too.
 """

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..contract import count, describe, generator
-from .fileio import atomic_file
+from ..shared.fileio import atomic_file
 
 __all__ = ["get_batch", "write_tokens", "open_tokens", "read_token_header", "TokenFileInfo",
            "token_dtype"]

@@ -39,7 +39,7 @@ import unicodedata
 import numpy as np
 
 from ..contract import count
-from .fileio import atomic_write_text
+from ..shared.fileio import atomic_write_text
 
 try:  # the optional extra ``numpytfmr[bpe]``: GPT-2's pattern exactly as written
     import regex as _regex_module

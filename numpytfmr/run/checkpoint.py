@@ -23,7 +23,7 @@ import zipfile
 import numpy as np
 
 from ..gpt import GPTConfig, gpt_param_shapes
-from . import fileio
+from ..shared import fileio
 from .data import tokenizer_from_dict
 from .loop import TrainSettings
 from .models import SEQ2SEQ_KINDS, seq2seq_model

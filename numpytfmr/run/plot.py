@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .fileio import atomic_write_bytes
+from ..shared.fileio import atomic_write_bytes
 
 __all__ = ["plot_available", "save_curves", "run_panels", "pretrain_panels", "CURVES_FILE"]
 

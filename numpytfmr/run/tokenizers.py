@@ -20,8 +20,8 @@ import os
 
 import numpy as np
 
+from ..shared.fileio import atomic_write_text
 from .bpe import BPETokenizer, train_bpe
-from .fileio import atomic_write_text
 
 __all__ = [
     "SPECIAL_TOKENS", "PAD_ID", "BOS_ID", "EOS_ID", "SEP_ID", "DEFAULT_SYMBOLS",

@@ -200,7 +200,8 @@ def report_lines(s):
 
 
 def cmd_bench(args):
-    from numpytfmr.run import bench, fileio
+    from numpytfmr.run import bench
+    from numpytfmr.shared import fileio
     from numpytfmr.run.progress import Progress
 
     quick = args.quick

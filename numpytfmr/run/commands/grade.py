@@ -140,7 +140,7 @@ def _exists(target):
 
 
 def cmd_grade(args):
-    from numpytfmr.run.fileio import write_json, write_summary
+    from numpytfmr.shared.fileio import write_json, write_summary
 
     target = args.submission
     if not _exists(target):
@@ -186,7 +186,7 @@ def cmd_grade(args):
 def _grade_class(args, target, isolation):
     from numpytfmr.grading.classroom import (distribution_table, find_submissions, grade_class,
                                              results_folder)
-    from numpytfmr.run.fileio import write_summary
+    from numpytfmr.shared.fileio import write_summary
 
     if args.json:
         raise UsageError("--json writes one submission's results; with --csv each submission's "

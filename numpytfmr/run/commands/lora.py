@@ -149,7 +149,7 @@ def save_adapted(out, base, merged, adapters, meta):
     adapters alone in ``adapters.npz``; returns the checkpoint.json path."""
     import os
 
-    from numpytfmr.run import fileio
+    from numpytfmr.shared import fileio
     from numpytfmr.run.checkpoint import save_checkpoint
     path = save_checkpoint(out, kind="gpt", config=base["config"].to_dict(), params=merged,
                            meta={"tokenizer": base["tokenizer"].to_dict(), **meta})

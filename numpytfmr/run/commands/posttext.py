@@ -91,7 +91,7 @@ def check_base_kind(args, base, where):
 def _save(args, base, params, adapters, extra):
     """The tuned model as a checkpoint of text, with adapters.npz (LoRA) and tokenizer.json;
     returns the checkpoint.json path (None for --out none)."""
-    from numpytfmr.run import fileio
+    from numpytfmr.shared import fileio
     from numpytfmr.run.checkpoint import save_checkpoint
     from numpytfmr.run.pretrain import TOKENIZER_FILE
     from numpytfmr.run.tokenizers import save_tokenizer

@@ -159,7 +159,7 @@ def finish(args, summary, lines, panels=None, title=None):
     """Draw the run's curves (``panels``, default ``plot.run_panels(summary)``) into
     ``--plot`` or the run folder's curves.png, print the result lines and write
     ``--summary`` (which records the picture's path as ``"plot"``)."""
-    from numpytfmr.run import fileio
+    from numpytfmr.shared import fileio
     from numpytfmr.run.plot import CURVES_FILE, plot_available, run_panels, save_curves
     out = out_dir(args)
     path = getattr(args, "plot", None) or (os.path.join(out, CURVES_FILE) if out else None)
