@@ -44,7 +44,8 @@ keys the forward read.
 import numpy as np
 
 from .attention import causal_mask
-from .contract import bool_array, count, float_array, fraction, generator, one_of, positive
+from .contract import (bool_array, check_broadcastable, count, float_array, fraction, generator,
+                       one_of, positive)
 from .dropout import dropout_backward, dropout_forward
 from .ffn import ffn_backward, ffn_forward, swiglu_ffn_backward, swiglu_ffn_forward
 from .mha import mha_backward, mha_forward
@@ -208,13 +209,7 @@ def self_attention_mask(x, n_past, mask, o, where):
         return allowed
     mask = bool_array(mask, "mask", where)
     target = x.shape[:-2] + (o["n_heads"], n, n_past + n)
-    try:
-        ok = np.broadcast_shapes(mask.shape, target) == target
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{where}: mask has shape {mask.shape}, which does not broadcast to "
-                         f"{target} (..., n_heads, n, n_past + n); expected a shape broadcastable to it")
+    check_broadcastable(mask, target, "mask", where, "(..., n_heads, n, n_past + n)")
     return allowed & mask
 
 

@@ -43,7 +43,8 @@ import numpy as np
 
 __all__ = ["op", "backward_of", "OpCache", "ContractSpec",
            "positive", "nonnegative", "fraction", "probability", "real", "count", "flag",
-           "one_of", "generator", "optional", "axis_of", "int_array"]
+           "one_of", "generator", "optional", "axis_of", "int_array", "broadcasts_to",
+           "check_broadcastable", "broadcastable_to"]
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -295,17 +296,50 @@ def _check_axes(spec, x, sizes, owner, where):
     return shape[:len(shape) - n]
 
 
+# ---------------------------------------------------------------------------------------
+# Broadcasting without enlarging (masks and biases of the scores, positions of x)
+# ---------------------------------------------------------------------------------------
+
+def broadcasts_to(shape, target):
+    """True when an array of ``shape`` broadcasts to ``target`` without enlarging it: NumPy
+    broadcasts the two shapes to ``target`` itself (so ``shape`` has at most as many axes,
+    each 1 or the target's size)."""
+    target = tuple(target)
+    try:
+        return np.broadcast_shapes(tuple(shape), target) == target
+    except ValueError:
+        return False
+
+
+def check_broadcastable(x, target, name, where, text, to=""):
+    """``x``, when it :func:`broadcasts_to` ``target``; otherwise a ValueError naming ``name``,
+    its shape and the target (``to`` and ``text`` say what the target is: ``"the scores'
+    shape "``, ``"(..., n_heads, n_q, n_k)"``)."""
+    if not broadcasts_to(x.shape, target):
+        raise ValueError(f"{where}: {name} has shape {x.shape}, which does not broadcast to "
+                         f"{to}{target} {text}; expected a shape broadcastable to it")
+    return x
+
+
+def broadcastable_to(target, text, to="", doc=None):
+    """A validator: None, or an array that broadcasts to ``target(args)`` without enlarging it,
+    for a target the array specs cannot name (the scores of several heads, with cached keys).
+
+    target: ``target(args) -> shape`` from the bound, checked arguments
+    text, to: how messages name the target (see :func:`check_broadcastable`)
+    doc: the validator's docstring (what the contract's lines say of the argument)
+    """
+    def check(v, name, where, args):
+        return None if v is None else check_broadcastable(v, target(args), name, where, text, to)
+    check.__doc__ = doc or f"None, or an array broadcastable to {text} without enlarging it"
+    return check
+
+
 def _check_broadcastable(spec, x, sizes, batch, where):
     """``x`` must broadcast to the target shape named by ``spec`` without enlarging it."""
     target = tuple(batch if spec.ellipsis else ()) + tuple(
         int(a) if a.isdigit() else sizes.get(a, 1) for a in spec.axes)
-    try:
-        ok = np.broadcast_shapes(x.shape, target) == target
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{where}: {spec.name} has shape {x.shape}, which does not broadcast to "
-                         f"{target} {spec.shape_text}; expected a shape broadcastable to it")
+    check_broadcastable(x, target, spec.name, where, spec.shape_text)
 
 
 class ContractSpec:

@@ -22,7 +22,8 @@ the new positions' keys and values to the cached ones and returns the longer cac
 import numpy as np
 
 from .attention import attention_backward, attention_forward
-from .contract import backward_of, count, describe, float_array, op, optional, real
+from .contract import (backward_of, broadcastable_to, count, describe, float_array, op,
+                       optional, real)
 from .linear import linear_backward, linear_forward
 from .positional import rope_backward, rope_forward, rope_frequencies
 
@@ -170,22 +171,16 @@ def _past_length(args):
     return 0 if args["kv_cache"] is None else args["kv_cache"]["k"].shape[-2]
 
 
-def _scores_shaped(m, name, where, args):
-    """None, or an array broadcastable to the scores (..., n_heads, n_q, n_k) without enlarging
-    them; n_k counts the cached keys too."""
-    if m is None:
-        return None
+def _scores_shape(args):
+    """The scores' shape (..., n_heads, n_q, n_k); n_k counts the cached keys too."""
     x_q, n_k = args["x_q"], _past_length(args) + args["x_kv"].shape[-2]
-    target = x_q.shape[:-2] + (args["n_heads"], x_q.shape[-2], n_k)
-    try:
-        ok = np.broadcast_shapes(m.shape, target) == target
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{where}: {name} has shape {m.shape}, which does not broadcast to the "
-                         f"scores' shape {target} (..., n_heads, n_q, n_k); expected a shape "
-                         "broadcastable to it")
-    return m
+    return x_q.shape[:-2] + (args["n_heads"], x_q.shape[-2], n_k)
+
+
+_scores_shaped = broadcastable_to(
+    _scores_shape, "(..., n_heads, n_q, n_k)", to="the scores' shape ",
+    doc="None, or an array broadcastable to the scores (..., n_heads, n_q, n_k) without "
+        "enlarging them; n_k counts the cached keys too.")
 
 
 def _score_bias(bias, name, where, args):

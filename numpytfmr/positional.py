@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .contract import backward_of, count, flag, float_array, one_of, op, real
+from .contract import backward_of, broadcasts_to, count, flag, float_array, one_of, op, real
 
 __all__ = ["sinusoidal_encoding", "rope_frequencies", "yarn_correction_range",
            "yarn_attention_scale", "rope_forward", "rope_backward", "alibi_slopes",
@@ -279,13 +279,7 @@ def _positions_of_x(positions, name, where, args):
         raise ValueError(f"{where}: {name} contains non-finite values")
     x = args["x"]
     target = x.shape[:-1]
-    ok = 1 <= pos.ndim <= len(target) and pos.shape[-1] == target[-1]
-    if ok:
-        try:
-            ok = np.broadcast_shapes(pos.shape, target) == target
-        except ValueError:
-            ok = False
-    if not ok:
+    if not (pos.ndim >= 1 and pos.shape[-1] == target[-1] and broadcasts_to(pos.shape, target)):
         raise ValueError(f"{where}: {name} has shape {pos.shape} but x has shape {x.shape}; "
                          f"expected shape ({target[-1]},) or a shape ending in {target[-1]} that "
                          f"broadcasts to x.shape[:-1] = {target}")

@@ -152,3 +152,56 @@ def test_scalar_and_multiple_outputs_get_their_upstream_gradients_checked():
     assert np.allclose(both_backward((np.ones(3), 1.0), cache), 3.0)
     with pytest.raises(TypeError, match=r"both_backward: dout is an array of dtype float64 and shape \(3,\); expected a tuple of 2"):
         both_backward(np.ones(3), cache)
+
+
+# --- broadcasting without enlarging: one rule, declared by the ops --------------------------
+
+def test_broadcasts_to_is_broadcasting_that_gives_the_target_itself():
+    from numpytfmr.contract import broadcasts_to
+    assert broadcasts_to((3, 5), (2, 3, 5)) and broadcasts_to((1, 5), (3, 5))
+    assert broadcasts_to((), (2, 3)) and broadcasts_to((2, 1, 1), (2, 4, 3))
+    assert not broadcasts_to((4, 5), (3, 5))                # incompatible
+    assert not broadcasts_to((3, 1), (3,))                  # would enlarge: (3, 3)
+    assert not broadcasts_to((2, 3, 5), (3, 5))             # more axes than the target
+    assert not broadcasts_to((3, 5), (3, 1))                # a target axis of 1 grows to 5
+
+
+def test_a_declared_broadcast_target_checks_with_the_contract_message():
+    from numpytfmr.contract import broadcastable_to
+
+    def scores(args):
+        return args["x"].shape[:-1] + (args["n_k"],)
+
+    @op("x: (..., n, d)", mask=broadcastable_to(scores, "(..., n, n_k)", to="the scores' shape "),
+        n_k=count)
+    def masked_forward(x, *, n_k, mask=None):
+        return x, {}
+
+    masked_forward(np.ones((2, 3, 4)), n_k=5, mask=np.ones((3, 5), bool))
+    masked_forward(np.ones((2, 3, 4)), n_k=5)                          # None passes
+    with pytest.raises(ValueError, match=r"^masked_forward: mask has shape \(3, 4\), which does "
+                       r"not broadcast to the scores' shape \(2, 3, 5\) \(\.\.\., n, n_k\); "
+                       r"expected a shape broadcastable to it$"):
+        masked_forward(np.ones((2, 3, 4)), n_k=5, mask=np.ones((3, 4), bool))
+    lines = masked_forward.__contract__.lines()
+    assert "mask: None, or an array broadcastable to (..., n, n_k) without enlarging it" in lines
+
+
+def test_the_broadcasting_rule_is_written_once():
+    """No reference module (nor the fast path) but contract.py calls np.broadcast_shapes inside
+    a try: the masks of mha, the decoder block's mask and RoPE's positions use the contract's
+    rule."""
+    import ast
+    import pathlib
+    import numpytfmr
+    package = pathlib.Path(numpytfmr.__file__).parent
+    found = []
+    for path in sorted(package.glob("*.py")) + sorted((package / "fast").glob("*.py")):
+        if path.name == "contract.py" and path.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Try):
+                calls = [n for b in node.body for n in ast.walk(b) if isinstance(n, ast.Attribute)
+                         and n.attr == "broadcast_shapes"]
+                found += [f"{path.relative_to(package)}:{c.lineno}" for c in calls]
+    assert not found, "broadcasting written by hand (use contract.broadcasts_to): " + ", ".join(found)
