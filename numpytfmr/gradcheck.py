@@ -34,7 +34,8 @@ import numpy as np
 from .contract import one_of, positive, real
 from .checking.compare import FAIL, INCONCLUSIVE, compare_input
 from .checking.diagnose import NO_PATTERN, diagnose, kink_sentence
-from .checking.evidence import Case
+from .checking import recognise
+from .checking.evidence import Case, once
 from .checking.report import describe, format_result, reproduce_line
 from .checking.structure import (check_backward_call, check_forward, check_linearity, shape_of,
                                  unpack, usable_gradients, work_copy)
@@ -227,6 +228,9 @@ def check_gradients(forward, backward, inputs, *, h=1e-3, rtol=1e-6, atol=1e-9, 
     # 6. finite differences, input by input; a failing input is diagnosed with the whole case
     weight = float(np.sum(np.abs(np.where(blocked, 0.0, out) * dout)))
     case_terms = learn_terms(forward, work, names, cache, terms)   # names for factors: d_k, 1/scale
+    # which registered op the forward computes, for the catalogue of known wrong backwards:
+    # found when a diagnosis first asks (a failing gradient), once for all inputs
+    recognised = once(lambda: recognise.recognise_all(forward, work, out))
     for p, x in enumerate(work):
         if not is_float[p]:
             report.row(p, shape_of(x), "NOT FLOAT")
@@ -239,7 +243,7 @@ def check_gradients(forward, backward, inputs, *, h=1e-3, rtol=1e-6, atol=1e-9, 
         else:
             cmp = compare_input(forward, work, p, analytic[p], out, blocked, dout, weight, h, rtol,
                                 atol, mode, n_directions, n_coordinates, rng)
-            case = Case(forward, work, p, out, dout, names, case_terms)
+            case = Case(forward, work, p, out, dout, names, case_terms, recognised)
             _record_comparison(report, p, cmp, analytic[p], dout, p in wrong_dtype, atol, case)
     return report.result(seed, h, mode, reproduce, rtol, atol)
 

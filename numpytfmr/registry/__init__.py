@@ -71,6 +71,13 @@ class OpSpec:
     section:    where the notes derive it, e.g. ``"004 eq. 27-28"``
     mode:       the gradient-check mode that suits its cases ("full" or "directional")
     mistakes:   the op's catalogue of known wrong backwards, :class:`Mistake` objects
+    options:    ``options(inputs, out) -> [dict]``: the keyword options a forward written
+                independently of this package may be computing, the usual ones first (the GELU
+                variant, the softmax axis, LayerNorm's eps, a causal mask); the recogniser
+                (``checking/recognise.py``) runs the op with each. None: the defaults only
+    tune:       ``((name, low, high), ...)``: numeric options the recogniser may solve for
+                when none of ``options`` reproduces the output (a scale, eps, beta, alpha),
+                searched on a log scale between ``low`` and ``high``
     """
     name: str
     forward: Callable
@@ -79,6 +86,8 @@ class OpSpec:
     section: str = ""
     mode: str = "full"
     mistakes: tuple = ()
+    options: Callable = None
+    tune: tuple = ()
 
 
 def wrong(name, text, backward, names, inputs):
