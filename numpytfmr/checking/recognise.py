@@ -35,8 +35,9 @@ from .terms import find_op
 __all__ = ["Recognition", "recognise", "recognise_all"]
 
 _REL = 1e-9          # equal up to rounding: max |y - out| <= _REL * max |out| (float64 forwards)
-_GRID = 49           # points of the log-scale search of a tunable option
-_GOLDEN = 48         # golden-section steps that refine it
+_GRID = 25           # points of the log-scale search of a tunable option
+_GOLDEN = 44         # golden-section steps that refine it
+_NEAR = 0.5          # solve only for an op whose output is this near (relative)
 
 
 class Recognition:
@@ -159,7 +160,7 @@ def _recognise(forward, inputs, out, limit):
                 break
         if hit is not None:
             exact.append(Recognition(name, hit, args))
-        elif spec.tune and ran:
+        elif spec.tune and ran and _near(ran, out):
             solved = _solve(spec, [o for o, _ in ran], args, out)
             if solved is not None:
                 exact.append(Recognition(name, solved[0], args, solved=solved[1]))
@@ -211,6 +212,14 @@ def _distance(y, out):
         return math.inf
     keep = np.isfinite(out)
     return float(np.sqrt(np.sum((y[keep] - out[keep]) ** 2)))
+
+
+def _near(ran, out):
+    """Whether some option's output is within half the output's size of it: a numeric
+    option (eps, a scale) moves the output that little; an op that is further off is not
+    worth solving for."""
+    size = _distance(np.zeros_like(out), out)
+    return any(_distance(y, out) <= _NEAR * size for _, y in ran)
 
 
 def _solve(spec, grid, args, out):
