@@ -30,16 +30,19 @@ def _result(i):
 
 
 def _verdict(i):
-    """(named, wrong names): every failing input has a sentence naming the student's
-    mistake / the catalogue names some other mistake."""
+    """(named, wrong names): every failing input whose gradient the mistake gets wrong (its
+    catalogue entries, ``Mistake.of``) has a sentence naming the student's mistake / the
+    catalogue names some other mistake for some input."""
     s, res = STUDENTS[i], _result(i)
     right = {s.mistake} | set(s.accepted)
+    covered = {m.of for m in registry()[s.op].mistakes if m.name == s.mistake}
     failing = [row.position for row in res.rows if row.verdict == "FAIL"]
-    named = bool(failing)
+    named = any(s.names[p] in covered for p in failing)
     wrong = set()
     for p in failing:
         known = {d.mistake for d in res.diagnoses.get(p, []) if d.kind == "known_mistake"}
-        named &= bool(known & right)
+        if s.names[p] in covered:
+            named &= bool(known & right)
         wrong |= known - right
     return named, wrong
 
