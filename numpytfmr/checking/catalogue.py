@@ -23,6 +23,8 @@ A forward that is close to an op but not equal to it (its output a constant time
 or an input left out) is said to be so first, and the variants are computed through the op
 changed the same way, so the backward is judged against the student's own forward.
 """
+import copy
+
 import numpy as np
 
 from .evidence import Diagnosis
@@ -47,7 +49,8 @@ def mistakes_for(case, recognition):
 
 def reference_cache(case, k, recognition):
     """The cache of the recognised op run on the case's inputs and options (memoised per
-    recognition), or None."""
+    recognition), or None; a copy that also holds the op's positional inputs under the key
+    ``"inputs"`` (a variant may need an input the cache keeps only in part)."""
     def run():
         try:
             out, cache = recognition.run()
@@ -55,6 +58,8 @@ def reference_cache(case, k, recognition):
             return None
         if out.shape != case.out.shape:
             return None
+        cache = copy.copy(cache)                 # the variants also see the op's inputs
+        cache["inputs"] = recognition.args
         return cache
     return case.memo(("reference_cache", k), run)
 
@@ -135,10 +140,10 @@ def _fit(a, v, n, atol):
 
 def _sentence(case, rec, m, c):
     short = len(case.name) <= 7 and " " not in case.name
-    grad = f"d{case.name}" if short else f"the gradient of {case.name}"
+    grad = f"d{case.name}" if short else f"gradient of {case.name}"
     known = f"{rec.op}'s known wrong backward \"{m.name}\""
     if rec.reference:
-        head, verb = grad, "is"
+        head, verb = grad if short else f"the {grad}", "is"
     elif rec.close:
         head, verb = f"against your own forward (close to {rec.describe()}), your {grad}", "matches"
     else:

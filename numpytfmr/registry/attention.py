@@ -388,7 +388,8 @@ def _attention_options(inputs, out):
 
 
 def _mha_options(inputs, out):
-    """Every head count that divides the projections, without and with a causal mask."""
+    """Every head count that divides the projections, without and with a causal mask and
+    RoPE (positions 0..n-1)."""
     x_q, x_kv, Wq, Wk = inputs[:4]
     width, kv_width = np.shape(Wq)[-1], np.shape(Wk)[-1]
     found = []
@@ -398,9 +399,12 @@ def _mha_options(inputs, out):
         d_head = width // n_heads
         if kv_width % d_head:
             continue
-        for mask in _masks(x_q, x_kv):
-            found.append({"n_heads": n_heads, "n_kv_heads": kv_width // d_head, "mask": mask})
-    return found[:24]
+        ropes = [None] + (["interleaved", "half"] if d_head % 2 == 0 else [])
+        for rope in ropes:
+            for mask in _masks(x_q, x_kv):
+                found.append({"n_heads": n_heads, "n_kv_heads": kv_width // d_head, "mask": mask,
+                              "rope": rope})
+    return found[:36]
 
 
 OPS = [

@@ -190,6 +190,10 @@ _LORA = (
 
 def _seqlogp_variant(dout, c, bug):
     probs, y, mask = c["probs"], c["targets"], c["mask"]
+    if bug == "mask ignored" and c.get("inputs") is not None:
+        # the targets the mask leaves out are read as they are (the cache keeps 0 there)
+        raw = np.asarray(c["inputs"][1])
+        y = np.where(raw >= 0, raw, y)
     onehot = np.arange(probs.shape[-1]) == y[..., None]
     w = dout[..., None] * mask
     if bug == "mask ignored":
@@ -295,13 +299,19 @@ _REWARD_HEAD = (
 # checking/recognise.py runs the op with each, the usual ones first)
 
 def _lora_options(inputs, out):
+    """The usual alphas (2r, r, ...), then dropout on the branch with a fixed seed."""
     r = np.shape(inputs[2])[-1] if len(inputs) > 2 and inputs[2] is not None else 1
-    return [{"alpha": float(a)} for a in dict.fromkeys((2 * r, r, 1, 8, 16, 32))]
+    plain = [{"alpha": float(a)} for a in dict.fromkeys((2 * r, r, 1, 8, 16, 32))]
+    dropped = [{"alpha": float(a), "dropout": p, "rng": seed} for a in (2 * r, r)
+               for p in (0.1, 0.05, 0.2, 0.3, 0.5) for seed in (0, 1)]
+    return plain + dropped
 
 
 def _dpo_options(inputs, out):
-    return [{"beta": beta, "loss_type": kind} for kind in ("sigmoid", "ipo", "hinge")
-            for beta in (0.1, 0.5, 1.0)]
+    plain = [{"beta": beta, "loss_type": kind} for kind in ("sigmoid", "ipo", "hinge")
+             for beta in (0.1, 0.5, 1.0)]
+    return plain + [{"beta": beta, "label_smoothing": eps} for eps in (0.1, 0.05, 0.2)
+                    for beta in (0.1, 0.5, 1.0)]
 
 
 def _reward_head_options(inputs, out):
