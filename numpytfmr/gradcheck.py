@@ -227,10 +227,11 @@ def check_gradients(forward, backward, inputs, *, h=1e-3, rtol=1e-6, atol=1e-9, 
 
     # 6. finite differences, input by input; a failing input is diagnosed with the whole case
     weight = float(np.sum(np.abs(np.where(blocked, 0.0, out) * dout)))
-    case_terms = learn_terms(forward, work, names, cache, terms)   # names for factors: d_k, 1/scale
-    # which registered op the forward computes, for the catalogue of known wrong backwards:
-    # found when a diagnosis first asks (a failing gradient), once for all inputs
+    # which registered op the forward computes (for the catalogue of known wrong backwards),
+    # and the case's names for factors (d_k, 1/scale): made when a diagnosis first asks (a
+    # failing gradient), once for all inputs
     recognised = once(lambda: recognise.recognise_all(forward, work, out))
+    case_terms = once(lambda: learn_terms(forward, work, names, cache, terms, recognised))
     for p, x in enumerate(work):
         if not is_float[p]:
             report.row(p, shape_of(x), "NOT FLOAT")

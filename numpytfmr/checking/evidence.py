@@ -52,7 +52,8 @@ class Case:
     p:       the position of the input under diagnosis
     out:     the forward's output (float64)
     dout:    the upstream gradient used
-    names:   input names;  terms: the case's :class:`~.terms.Terms`
+    names:   input names;  terms: the case's :class:`~.terms.Terms`, or a function of no
+             arguments that makes them (they are then made when a diagnosis first asks)
     recognised: a function of no arguments returning the recognitions of the forward
              (``recognise.recognise_all``), shared by the inputs of one check and computed
              once, when a diagnosis first asks; None: computed for this case when asked
@@ -60,9 +61,14 @@ class Case:
 
     def __init__(self, forward, inputs, p, out, dout, names, terms, recognised=None):
         self.forward, self.inputs, self.p = forward, list(inputs), p
-        self.out, self.dout, self.names, self.terms = out, dout, names, terms
+        self.out, self.dout, self.names, self._terms = out, dout, names, terms
         self._recognised = recognised
         self._memo = {}
+
+    @property
+    def terms(self):
+        """The case's :class:`~.terms.Terms` (given, or made when first asked for)."""
+        return self._terms() if callable(self._terms) else self._terms
 
     def recognised(self):
         """The :class:`~.recognise.Recognition` list of the forward (what it computes)."""
