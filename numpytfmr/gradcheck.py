@@ -15,10 +15,12 @@ backward. Three functions:
   sign, transposed, a missing term (``- mean(dxhat)``, ``- y * sum(dout * y)``, with its
   axis), a sum over the wrong axis, a wrong ``f'(x)``, a transposed factor inside a product,
   repeated ids that overwrite, masked positions, a rotation in the wrong direction, an error
-  confined to one slice, or a backward that ignores ``dout``; and, for a reference op, which
-  of the op's known wrong backwards it is (softmax's ``y * (1 - y) * dout``, LayerNorm's
-  unbiased variance, DPO's ``sigmoid(+margin)``: the catalogue declared with each op's
-  registration). docs/gradcheck.md is the user guide.
+  confined to one slice, or a backward that ignores ``dout``; and which of the op's known
+  wrong backwards it is (softmax's ``y * (1 - y) * dout``, LayerNorm's unbiased variance,
+  DPO's ``sigmoid(+margin)``: the catalogue declared with each op's registration), for a
+  reference op and for a forward of your own alike: the op yours computes is recognised by
+  its output ("your forward computes layernorm (eps=1e-05)"), only when a gradient fails.
+  docs/gradcheck.md is the user guide.
 
 The gradient of ``L = sum(out * dout)`` with respect to an input is what ``backward(dout)``
 must return (a vector-Jacobian product), so both sides are compared on that scalar.
