@@ -49,8 +49,9 @@ def mistakes_for(case, recognition):
 
 def reference_cache(case, k, recognition):
     """The cache of the recognised op run on the case's inputs and options (memoised per
-    recognition), or None; a copy that also holds the op's positional inputs under the key
-    ``"inputs"`` (a variant may need an input the cache keeps only in part)."""
+    recognition), or None. For a forward recognised by its output the cache is a copy that
+    also holds the op's positional inputs under the key ``"inputs"``: a variant may need an
+    input the cache keeps only in part, which a student writing their own cache has whole."""
     def run():
         try:
             out, cache = recognition.run()
@@ -58,8 +59,9 @@ def reference_cache(case, k, recognition):
             return None
         if out.shape != case.out.shape:
             return None
-        cache = copy.copy(cache)                 # the variants also see the op's inputs
-        cache["inputs"] = recognition.args
+        if not recognition.reference:            # a forward of the student's own: the
+            cache = copy.copy(cache)             # variants also see the op's inputs
+            cache["inputs"] = recognition.args
         return cache
     return case.memo(("reference_cache", k), run)
 

@@ -51,8 +51,9 @@ class Mistake:
     of:       the input whose gradient it gets wrong (a positional name of the forward, "x")
     gradient: ``gradient(dout, cache) -> array``: the wrong gradient of that input, computed
               from the reference forward's cache as a student with this mistake computes it
-              (the checker's copy of the cache also holds the op's positional inputs under
-              ``"inputs"``, for a variant that needs one the cache keeps only in part)
+              (for a forward recognised by its output, the checker's copy of the cache also
+              holds the op's positional inputs under ``"inputs"``: a variant may need one the
+              cache keeps only in part, which a student's own cache has whole)
     text:     one sentence naming the mistake and its fix
     """
     name: str
