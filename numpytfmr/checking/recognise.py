@@ -117,7 +117,8 @@ def recognise(forward, inputs, output):
     :class:`Recognition` (``.op``, ``.options``, ``.describe()``, ``.close``), or None.
 
     forward: the function under check (looked through when it is a reference op or a thin
-             wrapper around one; otherwise only its output is used)
+             wrapper around one; otherwise only its output is used), or None (a function
+             that runs elsewhere, such as a submission's in the grader's sandbox)
     inputs:  its positional inputs (arrays, None for an absent one)
     output:  what it returned for them (the ``out`` of ``out, cache``)
     """
