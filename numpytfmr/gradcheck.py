@@ -15,10 +15,12 @@ backward. Three functions:
   sign, transposed, a missing term (``- mean(dxhat)``, ``- y * sum(dout * y)``, with its
   axis), a sum over the wrong axis, a wrong ``f'(x)``, a transposed factor inside a product,
   repeated ids that overwrite, masked positions, a rotation in the wrong direction, an error
-  confined to one slice, or a backward that ignores ``dout``; and, for a reference op, which
-  of the op's known wrong backwards it is (softmax's ``y * (1 - y) * dout``, LayerNorm's
-  unbiased variance, DPO's ``sigmoid(+margin)``: the catalogue declared with each op's
-  registration). docs/gradcheck.md is the user guide.
+  confined to one slice, or a backward that ignores ``dout``; and which of the op's known
+  wrong backwards it is (softmax's ``y * (1 - y) * dout``, LayerNorm's unbiased variance,
+  DPO's ``sigmoid(+margin)``: the catalogue declared with each op's registration), for a
+  reference op and for a forward of your own alike: the op yours computes is recognised by
+  its output ("your forward computes layernorm (eps=1e-05)"), only when a gradient fails.
+  docs/gradcheck.md is the user guide.
 
 The gradient of ``L = sum(out * dout)`` with respect to an input is what ``backward(dout)``
 must return (a vector-Jacobian product), so both sides are compared on that scalar.
@@ -34,7 +36,8 @@ import numpy as np
 from .contract import one_of, positive, real
 from .checking.compare import FAIL, INCONCLUSIVE, compare_input
 from .checking.diagnose import NO_PATTERN, diagnose, kink_sentence
-from .checking.evidence import Case
+from .checking import recognise
+from .checking.evidence import Case, once
 from .checking.report import describe, format_result, reproduce_line
 from .checking.structure import (check_backward_call, check_forward, check_linearity, shape_of,
                                  unpack, usable_gradients, work_copy)
@@ -226,7 +229,11 @@ def check_gradients(forward, backward, inputs, *, h=1e-3, rtol=1e-6, atol=1e-9, 
 
     # 6. finite differences, input by input; a failing input is diagnosed with the whole case
     weight = float(np.sum(np.abs(np.where(blocked, 0.0, out) * dout)))
-    case_terms = learn_terms(forward, work, names, cache, terms)   # names for factors: d_k, 1/scale
+    # which registered op the forward computes (for the catalogue of known wrong backwards),
+    # and the case's names for factors (d_k, 1/scale): made when a diagnosis first asks (a
+    # failing gradient), once for all inputs
+    recognised = once(lambda: recognise.recognise_all(forward, work, out))
+    case_terms = once(lambda: learn_terms(forward, work, names, cache, terms, recognised))
     for p, x in enumerate(work):
         if not is_float[p]:
             report.row(p, shape_of(x), "NOT FLOAT")
@@ -239,7 +246,7 @@ def check_gradients(forward, backward, inputs, *, h=1e-3, rtol=1e-6, atol=1e-9, 
         else:
             cmp = compare_input(forward, work, p, analytic[p], out, blocked, dout, weight, h, rtol,
                                 atol, mode, n_directions, n_coordinates, rng)
-            case = Case(forward, work, p, out, dout, names, case_terms)
+            case = Case(forward, work, p, out, dout, names, case_terms, recognised)
             _record_comparison(report, p, cmp, analytic[p], dout, p in wrong_dtype, atol, case)
     return report.result(seed, h, mode, reproduce, rtol, atol)
 

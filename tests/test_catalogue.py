@@ -183,10 +183,18 @@ def test_known_mistakes_are_named_in_directional_mode_and_through_wrappers():
     text = " | ".join(res.diagnoses[0])
     assert 'dx = 0.5 x softmax\'s known wrong backward "diagonal only"' in text, text
 
-    def own_softmax(x):                   # no reference op behind it: no catalogue, no error
+    def own_softmax(x):                   # no reference op behind it: recognised by its output
         e = np.exp(x - x.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True), {"s": e / e.sum(-1, keepdims=True)}
     res = check_gradients(own_softmax, my_backward, (x[:2, :7],), names=("x",))
+    text = " | ".join(res.diagnoses[0])
+    assert ("your forward computes softmax (axis=-1); your dx = 0.5 x softmax's known wrong "
+            'backward "diagonal only"') in text, text
+
+    def own_cube(x):                      # no registered op computes it: no catalogue, no error
+        return x ** 3, {"x": x}
+    res = check_gradients(own_cube, lambda dout, c: dout * 2 * c["x"] ** 2, (x[:2, :7],),
+                          names=("x",))
     assert not res.passed and all(s.kind != "known_mistake" for s in res.diagnoses[0])
 
 
@@ -202,3 +210,75 @@ def test_a_float32_gradient_is_still_recognised():
     res = check_gradients(nt.softmax_forward, diagonal32, (x,), names=("x",))
     kinds = {s.kind for s in res.diagnoses[0]}
     assert "dtype" in kinds and "known_mistake" in kinds, str(res)
+
+
+# --- recognising the op a forward written independently computes (checking/recognise.py) ---
+
+def _own_layernorm(eps=1e-6, add_beta=True):
+    def forward(x, gamma, beta):
+        mu = x.mean(-1, keepdims=True)
+        sd = np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+        xn = (x - mu) / sd
+        return gamma * xn + (beta if add_beta else 0.0), (xn, sd, gamma)
+    return forward
+
+
+def _unbiased_backward(dout, cache):
+    xn, sd, gamma = cache
+    d = xn.shape[-1]
+    g = dout * gamma
+    dx = (g - g.mean(-1, keepdims=True) - xn * (g * xn).sum(-1, keepdims=True) / (d - 1)) / sd
+    rows = lambda t: t.reshape(-1, d)  # noqa: E731
+    return dx, rows(dout * xn).sum(0), rows(dout).sum(0)
+
+
+def test_recognise_names_the_op_and_the_options_the_output_tells_apart():
+    from numpytfmr.checking.recognise import recognise
+    from numpytfmr.attention import causal_mask
+
+    rng = np.random.default_rng(7)
+    x, g, b = rng.standard_normal((3, 7)), rng.standard_normal(7), rng.standard_normal(7)
+    forward = _own_layernorm(1e-6)
+    rec = recognise(forward, (x, g, b), forward(x, g, b)[0])
+    assert rec.op == "layernorm" and rec.options == {"eps": 1e-6} and rec.exact
+    assert rec.describe() == "layernorm (eps=1e-06)"
+
+    k = np.sqrt(2 / np.pi)
+    z = 2 * rng.standard_normal((3, 5))
+    rec = recognise(None, (z,), 0.5 * z * (1 + np.tanh(k * (z + 0.044715 * z ** 3))))
+    assert (rec.op, rec.options) == ("gelu", {"approximate": "tanh"})
+
+    Q, K, V = rng.standard_normal((4, 16)), rng.standard_normal((4, 16)), rng.standard_normal((4, 3))
+    S = np.where(causal_mask(4), Q @ K.T / 16, -np.inf)           # a scale of 1/d_k, causal
+    A = np.exp(S - S.max(-1, keepdims=True))
+    out = (A / A.sum(-1, keepdims=True)) @ V
+    rec = recognise(None, (Q, K, V), out)
+    assert rec.op == "attention" and rec.options["scale"] == 0.0625 and rec.solved == ("scale",)
+    assert rec.describe() == "attention (mask=causal, scale=0.0625)"
+
+    assert recognise(None, (x,), x ** 3) is None                  # nothing fits: nothing said
+    assert recognise(None, (x,), np.zeros_like(x)) is None
+
+
+def test_a_forward_close_to_an_op_is_said_so_first_and_the_backward_judged_against_it():
+    rng = np.random.default_rng(8)
+    inputs = (rng.standard_normal((2, 3, 7)), rng.standard_normal(7), rng.standard_normal(7))
+    res = check_gradients(_own_layernorm(1e-5, add_beta=False), _unbiased_backward, inputs,
+                          names=("x", "gamma", "beta"))
+    first = res.diagnoses[0][0]
+    assert first.kind == "forward_differs" and "with beta left out" in first, str(res)
+    known = [s for s in res.diagnoses[0] if s.kind == "known_mistake"]
+    assert known and known[0].mistake == "unbiased variance"
+    assert known[0].startswith("against your own forward (close to layernorm (eps=1e-05))")
+
+    x = rng.standard_normal((3, 6))
+
+    def doubled_softmax(x):                   # 2 x softmax: a scale in the forward itself
+        e = np.exp(x - x.max(-1, keepdims=True))
+        s = e / e.sum(-1, keepdims=True)
+        return 2 * s, s
+
+    res = check_gradients(doubled_softmax, lambda dout, s: 2 * s * (1 - s) * dout, (x,), names=("x",))
+    first, known = res.diagnoses[0][0], [s for s in res.diagnoses[0] if s.kind == "known_mistake"]
+    assert first.kind == "forward_differs" and "2 x what softmax (axis=-1) computes" in first
+    assert known and known[0].mistake == "diagonal only", str(res)

@@ -225,7 +225,8 @@ def test_factor_one_over_sqrt_d_is_named():
     assert not res.passed
     assert [row.verdict for row in res.rows] == ["FAIL", "PASS"]
     text = _diagnoses(res, 0)
-    assert "analytic = 0.125 x numeric" in text and "1/sqrt(64)" in text, text
+    # the forward is recognised as scaled_dot_scores, whose contract names the axis d
+    assert "analytic = 0.125 x numeric" in text and "1/sqrt(d)" in text and "d = 64" in text, text
     assert "scale factor" in text
     assert 1 not in res.diagnoses
 

@@ -12,6 +12,10 @@ its result, are in ``numpytfmr/gradcheck.py``.
     catalogue.py      a gradient equal to a known wrong backward of the op's catalogue
                       (declared with its registration: softmax's diagonal only, LayerNorm's
                       unbiased variance, DPO's sigmoid(+margin)), times a factor or not
+    recognise.py      which registered op a forward computes, found by its output (a
+                      student's own softmax is softmax, with its axis; LayerNorm with its
+                      eps), or which op it is close to (a scale, an input left out): the
+                      catalogue's way into a forward written without the package
     evidence.py       what a diagnosis looks at (the two gradients, the case) and the
                       Diagnosis sentence with its kind
     terms.py          the case's own names for a factor (d_k, 1/scale, alpha/r, N)

@@ -3,10 +3,12 @@
 Each registered op declares, with its registration, a catalogue of named wrong backwards
 (``registry.Mistake``: softmax's diagonal-only Jacobian ``y * (1 - y) * dout``, LayerNorm's
 unbiased variance, DPO's ``sigmoid(+margin)``, ...), each a small function that computes
-the wrong gradient from the reference forward's cache. When the forward under check is a
-reference op (or a thin wrapper around one, see ``terms.find_op``), the checker runs the
-reference forward on the case's inputs, computes every variant of the failing input's
-gradient, and compares:
+the wrong gradient from the reference forward's cache. The checker first finds which op the
+forward under check computes (``recognise.py``): a reference op or a thin wrapper around one
+is read off its name; a forward written independently (a student's own plain-NumPy
+softmax) is recognised by its output, options included (``layernorm (eps=1e-05)``). It then
+runs that op on the case's inputs, computes every variant of the failing input's gradient
+from the op's cache, and compares:
 
     analytic = c * variant   (up to rounding, along the same compared values)
 
@@ -16,11 +18,16 @@ the wrong factor (two mistakes at once, e.g. the diagonal-only softmax and a mis
 forgotten when there is no gamma) tells nothing and is skipped; a variant that is the right
 gradient times a constant (a missing scale) is only named at ``c = 1``, since any other
 factor is the plain factor diagnosis.
+
+A forward that is close to an op but not equal to it (its output a constant times the op's,
+or an input left out) is said to be so first, and the variants are computed through the op
+changed the same way, so the backward is judged against the student's own forward.
 """
+import copy
+
 import numpy as np
 
 from .evidence import Diagnosis
-from .terms import find_op
 
 __all__ = ["catalogue_diagnoses", "mistakes_for", "reference_cache"]
 
@@ -28,58 +35,73 @@ _MATCH = 2e-6          # relative tolerance of "equal up to rounding" (float32 i
 _LIMIT = 2             # at most this many matching variants are named
 
 
-def mistakes_for(case):
-    """``(op name, [Mistake])`` of the input under diagnosis, or ``(None, [])``."""
-    op, _ = find_op(case.forward)
-    if op is None:
-        return None, []
-    from ..registry import input_names, spec_of         # the registry imports the topic modules
-    spec = spec_of(op)
-    if spec is None or not spec.mistakes:
-        return None, []
-    names = input_names(op)
-    if case.p >= len(names):
-        return None, []
-    return spec.name, [m for m in spec.mistakes if m.of == names[case.p]]
+def mistakes_for(case, recognition):
+    """``[Mistake]`` of the input under diagnosis for one recognition of the forward."""
+    from ..registry import input_names, get          # the registry imports the topic modules
+    spec = get(recognition.op)
+    if not spec.mistakes:
+        return []
+    names = input_names(spec.forward)
+    if case.p >= len(names) or names[case.p] in recognition.left_out:
+        return []
+    return [m for m in spec.mistakes if m.of == names[case.p]]
 
 
-def reference_cache(case):
-    """The cache of the reference op run on the case's inputs and options (memoised), or None."""
+def reference_cache(case, k, recognition):
+    """The cache of the recognised op run on the case's inputs and options (memoised per
+    recognition), or None. For a forward recognised by its output the cache is a copy that
+    also holds the op's positional inputs under the key ``"inputs"``: a variant may need an
+    input the cache keeps only in part, which a student writing their own cache has whole."""
     def run():
-        from ..registry import bind
-        op, options = find_op(case.forward)
         try:
-            with np.errstate(all="ignore"):
-                out, cache = bind(op, options)(*case.inputs)
+            out, cache = recognition.run()
         except Exception:  # noqa: BLE001 -- a wrapper that passes other inputs: no catalogue
             return None
-        out = np.asarray(out, dtype=np.float64)
         if out.shape != case.out.shape:
             return None
+        if not recognition.reference:            # a forward of the student's own: the
+            cache = copy.copy(cache)             # variants also see the op's inputs
+            cache["inputs"] = recognition.args
         return cache
-    return case.memo(("reference_cache",), run)
+    return case.memo(("reference_cache", k), run)
 
 
 def catalogue_diagnoses(case, a, n, project, use, atol):
-    """Sentences naming the known wrong backwards that ``a`` equals (times a constant).
+    """Sentences naming the known wrong backwards that ``a`` equals (times a constant),
+    after a sentence on how the forward differs from the op it is close to, if it does.
 
     a, n:    the analytic and numeric values compared (after ``project`` and ``use``)
     project: maps an input-shaped array to the same compared values
     """
     try:
-        name, mistakes = mistakes_for(case)
-        if not mistakes:
-            return []
-        cache = reference_cache(case)
+        recognitions = case.recognised()
     except Exception:  # noqa: BLE001 -- looking never fails a check
         return []
+    first = []
+    if recognitions and recognitions[0].close:
+        first = [Diagnosis(recognitions[0].difference(), "forward_differs")]
+    for k, rec in enumerate(recognitions):
+        try:
+            found = _matches(case, k, rec, a, n, project, use, atol)
+        except Exception:  # noqa: BLE001
+            found = []
+        if found:
+            return first + found
+    return first
+
+
+def _matches(case, k, rec, a, n, project, use, atol):
+    mistakes = mistakes_for(case, rec)
+    if not mistakes:
+        return []
+    cache = reference_cache(case, k, rec)
     if cache is None:
         return []
     found = []
     for m in mistakes:
         try:
             with np.errstate(all="ignore"):
-                v = np.asarray(m.gradient(case.dout.copy(), cache), dtype=np.float64)
+                v = np.asarray(m.gradient(case.dout * rec.factor, cache), dtype=np.float64)
             if v.shape != case.x.shape or not np.isfinite(v).all():
                 continue
             pv = np.asarray(project(v), dtype=np.float64)[use]
@@ -87,7 +109,7 @@ def catalogue_diagnoses(case, a, n, project, use, atol):
             continue
         c = _fit(a, pv, n, atol)
         if c is not None:
-            found.append(_sentence(case, name, m, c))
+            found.append(_sentence(case, rec, m, c))
             if len(found) >= _LIMIT:
                 break
     return found
@@ -118,18 +140,24 @@ def _fit(a, v, n, atol):
     return c
 
 
-def _sentence(case, op_name, m, c):
-    grad = f"d{case.name}" if len(case.name) <= 7 and " " not in case.name else \
-        f"the gradient of {case.name}"
-    known = f"{op_name}'s known wrong backward \"{m.name}\""
+def _sentence(case, rec, m, c):
+    short = len(case.name) <= 7 and " " not in case.name
+    grad = f"d{case.name}" if short else f"gradient of {case.name}"
+    known = f"{rec.op}'s known wrong backward \"{m.name}\""
+    if rec.reference:
+        head, verb = grad if short else f"the {grad}", "is"
+    elif rec.close:
+        head, verb = f"against your own forward (close to {rec.describe()}), your {grad}", "matches"
+    else:
+        head, verb = f"your forward computes {rec.describe()}; your {grad}", "matches"
     if abs(c - 1.0) <= 1e-6:
-        return _known(f"{grad} is {known}: {m.text}", m)
+        return _known(f"{head} {verb} {known}: {m.text}", m)
     label = case.terms.name_factor(c) if case.terms is not None else ""
     named = f" ({abs(c):.4g} = {label})" if label else ""
     if abs(c + 1.0) <= 1e-6:
-        return _known(f"{grad} = -1 x {known}: two mistakes, a flipped sign and this one: "
+        return _known(f"{head} = -1 x {known}: two mistakes, a flipped sign and this one: "
                       f"{m.text}", m)
-    return _known(f"{grad} = {c:.4g} x {known}{named}: two mistakes, a wrong factor (a scale "
+    return _known(f"{head} = {c:.4g} x {known}{named}: two mistakes, a wrong factor (a scale "
                   f"missing or applied twice) and this one: {m.text}", m)
 
 

@@ -12,7 +12,18 @@ the causes apart without parsing the text.
 """
 import numpy as np
 
-__all__ = ["Diagnosis", "Evidence", "Case"]
+__all__ = ["Diagnosis", "Evidence", "Case", "once"]
+
+
+def once(make):
+    """``make`` called on the first call of the returned function only, its value kept."""
+    kept = []
+
+    def get():
+        if not kept:
+            kept.append(make())
+        return kept[0]
+    return get
 
 
 class Diagnosis(str):
@@ -41,13 +52,31 @@ class Case:
     p:       the position of the input under diagnosis
     out:     the forward's output (float64)
     dout:    the upstream gradient used
-    names:   input names;  terms: the case's :class:`~.terms.Terms`
+    names:   input names;  terms: the case's :class:`~.terms.Terms`, or a function of no
+             arguments that makes them (they are then made when a diagnosis first asks)
+    recognised: a function of no arguments returning the recognitions of the forward
+             (``recognise.recognise_all``), shared by the inputs of one check and computed
+             once, when a diagnosis first asks; None: computed for this case when asked
     """
 
-    def __init__(self, forward, inputs, p, out, dout, names, terms):
+    def __init__(self, forward, inputs, p, out, dout, names, terms, recognised=None):
         self.forward, self.inputs, self.p = forward, list(inputs), p
-        self.out, self.dout, self.names, self.terms = out, dout, names, terms
+        self.out, self.dout, self.names, self._terms = out, dout, names, terms
+        self._recognised = recognised
         self._memo = {}
+
+    @property
+    def terms(self):
+        """The case's :class:`~.terms.Terms` (given, or made when first asked for)."""
+        return self._terms() if callable(self._terms) else self._terms
+
+    def recognised(self):
+        """The :class:`~.recognise.Recognition` list of the forward (what it computes)."""
+        if self._recognised is not None:
+            return self._recognised()
+        from . import recognise
+        return self.memo(("recognised",), lambda: recognise.recognise_all(
+            self.forward, self.inputs, self.out))
 
     @property
     def x(self):

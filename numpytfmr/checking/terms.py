@@ -15,6 +15,9 @@ Where the terms come from, first found first named:
 5. when no named term fits and ``forward`` has no contract, the sizes of the inputs' axes
    (``the size of Q's last axis``).
 
+A forward written independently of the package that computes a registered op exactly
+(``recognise.py``; only asked for when a gradient fails) is named like that op in 2 and 3.
+
 A factor is matched against each term ``t`` as ``t``, ``1/t``, ``sqrt(t)`` and
 ``1/sqrt(t)``, and against ``t1*t2``, ``t1/t2``, ``t1/sqrt(t2)`` and ``1/(t1*sqrt(t2))`` (a
 ``1/sqrt(d_k)`` used where ``scale`` was given) for pairs of named terms (sources 1-4).
@@ -195,18 +198,29 @@ def _keyword_names(op):
     return {p.name for p in params if p.kind == p.KEYWORD_ONLY}
 
 
-def learn_terms(forward, inputs, names, cache=None, extra=None):
+def learn_terms(forward, inputs, names, cache=None, extra=None, recognised=None):
     """The :class:`Terms` of one check: see the module docstring for the sources. Looking
-    never fails a check: whatever cannot be read is left out."""
+    never fails a check: whatever cannot be read is left out.
+
+    recognised: a function of no arguments returning the recognitions of a forward written
+    independently of the package (``recognise.recognise_all``): the op it computes exactly
+    then lends its contract's axes and its options, as a reference op would."""
     named = [(str(k), v) for k, v in (extra or {}).items()]
     try:
-        return _learn(forward, inputs, names, cache, named)
+        return _learn(forward, inputs, names, cache, named, recognised)
     except Exception:  # noqa: BLE001 -- an unusual forward just gives fewer names
         return Terms(named)
 
 
-def _learn(forward, inputs, names, cache, named):
+def _learn(forward, inputs, names, cache, named, recognised=None):
     op, options = find_op(forward)
+    if op is None and recognised is not None:
+        found = recognised()
+        if found and found[0].exact and not found[0].reference:
+            op, options = found[0].spec().forward, dict(found[0].options)
+            ref_cache = found[0].run()[1]                # the op's own numbers (scale, n_valid)
+            mine = cache if isinstance(cache, dict) else {}
+            cache = {**{k: v for k, v in ref_cache.items() if isinstance(k, str)}, **mine}
     if op is not None:
         defaults = {p.name: p.default for p in inspect.signature(op).parameters.values()
                     if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty}

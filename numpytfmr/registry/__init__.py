@@ -51,6 +51,9 @@ class Mistake:
     of:       the input whose gradient it gets wrong (a positional name of the forward, "x")
     gradient: ``gradient(dout, cache) -> array``: the wrong gradient of that input, computed
               from the reference forward's cache as a student with this mistake computes it
+              (for a forward recognised by its output, the checker's copy of the cache also
+              holds the op's positional inputs under ``"inputs"``: a variant may need one the
+              cache keeps only in part, which a student's own cache has whole)
     text:     one sentence naming the mistake and its fix
     """
     name: str
@@ -71,6 +74,13 @@ class OpSpec:
     section:    where the notes derive it, e.g. ``"004 eq. 27-28"``
     mode:       the gradient-check mode that suits its cases ("full" or "directional")
     mistakes:   the op's catalogue of known wrong backwards, :class:`Mistake` objects
+    options:    ``options(inputs, out) -> [dict]``: the keyword options a forward written
+                independently of this package may be computing, the usual ones first (the GELU
+                variant, the softmax axis, LayerNorm's eps, a causal mask); the recogniser
+                (``checking/recognise.py``) runs the op with each. None: the defaults only
+    tune:       ``((name, low, high), ...)``: numeric options the recogniser may solve for
+                when none of ``options`` reproduces the output (a scale, eps, beta, alpha),
+                searched on a log scale between ``low`` and ``high``
     """
     name: str
     forward: Callable
@@ -79,6 +89,8 @@ class OpSpec:
     section: str = ""
     mode: str = "full"
     mistakes: tuple = ()
+    options: Callable = None
+    tune: tuple = ()
 
 
 def wrong(name, text, backward, names, inputs):

@@ -372,13 +372,50 @@ _MHA = (
             _MHA_NAMES, ("x_kv",)))
 
 
+# ---------------------------------------------------------------------------------------
+# The options a forward written independently of the package may compute (the recogniser of
+# checking/recognise.py runs the op with each, the usual ones first)
+# ---------------------------------------------------------------------------------------
+
+def _masks(Q, K):
+    """No mask, then the causal mask of the queries and keys (when there are as many keys)."""
+    n_q, n_k = np.shape(Q)[-2], np.shape(K)[-2]
+    return [None] + ([causal_mask(n_q, n_k)] if n_k >= n_q > 1 else [])
+
+
+def _attention_options(inputs, out):
+    return [{"mask": m} for m in _masks(inputs[0], inputs[1])]
+
+
+def _mha_options(inputs, out):
+    """Every head count that divides the projections, without and with a causal mask and
+    RoPE (positions 0..n-1)."""
+    x_q, x_kv, Wq, Wk = inputs[:4]
+    width, kv_width = np.shape(Wq)[-1], np.shape(Wk)[-1]
+    found = []
+    for n_heads in range(1, width + 1):
+        if width % n_heads:
+            continue
+        d_head = width // n_heads
+        if kv_width % d_head:
+            continue
+        ropes = [None] + (["interleaved", "half"] if d_head % 2 == 0 else [])
+        for rope in ropes:
+            for mask in _masks(x_q, x_kv):
+                found.append({"n_heads": n_heads, "n_kv_heads": kv_width // d_head, "mask": mask,
+                              "rope": rope})
+    return found[:36]
+
+
 OPS = [
     OpSpec("attention", attention_forward, attention_backward, _attention_cases,
-           "003 §5.1.1-5.1.2, 000 §2.1", mistakes=_ATTENTION),
+           "003 §5.1.1-5.1.2, 000 §2.1", mistakes=_ATTENTION,
+           options=_attention_options, tune=(("scale", 1e-3, 1e3),)),
     OpSpec("dot_scores", dot_scores_forward, dot_scores_backward, _qk_cases,
            "002 'Examples of attention weights'", mistakes=_DOT_SCORES),
     OpSpec("scaled_dot_scores", scaled_dot_scores_forward, scaled_dot_scores_backward,
-           _scaled_dot_cases, "002 '(Scaled) Dot product Attention'", mistakes=_SCALED_DOT_SCORES),
+           _scaled_dot_cases, "002 '(Scaled) Dot product Attention'", mistakes=_SCALED_DOT_SCORES,
+           tune=(("scale", 1e-3, 1e3),)),
     OpSpec("neg_sq_dist_scores", neg_sq_dist_scores_forward, neg_sq_dist_scores_backward,
            lambda rng, dtype: _qk_cases(rng, dtype, std=0.7),
            "002 '(Scaled) Dot product Attention'", mistakes=_NEG_SQ_DIST_SCORES),
@@ -392,5 +429,6 @@ OPS = [
            _additive_attention_cases, "002 'Seq2seq meets attention'",
            mistakes=_ADDITIVE_ATTENTION),
     OpSpec("mha", mha_forward, mha_backward, _mha_cases,
-           "003 §5.1.3, §5.2, §7.3; 004 'Multi-Head Attention'", mistakes=_MHA),
+           "003 §5.1.3, §5.2, §7.3; 004 'Multi-Head Attention'", mistakes=_MHA,
+           options=_mha_options),
 ]

@@ -448,29 +448,80 @@ _FFN = (wrong("activation derivative left out", "the backward of a = act(h) is m
                 _FFN_NAMES, ("W2",)))
 
 
+# ---------------------------------------------------------------------------------------
+# The options a forward written independently of the package may compute (the recogniser of
+# checking/recognise.py runs the op with each, the usual ones first)
+# ---------------------------------------------------------------------------------------
+
+def _gelu_options(inputs, out):
+    return [{"approximate": "none"}, {"approximate": "tanh"}]
+
+
+def _axis_options(inputs, out):
+    ndim = np.ndim(inputs[0])
+    return [{"axis": a} for a in range(-1, -ndim - 1, -1)]
+
+
+def _cross_entropy_options(inputs, out):
+    targets = inputs[1] if len(inputs) > 1 else None
+    ignore = [None]
+    if isinstance(targets, np.ndarray) and targets.dtype.kind in "iu" and (targets < 0).any():
+        ignore = [int(targets.min()), None]
+    return [{"label_smoothing": eps, "ignore_index": i} for i in ignore for eps in (0.0, 0.1)]
+
+
+def _eps_options(*values):
+    return lambda inputs, out: [{"eps": v} for v in values]
+
+
+def _dropout_options(inputs, out):
+    """p read off the output (kept entries are x / (1 - p)), and the first few seeds."""
+    x, y = np.asarray(inputs[0], dtype=np.float64), np.asarray(out, dtype=np.float64)
+    kept = (x != 0) & (y != 0)
+    if not kept.any():
+        return []
+    scale = float(np.median(y[kept] / x[kept]))
+    if not scale >= 1.0:
+        return []
+    p = 1.0 - 1.0 / scale
+    return [{"p": p, "rng": seed} for seed in range(4)]
+
+
+def _ffn_options(inputs, out):
+    return [{"activation": a} for a in ffn.FFN_ACTIVATIONS]
+
+
+def _swiglu_options(inputs, out):
+    return [{"activation": a} for a in ("silu", "gelu_tanh", "gelu", "relu")]
+
+
 OPS = [
     OpSpec("linear", linear.linear_forward, linear.linear_backward, _linear_cases,
            "004 eq. 17 (row form)", mistakes=_linear_mistakes()),
     OpSpec("relu", activations.relu_forward, activations.relu_backward, _relu_cases, "004 eq. 17",
            mistakes=_RELU),
     OpSpec("gelu", activations.gelu_forward, activations.gelu_backward, _gelu_cases,
-           "Hendrycks & Gimpel 2016 (FFN activation of GPT)", mistakes=_GELU),
+           "Hendrycks & Gimpel 2016 (FFN activation of GPT)", mistakes=_GELU,
+           options=_gelu_options),
     OpSpec("softmax", activations.softmax_forward, activations.softmax_backward, _softmax_cases,
-           "003 §5.1, 004 eq. 18", mistakes=_SOFTMAX),
+           "003 §5.1, 004 eq. 18", mistakes=_SOFTMAX, options=_axis_options),
     OpSpec("log_softmax", activations.log_softmax_forward, activations.log_softmax_backward,
-           _softmax_cases, "003 §2.1.2", mistakes=_LOG_SOFTMAX),
+           _softmax_cases, "003 §2.1.2", mistakes=_LOG_SOFTMAX, options=_axis_options),
     OpSpec("cross_entropy", losses.cross_entropy_forward, losses.cross_entropy_backward,
-           _cross_entropy_cases, "003 eq. 2.2, §3.7", mistakes=_CROSS_ENTROPY),
+           _cross_entropy_cases, "003 eq. 2.2, §3.7", mistakes=_CROSS_ENTROPY,
+           options=_cross_entropy_options, tune=(("label_smoothing", 1e-4, 1.0),)),
     OpSpec("layernorm", norms.layernorm_forward, norms.layernorm_backward, _layernorm_cases,
-           "004 eq. 27-28", mistakes=_LAYERNORM),
+           "004 eq. 27-28", mistakes=_LAYERNORM,
+           options=_eps_options(1e-5, 1e-6, 1e-8, 1e-12, 1e-3, 0.0), tune=(("eps", 1e-14, 1.0),)),
     OpSpec("rmsnorm", norms.rmsnorm_forward, norms.rmsnorm_backward, _rmsnorm_cases,
-           "Zhang & Sennrich 2019", mistakes=_RMSNORM),
+           "Zhang & Sennrich 2019", mistakes=_RMSNORM,
+           options=_eps_options(1e-6, 1e-5, 1e-8, 1e-12, 0.0), tune=(("eps", 1e-14, 1.0),)),
     OpSpec("embedding", embedding.embedding_forward, embedding.embedding_backward, _embedding_cases,
            "004 eq. 12 (lookup)", mistakes=_EMBEDDING),
     OpSpec("dropout", dropout.dropout_forward, dropout.dropout_backward, _dropout_cases,
-           "inverted dropout", mistakes=_DROPOUT),
+           "inverted dropout", mistakes=_DROPOUT, options=_dropout_options),
     OpSpec("ffn", ffn.ffn_forward, ffn.ffn_backward, _ffn_cases, "004 eq. 17, 002",
-           mistakes=_FFN),
+           mistakes=_FFN, options=_ffn_options),
 ]
 
 
@@ -547,5 +598,5 @@ OPS += [
     OpSpec("silu", activations.silu_forward, activations.silu_backward, _silu_cases,
            "Elfwing et al. 2018 (SwiGLU gate)", mistakes=_SILU),
     OpSpec("swiglu_ffn", ffn.swiglu_ffn_forward, ffn.swiglu_ffn_backward, _swiglu_cases,
-           "Shazeer 2020 (LLaMA FFN)", mistakes=_SWIGLU),
+           "Shazeer 2020 (LLaMA FFN)", mistakes=_SWIGLU, options=_swiglu_options),
 ]

@@ -186,12 +186,32 @@ _LINEAR_ATTENTION = (
                                      out=lambda c: np.zeros_like(c["out"])), _QKV, ("Q", "K")))
 
 
+# The options a forward written independently of the package may compute (the recogniser of
+# checking/recognise.py runs the op with each, the usual ones first)
+
+def _flash_options(inputs, out):
+    n_q, n_k = np.shape(inputs[0])[-2], np.shape(inputs[1])[-2]
+    return [{}] + ([{"mask": causal_mask(n_q, n_k)}] if n_k >= n_q > 1 else [])
+
+
+def _sliding_options(inputs, out):
+    n_k = np.shape(inputs[1])[-2]
+    return [{"window": w, "causal": c} for c in (True, False) for w in range(min(n_k, 16))]
+
+
+def _linear_attention_options(inputs, out):
+    return [{"causal": False}, {"causal": True}]
+
+
 OPS = [
     OpSpec("flash_attention", flash_attention_forward, flash_attention_backward, _flash_cases,
-           "001 §2.1 'Memory-Efficient Implementations'", mistakes=_FLASH),
+           "001 §2.1 'Memory-Efficient Implementations'", mistakes=_FLASH,
+           options=_flash_options, tune=(("scale", 1e-3, 1e3),)),
     OpSpec("sliding_window_attention", sliding_window_attention_forward,
            sliding_window_attention_backward, _sliding_window_cases,
-           "001 §2.1 'Sparse or Limited Attention'", mistakes=_SLIDING),
+           "001 §2.1 'Sparse or Limited Attention'", mistakes=_SLIDING,
+           options=_sliding_options),
     OpSpec("linear_attention", linear_attention_forward, linear_attention_backward, _linear_cases,
-           "001 §2.1 'Linear Attention'", mistakes=_LINEAR_ATTENTION),
+           "001 §2.1 'Linear Attention'", mistakes=_LINEAR_ATTENTION,
+           options=_linear_attention_options, tune=(("eps", 1e-12, 1.0),)),
 ]

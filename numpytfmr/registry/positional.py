@@ -60,7 +60,13 @@ _ROPE = (
             "dout is rotated back over the planes of the other layout (interleaved pairs "
             "(2k, 2k+1) against halves (k, k + d/2)): pair the features as the forward does"))
 
+def _rope_options(inputs, out):
+    """Positions 0..n-1 along the second-to-last axis, in either layout."""
+    positions = np.arange(np.shape(inputs[0])[-2])
+    return [{"positions": positions, "layout": layout} for layout in ("interleaved", "half")]
+
+
 OPS = [
     OpSpec("rope", rope_forward, rope_backward, _rope_cases, section="003 §7.3", mode="full",
-           mistakes=_ROPE),
+           mistakes=_ROPE, options=_rope_options),
 ]

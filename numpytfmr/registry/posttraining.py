@@ -190,6 +190,10 @@ _LORA = (
 
 def _seqlogp_variant(dout, c, bug):
     probs, y, mask = c["probs"], c["targets"], c["mask"]
+    if bug == "mask ignored" and c.get("inputs") is not None:
+        # the targets the mask leaves out are read as they are (the cache keeps 0 there)
+        raw = np.asarray(c["inputs"][1])
+        y = np.where(raw >= 0, raw, y)
     onehot = np.arange(probs.shape[-1]) == y[..., None]
     w = dout[..., None] * mask
     if bug == "mask ignored":
@@ -291,15 +295,39 @@ _REWARD_HEAD = (
             "weight's share (0 for tokens the pooling leaves out)"),)
 
 
+# The options a forward written independently of the package may compute (the recogniser of
+# checking/recognise.py runs the op with each, the usual ones first)
+
+def _lora_options(inputs, out):
+    """The usual alphas (2r, r, ...), then dropout on the branch with a fixed seed."""
+    r = np.shape(inputs[2])[-1] if len(inputs) > 2 and inputs[2] is not None else 1
+    plain = [{"alpha": float(a)} for a in dict.fromkeys((2 * r, r, 1, 8, 16, 32))]
+    dropped = [{"alpha": float(a), "dropout": p, "rng": seed} for a in (2 * r, r)
+               for p in (0.1, 0.05, 0.2, 0.3, 0.5) for seed in (0, 1)]
+    return plain + dropped
+
+
+def _dpo_options(inputs, out):
+    plain = [{"beta": beta, "loss_type": kind} for kind in ("sigmoid", "ipo", "hinge")
+             for beta in (0.1, 0.5, 1.0)]
+    return plain + [{"beta": beta, "label_smoothing": eps} for eps in (0.1, 0.05, 0.2)
+                    for beta in (0.1, 0.5, 1.0)]
+
+
+def _reward_head_options(inputs, out):
+    return [{"pooling": "last"}, {"pooling": "mean"}]
+
+
 OPS = [
     OpSpec("lora_linear", lora_linear_forward, lora_linear_backward, _lora_cases,
-           "000 §2.7.2", mistakes=_LORA),
+           "000 §2.7.2", mistakes=_LORA, options=_lora_options, tune=(("alpha", 1e-3, 1e3),)),
     OpSpec("sequence_logprobs", sequence_logprobs_forward, sequence_logprobs_backward,
            _seqlogp_cases, "003 eq. 9.1", mistakes=_SEQUENCE_LOGPROBS),
     OpSpec("dpo_loss", dpo_loss_forward, dpo_loss_backward, _dpo_cases, "003 §9.2, eq. 9.1",
-           mistakes=_DPO),
+           mistakes=_DPO, options=_dpo_options, tune=(("beta", 1e-3, 1e2),)),
     OpSpec("bradley_terry_loss", bradley_terry_loss_forward, bradley_terry_loss_backward,
            _bt_cases, "003 §9.1.2", mistakes=_BRADLEY_TERRY),
     OpSpec("reward_head", reward_head_forward, reward_head_backward, _reward_head_cases,
-           "003 §9.1.2", mistakes=_REWARD_HEAD),
+           "003 §9.1.2", mistakes=_REWARD_HEAD,
+           options=_reward_head_options),
 ]
