@@ -646,8 +646,13 @@ class _ItemGrader:
         return session
 
     def request(self, op, fn, args, kwargs, deadline, *, dout=None, values=None, **extra):
-        """One request to the submission process; ChildFailure when it does not answer."""
+        """One request to the submission process; ChildFailure when it does not answer. Starting
+        a new process is the grader's time, not the submission's: the time limit then runs
+        from the moment it is ready."""
+        fresh = self.session is None or not self.session.alive
         session = self._ensure_session()
+        if fresh:
+            deadline = max(deadline, time.monotonic() + self.ctx["timeout"])
         arrays = {}
         meta = {"op": op, "fn": fn}
         if args is not None:
