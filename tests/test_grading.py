@@ -342,7 +342,7 @@ def _student_view(report):
                     for t in results["tests"] if t["visibility"] == "visible"]
 
 
-def test_no_hidden_verdict_reaches_what_a_student_sees_before_the_due_date(tmp_path):
+def test_no_hidden_verdict_reaches_what_a_student_sees_before_the_due_date(tmp_path, monkeypatch):
     """hostile/hidden_probe.py ends its process on the grader's follow-up of a failed case (a
     second call on one input) and, with a flag, on a hidden input; another flag makes its
     backward wrong on the hidden cases. A failing hidden backward used to get its follow-up in
@@ -350,9 +350,21 @@ def test_no_hidden_verdict_reaches_what_a_student_sees_before_the_due_date(tmp_p
     of 2. Now every combination shows the student the same thing."""
     config = {"float32_case": False, "hidden_seed": 4242,
               "functions": [{"name": "attention", "cases": [0, 1, 8, 9], "hidden": [8, 9]}]}
-    views, reports = {}, {}
+    from numpytfmr.grading import grader as grading
+    views, reports, requests = {}, {}, {}
+    real_request = grading._ItemGrader.request
+
+    def logged(self, op, fn, *args, **kwargs):      # (process, request) in the order sent
+        answer = real_request(self, op, fn, *args, **kwargs)
+        sessions = log.setdefault("sessions", [])
+        if self.session not in sessions:
+            sessions.append(self.session)
+        log.setdefault("sent", []).append((sessions.index(self.session), op, fn))
+        return answer
+    monkeypatch.setattr(grading._ItemGrader, "request", logged)
     for wrong in (False, True):
         for leave in (False, True):
+            log = requests[wrong, leave] = {}
             folder = tmp_path / f"{wrong}-{leave}"
             folder.mkdir()
             path = _submission(folder, "correct.py", "hostile/hidden_probe.py", replace={
@@ -371,6 +383,12 @@ def test_no_hidden_verdict_reaches_what_a_student_sees_before_the_due_date(tmp_p
     assert all(view == first for view in views.values()), [v[0] for v in views.values()]
     assert "1 process started" in first[0] and "for loading and the visible tests" in first[0]
     assert reports[True, True].processes > reports[False, False].processes   # (the full report's)
+    # the hidden phase's process (the second) gets the same requests whether its cases pass or
+    # fail; the follow-up of the failures goes to a third one
+    sent = {k: [(op, fn) for p, op, fn in log["sent"] if p == 1] for k, log in requests.items()}
+    assert sent[False, False] == sent[True, False] and len(sent[False, False]) == 4
+    assert any(p >= 2 and op in ("call", "sweep") for p, op, fn in requests[True, False]["sent"])
+    assert not any(p >= 2 for p, op, fn in requests[False, False]["sent"])
 
 
 # --- feedback that explains every point -------------------------------------------------------
