@@ -293,17 +293,17 @@ def test_a_trivial_forward_with_its_exact_gradient_earns_at_most_a_tenth():
     assert hidden, "hidden backwards are judged by the same rule"
 
 
-FORWARD_BUGS = [   # (fixture, op, a credited case says, the forward's test says)
-    ("attention_scale_dk", "attention", "the scores are divided by d_k instead of sqrt(d_k)",
+FORWARD_BUGS = [   # (fixture, op, its cases: the last one hidden, a credited case says, the forward's test says)
+    ("attention_scale_dk", "attention", [0, 1, 8], "the scores are divided by d_k instead of sqrt(d_k)",
      "divided by d_k instead of sqrt(d_k)"),
-    ("lora_rank_din", "lora_linear", "alpha multiplied by 0.4286", "r/d_in"),
-    ("dropout_keep_p", "dropout", "scales the kept entries by 3.33333 = 1/p instead of 1/(1-p)",
+    ("lora_rank_din", "lora_linear", [0, 4, 6], "alpha/d_in (d_in = A.shape[0] = 5)", "r/d_in"),
+    ("dropout_keep_p", "dropout", [0, 1, 5], "scales the kept entries by 3.33333 = 1/p instead of 1/(1-p)",
      "every kept entry is x * 3.33333"),
 ]
 
 
-@pytest.mark.parametrize("bug, op, credit, diagnosis", FORWARD_BUGS, ids=[b[0] for b in FORWARD_BUGS])
-def test_a_forward_only_bug_keeps_every_backward_point(tmp_path, bug, op, credit, diagnosis):
+@pytest.mark.parametrize("bug, op, cases, credit, diagnosis", FORWARD_BUGS, ids=[b[0] for b in FORWARD_BUGS])
+def test_a_forward_only_bug_keeps_every_backward_point(tmp_path, bug, op, cases, credit, diagnosis):
     """A student's own forward with one bug (a wrong default attention scale, LoRA's rank, the
     dropout keep probability) and its right backward, in plain NumPy (forward_bugs/, appended
     to independent/homework.py): the forward loses its points, the backward none, hidden
@@ -311,7 +311,9 @@ def test_a_forward_only_bug_keeps_every_backward_point(tmp_path, bug, op, credit
     path = tmp_path / "homework.py"
     path.write_text((FIXTURES / "independent" / "homework.py").read_text() + "\n\n"
                     + (FIXTURES / "forward_bugs" / f"{bug}.py").read_text())
-    report = grade(path, config={"hidden_seed": 918273, "functions": [{"name": op}]})
+    report = grade(path, config={"hidden_seed": 918273, "functions": [{"name": op, "cases": cases}]})
+    assert [t.label.startswith("hidden: ") for t in _tests(report, f"{op}_backward")] == \
+        [False, False, False, True]
     (f_got, f_most), (b_got, b_most) = (report.function_scores()[f"{op}_{fn}"]
                                         for fn in ("forward", "backward"))
     assert f_got <= f_most / 2 and b_got == b_most, report.function_scores()
@@ -344,12 +346,12 @@ def _student_view(report):
 
 def test_no_hidden_verdict_reaches_what_a_student_sees_before_the_due_date(tmp_path, monkeypatch):
     """hostile/hidden_probe.py ends its process on the grader's follow-up of a failed case (a
-    second call on one input) and, with a flag, on a hidden input; another flag makes its
-    backward wrong on the hidden cases. A failing hidden backward used to get its follow-up in
+    second call on one input) and, with a flag, on a hidden input (a predicate of it: 4-d Q);
+    another flag makes its backward wrong on the hidden cases. A failing hidden backward used to get its follow-up in
     the hidden phase's process, so the always-visible line said "3 processes started" instead
     of 2. Now every combination shows the student the same thing."""
     config = {"float32_case": False, "hidden_seed": 4242,
-              "functions": [{"name": "attention", "cases": [0, 1, 8, 9], "hidden": [8, 9]}]}
+              "functions": [{"name": "attention", "cases": [0, 8, 9], "hidden": [8, 9]}]}
     from numpytfmr.grading import grader as grading
     views, reports, requests = {}, {}, {}
     real_request = grading._ItemGrader.request
@@ -362,16 +364,15 @@ def test_no_hidden_verdict_reaches_what_a_student_sees_before_the_due_date(tmp_p
         log.setdefault("sent", []).append((sessions.index(self.session), op, fn))
         return answer
     monkeypatch.setattr(grading._ItemGrader, "request", logged)
-    for wrong in (False, True):
-        for leave in (False, True):
-            log = requests[wrong, leave] = {}
-            folder = tmp_path / f"{wrong}-{leave}"
-            folder.mkdir()
-            path = _submission(folder, "correct.py", "hostile/hidden_probe.py", replace={
-                "WRONG_ON_HIDDEN = False": f"WRONG_ON_HIDDEN = {wrong}",
-                "EXIT_ON_HIDDEN_INPUT = False": f"EXIT_ON_HIDDEN_INPUT = {leave}"})
-            reports[wrong, leave] = report = grade(path, config=config)
-            views[wrong, leave] = _student_view(report)
+    for wrong, leave in ((False, False), (True, False), (False, True)):
+        log = requests[wrong, leave] = {}
+        folder = tmp_path / f"{wrong}-{leave}"
+        folder.mkdir()
+        path = _submission(folder, "correct.py", "hostile/hidden_probe.py", replace={
+            "WRONG_ON_HIDDEN = False": f"WRONG_ON_HIDDEN = {wrong}",
+            "EXIT_ON_HIDDEN_INPUT = False": f"EXIT_ON_HIDDEN_INPUT = {leave}"})
+        reports[wrong, leave] = report = grade(path, config=config)
+        views[wrong, leave] = _student_view(report)
     hidden_backward = {k: [t.passed for t in r.tests if t.hidden and t.function == "attention_backward"]
                        for k, r in reports.items()}
     assert hidden_backward[False, False] == [True, True]        # the hidden verdicts differ...
@@ -382,7 +383,7 @@ def test_no_hidden_verdict_reaches_what_a_student_sees_before_the_due_date(tmp_p
     first = views[False, False]                                 # ...what the student sees does not
     assert all(view == first for view in views.values()), [v[0] for v in views.values()]
     assert "1 process started" in first[0] and "for loading and the visible tests" in first[0]
-    assert reports[True, True].processes > reports[False, False].processes   # (the full report's)
+    assert reports[True, False].processes > reports[False, False].processes   # (the full report's)
     # the hidden phase's process (the second) gets the same requests whether its cases pass or
     # fail; the follow-up of the failures goes to a third one
     sent = {k: [(op, fn) for p, op, fn in log["sent"] if p == 1] for k, log in requests.items()}
