@@ -333,6 +333,22 @@ def test_the_credit_rule_names_a_near_miss_or_most_cases_and_nothing_else():
     assert own_forward_credit(item, "", 2, 4) is None and own_forward_credit(item, "", 0, 0) is None
 
 
+def test_a_near_miss_is_recognised_and_an_unrelated_forward_is_not():
+    from numpytfmr.grading.cases import make_graded_cases, resolve
+    from numpytfmr.grading.grader import recognised_forward
+    from numpytfmr.registry import bind
+    item = resolve("attention")
+    gc = make_graded_cases(item, seed=0, float32_case=False)[0]          # plain (2, 3, 7)
+    Q, K, V = gc.case.args
+    names = ["Q", "K", "V"]
+    expected = bind(item.spec.forward, gc.case.kwargs)(Q, K, V)[0]
+    scaled_dk = bind(item.spec.forward, dict(gc.case.kwargs, scale=1 / 7))(Q, K, V)[0]
+    assert "divided by d_k instead of sqrt(d_k)" in recognised_forward(item, gc, scaled_dk, expected, names)
+    assert "times -2" in recognised_forward(item, gc, -2 * expected, expected, names)
+    for unrelated in (Q + K.sum() + V.sum(), Q, Q + K + V, np.tanh(Q) @ np.swapaxes(K, -1, -2) @ V):
+        assert recognised_forward(item, gc, unrelated, expected, names) == ""
+
+
 # --- no hidden verdict reaches the student before the due date -----------------------------------
 
 def _student_view(report):

@@ -43,7 +43,8 @@ from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
 from .sandbox import DESCRIPTION, choose as choose_isolation
 
-__all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points", "POINT_DECIMALS"]
+__all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points", "POINT_DECIMALS",
+           "own_forward_credit", "recognised_forward", "near_miss_candidates"]
 
 H = 1e-3                       # finite-difference step: check_gradients' default (five-point stencil)
 _REFINED = H * 0.0625          # the checker's refinement step h/16
@@ -578,20 +579,26 @@ def recognised_forward(item, gc, got, expected, names, seen_options=None):
         c = float(np.vdot(got, e)) / ee
         if c != 0 and abs(c - 1) > 1e-9 and _close(got, c * e, tol):
             return f"your output is the expected output times {c:.4g} (a scale, or a sign)"
-    spec = item.spec
+    found = matching_variants(got, near_miss_candidates(item, gc, names, seen_options), limit=1, tol=tol)
+    if found:
+        return found[0]
+    solved = solved_options(got, e, item.spec.forward, args=gc.case.args, kwargs=gc.case.kwargs, tol=tol)
+    return solved[0] if solved else ""
+
+
+def near_miss_candidates(item, gc, names, seen_options=None):
+    """The named variants of op ``item`` on case ``gc`` that :func:`recognised_forward` tries,
+    as ``(sentence, thunk)`` pairs (``thunk()`` is the variant's output): the known slips of
+    :mod:`.mistakes`, one input times a factor from the shapes, one option left out, scaled,
+    flipped or changed. (The self-check, which holds no reference, can be given their outputs.)"""
     args, kwargs = gc.case.args, gc.case.kwargs
 
     def ref(*a, **kw):
-        return bind(spec.forward, kw)(*a)
+        return bind(item.spec.forward, kw)(*a)
     ndim = next((a.ndim for a in args if isinstance(a, np.ndarray)), None)
-    variants = (known_mistakes(item.name, ref, args, kwargs)
-                + scaling_variants(ref, args, kwargs, names)
-                + option_variants(ref, args, kwargs, seen_options, ndim))
-    found = matching_variants(got, variants, limit=1, tol=tol)
-    if found:
-        return found[0]
-    solved = solved_options(got, e, spec.forward, args, kwargs, tol=tol)
-    return solved[0] if solved else ""
+    return (known_mistakes(item.name, ref, args, kwargs)
+            + scaling_variants(ref, args, kwargs, names)
+            + option_variants(ref, args, kwargs, seen_options, ndim))
 
 
 # --- grading one item -----------------------------------------------------------------------------
