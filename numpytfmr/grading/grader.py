@@ -8,7 +8,12 @@ feedback says whether the forward or the backward is at fault. The submission ru
 separate, sandboxed processes (see :mod:`.channel` and child.py); everything is judged here.
 
 The visible cases of every item run first, in the process that loaded the submission; the
-hidden cases run afterwards in a fresh one (sandbox.py isolates each). A function that times
+hidden cases run afterwards in a fresh one (sandbox.py isolates each), and the finite-difference
+checks of failed hidden backwards after that, in a process of their own: the hidden phase's
+requests never depend on a hidden verdict, and what a student sees before the due date comes
+from the visible phase alone. A backward that is the gradient of the student's own wrong
+forward keeps its points only where that forward is recognisably the op
+(:func:`own_forward_credit`). A function that times
 out or ends its process loses only its own remaining cases (and a forward its backward's,
 which need its cache): the next case runs in a new process. A submission that cannot be read
 or loaded still gets every test, at 0 of its points. Test points are whole hundredths that
@@ -828,9 +833,11 @@ class _ItemGrader:
                             lines += more
                             draw.short = "" if draw.ok else "mask ignores rng"
                     if draw is None and not v.ok and v.short.endswith("wrong values"):
+                        near = self._near_miss(gc, v, names)
                         if tol == "float64":
                             lines += [f"  diagnosis: {s}" for s in self._forward_diagnoses(gc, v, names)]
-                        near = self._near_miss(gc, v, names)
+                        elif near:
+                            lines.append(f"  diagnosis: {near}")
                     slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
                     fwd_passed = v.ok and (draw is None or draw.ok)
                     short = v.short or ("" if draw is None or draw.ok else draw.short)
