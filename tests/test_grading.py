@@ -252,6 +252,198 @@ def test_wrong_dtype_and_in_place_changes_cost_only_the_slip_deduction(tmp_path)
     assert t.passed and t.deduction == 0.1 and "changed its input x in place" in t.output()
 
 
+def test_a_python_float_for_a_float32_case_costs_exactly_the_slip_deduction(tmp_path):
+    """dpo_loss_forward returning float(loss): right values in float64 where float32 belongs,
+    the same slip as a float64 array (it cost the whole test, 5.25 of 6, before)."""
+    path = _submission(tmp_path, "correct.py", replace={
+        "loss = np.asarray(losses.mean(), dtype=policy_chosen.dtype)": "loss = float(losses.mean())"})
+    report = grade(path, config={"float32_case": True, "slip_deduction": 0.1,
+                                 "functions": [{"name": "dpo_loss", "weight": 15}]})
+    assert all(t.passed for t in report.tests), [t.output() for t in report.tests if not t.passed]
+    f32 = [t for t in _tests(report, "dpo_loss_forward") if t.label.startswith("float32")]
+    assert len(f32) == 1 and f32[0].deduction == 0.1
+    assert "returned a Python float (that is float64); expected a value of dtype float32" in f32[0].output()
+    got, most = report.function_scores()["dpo_loss_forward"]
+    assert most == 6.0 and got == pytest.approx(most - f32[0].max_score + round(0.9 * f32[0].max_score, 2))
+    assert [t for t in report.tests if t.deduction] == f32         # nothing else is deducted
+
+
+# --- the own-forward credit: for real work only ------------------------------------------------
+
+HW1 = {"hidden_seed": 918273, "functions": [{"name": n, "weight": 10} for n in
+                                            ("softmax", "layernorm", "attention", "lora_linear", "dropout")]}
+
+
+def test_a_trivial_forward_with_its_exact_gradient_earns_at_most_a_tenth():
+    """gaming/trivial_pair.py computes no op (out = x + sum of the other inputs) with a backward
+    that is the exact gradient of that: consistent everywhere, and 27.34 of 50 under a credit
+    that did not ask whether the forward is the op. Now only what is right by itself counts
+    (dropout's identity cases: train=False, p = 0)."""
+    report = grade(FIXTURES / "gaming" / "trivial_pair.py", config=HW1)
+    assert report.max_score == 50 and report.score <= 5.0, report.function_scores()
+    assert not any(t.credit for t in report.tests)
+    refused = [t for t in report.tests if "not credited" in t.output()]
+    assert {t.function for t in refused} >= {"softmax_backward", "layernorm_backward",
+                                              "attention_backward", "lora_linear_backward"}
+    assert all(not t.passed for t in refused)
+    assert ("attention_backward agrees with your own attention_forward, but your attention_forward "
+            "is not recognisably attention on this case") in refused[0].output() or any(
+        "is not recognisably" in t.output() for t in refused)
+    hidden = [t for t in refused if t.hidden]
+    assert hidden, "hidden backwards are judged by the same rule"
+
+
+FORWARD_BUGS = [   # (fixture, op, its cases: the last one hidden, a credited case says, the forward's test says)
+    ("attention_scale_dk", "attention", [0, 1, 8], "the scores are divided by d_k instead of sqrt(d_k)",
+     "divided by d_k instead of sqrt(d_k)"),
+    ("lora_rank_din", "lora_linear", [0, 4, 6], "alpha/d_in (d_in = A.shape[0] = 5)", "r/d_in"),
+    ("dropout_keep_p", "dropout", [0, 1, 5], "scales the kept entries by 3.33333 = 1/p instead of 1/(1-p)",
+     "every kept entry is x * 3.33333"),
+]
+
+
+@pytest.mark.parametrize("bug, op, cases, credit, diagnosis", FORWARD_BUGS, ids=[b[0] for b in FORWARD_BUGS])
+def test_a_forward_only_bug_keeps_every_backward_point(tmp_path, bug, op, cases, credit, diagnosis):
+    """A student's own forward with one bug (a wrong default attention scale, LoRA's rank, the
+    dropout keep probability) and its right backward, in plain NumPy (forward_bugs/, appended
+    to independent/homework.py): the forward loses its points, the backward none, hidden
+    cases included (LoRA's and dropout's mask statistics cost backward points before)."""
+    path = tmp_path / "homework.py"
+    path.write_text((FIXTURES / "independent" / "homework.py").read_text() + "\n\n"
+                    + (FIXTURES / "forward_bugs" / f"{bug}.py").read_text())
+    report = grade(path, config={"hidden_seed": 918273, "functions": [{"name": op, "cases": cases}]})
+    assert [t.label.startswith("hidden: ") for t in _tests(report, f"{op}_backward")] == \
+        [False, False, False, True]
+    (f_got, f_most), (b_got, b_most) = (report.function_scores()[f"{op}_{fn}"]
+                                        for fn in ("forward", "backward"))
+    assert f_got <= f_most / 2 and b_got == b_most, report.function_scores()
+    credited = [t for t in _tests(report, f"{op}_backward") if t.credit]
+    assert credited and any(t.hidden for t in credited)
+    assert all(f"is {op} with one mistake the grader names" in t.credit for t in credited)
+    assert any(credit in t.credit for t in credited), credited[0].credit
+    assert any(diagnosis in t.output() for t in _tests(report, f"{op}_forward") if not t.passed)
+
+
+def test_the_credit_rule_names_a_near_miss_or_most_cases_and_nothing_else():
+    from numpytfmr.grading.cases import resolve
+    from numpytfmr.grading.grader import own_forward_credit
+    item = resolve("softmax")
+    assert "one mistake the grader names: a scale" in own_forward_credit(item, "a scale", 0, 5)
+    assert "matches the reference on 4 of 5 cases" in own_forward_credit(item, "", 4, 5)
+    assert own_forward_credit(item, "", 2, 4) is None and own_forward_credit(item, "", 0, 0) is None
+
+
+def test_a_near_miss_is_recognised_and_an_unrelated_forward_is_not():
+    from numpytfmr.grading.cases import make_graded_cases, resolve
+    from numpytfmr.grading.grader import recognised_forward
+    from numpytfmr.registry import bind
+    item = resolve("attention")
+    gc = make_graded_cases(item, seed=0, float32_case=False)[0]          # plain (2, 3, 7)
+    Q, K, V = gc.case.args
+    names = ["Q", "K", "V"]
+    expected = bind(item.spec.forward, gc.case.kwargs)(Q, K, V)[0]
+    scaled_dk = bind(item.spec.forward, dict(gc.case.kwargs, scale=1 / 7))(Q, K, V)[0]
+    assert "divided by d_k instead of sqrt(d_k)" in recognised_forward(item, gc, scaled_dk, expected, names)
+    assert "times -2" in recognised_forward(item, gc, -2 * expected, expected, names)
+    for unrelated in (Q + K.sum() + V.sum(), Q, Q + K + V, np.tanh(Q) @ np.swapaxes(K, -1, -2) @ V):
+        assert recognised_forward(item, gc, unrelated, expected, names) == ""
+
+
+# --- no hidden verdict reaches the student before the due date -----------------------------------
+
+def _student_view(report):
+    """What Gradescope shows a student before the due date: the top output and the visible tests."""
+    import re
+    results = report.gradescope()
+    output = re.sub(r"in \d+\.\d\d s", "in (seconds) s", results["output"])   # timing noise
+    return output, [(t["name"], t["score"], t["max_score"], t["status"], t["output"])
+                    for t in results["tests"] if t["visibility"] == "visible"]
+
+
+def test_no_hidden_verdict_reaches_what_a_student_sees_before_the_due_date(tmp_path, monkeypatch):
+    """hostile/hidden_probe.py ends its process on the grader's follow-up of a failed case (a
+    second call on one input) and, with a flag, on a hidden input (a predicate of it: 4-d Q);
+    another flag makes its backward wrong on the hidden cases. A failing hidden backward used to get its follow-up in
+    the hidden phase's process, so the always-visible line said "3 processes started" instead
+    of 2. Now every combination shows the student the same thing."""
+    config = {"float32_case": False, "hidden_seed": 4242,
+              "functions": [{"name": "attention", "cases": [0, 8, 9], "hidden": [8, 9]}]}
+    from numpytfmr.grading import grader as grading
+    views, reports, requests = {}, {}, {}
+    real_request = grading._ItemGrader.request
+
+    def logged(self, op, fn, *args, **kwargs):      # (process, request) in the order sent
+        answer = real_request(self, op, fn, *args, **kwargs)
+        sessions = log.setdefault("sessions", [])
+        if self.session not in sessions:
+            sessions.append(self.session)
+        log.setdefault("sent", []).append((sessions.index(self.session), op, fn))
+        return answer
+    monkeypatch.setattr(grading._ItemGrader, "request", logged)
+    for wrong, leave in ((False, False), (True, False), (False, True)):
+        log = requests[wrong, leave] = {}
+        folder = tmp_path / f"{wrong}-{leave}"
+        folder.mkdir()
+        path = _submission(folder, "correct.py", "hostile/hidden_probe.py", replace={
+            "WRONG_ON_HIDDEN = False": f"WRONG_ON_HIDDEN = {wrong}",
+            "EXIT_ON_HIDDEN_INPUT = False": f"EXIT_ON_HIDDEN_INPUT = {leave}"})
+        reports[wrong, leave] = report = grade(path, config=config)
+        views[wrong, leave] = _student_view(report)
+    hidden_backward = {k: [t.passed for t in r.tests if t.hidden and t.function == "attention_backward"]
+                       for k, r in reports.items()}
+    assert hidden_backward[False, False] == [True, True]        # the hidden verdicts differ...
+    assert hidden_backward[True, False] == [False, False]
+    assert not any(t.passed for t in reports[False, True].tests if t.hidden)
+    assert "could not finish" in _tests(reports[True, False], "attention_backward")[-1].output()
+    assert all(t.passed for r in reports.values() for t in r.tests if not t.hidden)
+    first = views[False, False]                                 # ...what the student sees does not
+    assert all(view == first for view in views.values()), [v[0] for v in views.values()]
+    assert "1 process started" in first[0] and "for loading and the visible tests" in first[0]
+    assert reports[True, False].processes > reports[False, False].processes   # (the full report's)
+    # the hidden phase's process (the second) gets the same requests whether its cases pass or
+    # fail; the follow-up of the failures goes to a third one
+    sent = {k: [(op, fn) for p, op, fn in log["sent"] if p == 1] for k, log in requests.items()}
+    assert sent[False, False] == sent[True, False] and len(sent[False, False]) == 4
+    assert any(p >= 2 and op in ("call", "sweep") for p, op, fn in requests[True, False]["sent"])
+    assert not any(p >= 2 for p, op, fn in requests[False, False]["sent"])
+
+
+# --- feedback that explains every point -------------------------------------------------------
+
+def test_feedback_names_every_deduction_and_credit_in_results_json_and_the_report(tmp_path):
+    import re
+    path = _submission(tmp_path, "correct.py", "bugs/softmax_float64.py", "bugs/attention_no_scale.py")
+    report = grade(path, config={"slip_deduction": 0.25,
+                                 "functions": [{"name": "softmax", "cases": [0]},
+                                               {"name": "attention", "cases": [0, 10]}]})
+    slipped = [t for t in report.tests if t.deduction]
+    credited = [t for t in report.tests if t.credit]
+    assert slipped and credited
+    for per_case in (False, True):
+        tests = report.gradescope(per_case=per_case)["tests"]
+        text = "\n".join(t["output"] for t in tests)
+        for line in text.splitlines():       # no bare "PASS ... (0.72/0.80)"
+            m = re.match(r"\s*PASS\s.*\((\d+\.\d\d)/(\d+\.\d\d)\)(.*)$", line)
+            if m and m.group(1) != m.group(2):
+                assert "for a contract slip: " in m.group(3), line
+        for t in slipped:
+            lost = round(t.max_score - t.score, 2)
+            assert "dtype float64; expected float32" in t.slips[0]
+            assert f"-{lost:.2f} points (25% of {t.max_score:.2f}) for a contract slip: {t.slips[0]}" in text
+        assert ("credited: attention_backward is the gradient of your own attention_forward (checked "
+                "by finite differences), and your attention_forward is attention with one mistake "
+                "the grader names: ") in text
+        assert "the 1/sqrt(d_k) scaling is missing" in text
+    function_tests = {t["name"]: t["output"] for t in report.gradescope()["tests"]}
+    for t in credited:                       # on the case's own line, not only in the details
+        assert any(line.strip().startswith(f"PASS  {t.label}  (") and "credited: " in line
+                   for line in function_tests[t.function].splitlines())
+    table = report.table()
+    assert "details of the failures, deductions and credits:" in table
+    assert all(f"credited: {t.credit}" in table for t in credited)
+    assert "for a contract slip: out: dtype float64" in table
+
+
 SLIPS = {   # student-style code with one contract slip each, and the function it costs
     "softmax_forward": ('''
 def softmax_forward(x, axis=-1):

@@ -142,7 +142,9 @@ def check_value(ret, expected, what, *, tol="float64", none_reason=""):
         wrong &= ~same_inf
         wrong |= np.isnan(g) & ~np.isnan(e)
     if not wrong.any():
-        if exp.dtype == np.float32 and got.dtype == np.float64 and ret.kind == "array":
+        if exp.dtype == np.float32 and got.dtype == np.float64 and ret.kind in ("array", "scalar",
+                                                                                "pyscalar"):
+            # right values in float64 (an array, np.float64 or a Python float): a slip
             return Verdict(True, "", [], g, e, wrong, slip=problems[0])
         ok = dtype_ok
         return Verdict(ok, "" if ok else f"{what}: wrong dtype", problems, g, e, wrong)
@@ -268,7 +270,7 @@ def forward_diagnoses(got, expected, forward, args, kwargs, names):
     return sentences + solved_options(got, expected, forward, args, kwargs, terms)
 
 
-def solved_options(got, expected, forward, args, kwargs, terms=None):
+def solved_options(got, expected, forward, args, kwargs, terms=None, tol="float64"):
     """For each numeric option v of the case: the value v' with forward(option=v') = got,
     when there is one (the output is taken as affine in the option, and v' is verified),
     as a sentence naming v'/v in the case's terms: ``alpha`` used where ``alpha/r``
@@ -297,7 +299,7 @@ def solved_options(got, expected, forward, args, kwargs, terms=None):
                                     dtype=np.float64)
         except Exception:  # noqa: BLE001 -- an option value the reference refuses: no match
             continue
-        if not _close(got, solved):
+        if not _close(got, solved, tol):
             continue
         label = terms.name_factor(ratio) if terms is not None else ""
         named = f" ({abs(ratio):.4g} = {label})" if label and ratio > 0 else ""

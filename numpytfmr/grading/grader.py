@@ -8,7 +8,12 @@ feedback says whether the forward or the backward is at fault. The submission ru
 separate, sandboxed processes (see :mod:`.channel` and child.py); everything is judged here.
 
 The visible cases of every item run first, in the process that loaded the submission; the
-hidden cases run afterwards in a fresh one (sandbox.py isolates each). A function that times
+hidden cases run afterwards in a fresh one (sandbox.py isolates each), and the finite-difference
+checks of failed hidden backwards after that, in a process of their own: the hidden phase's
+requests never depend on a hidden verdict, and what a student sees before the due date comes
+from the visible phase alone. A backward that is the gradient of the student's own wrong
+forward keeps its points only where that forward is recognisably the op
+(:func:`own_forward_credit`). A function that times
 out or ends its process loses only its own remaining cases (and a forward its backward's,
 which need its cache): the next case runs in a new process. A submission that cannot be read
 or loaded still gets every test, at 0 of its points. Test points are whole hundredths that
@@ -37,17 +42,19 @@ from ..registry import bind
 from .cases import (DEFAULTS, DRAWS, RNG_DRAWS, contract_names, input_names, items_from_config,
                     load_config, make_graded_cases, own_draw, resolve, rng_dependence)
 from .channel import ChildFailure, Submission, decode_value, encode_call
-from .compare import (check_value, diagnose_values, forward_diagnoses, matching_variants,
-                      nonfinite_sentence, option_variants, scaling_variants)
+from .compare import (_close, check_value, diagnose_values, forward_diagnoses, matching_variants,
+                      nonfinite_sentence, option_variants, scaling_variants, solved_options)
 from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
 from .sandbox import DESCRIPTION, choose as choose_isolation
 
-__all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points", "POINT_DECIMALS"]
+__all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points", "POINT_DECIMALS",
+           "own_forward_credit", "recognised_forward", "near_miss_candidates"]
 
 H = 1e-3                       # finite-difference step: check_gradients' default (five-point stencil)
 _REFINED = H * 0.0625          # the checker's refinement step h/16
 _MAX_CRASHES = 3               # process deaths in one function before its remaining cases are skipped
+_FULL_CHECK_ENTRIES = 1000     # float input entries above which the self-check goes by directions
 NUMERICAL_CALLS = 3            # forward calls inside one backward call that flag it for review
 POINT_DECIMALS = 2             # test points are whole multiples of 0.01
 
@@ -89,19 +96,37 @@ class TestResult:
     short: str = "not run"
     lines: list = field(default_factory=list)
     deduction: float = 0.0          # the share of max_score a contract slip costs a passed test
+    slips: list = field(default_factory=list)    # the contract slips behind the deduction
+    credit: str = ""                # the credit rule that passed it, in words (or "")
 
     @property
     def score(self):
         return round(self.max_score * (1 - self.deduction), POINT_DECIMALS) if self.passed else 0.0
 
-    def set(self, passed, short, lines=(), deduction=0.0):
+    def set(self, passed, short, lines=(), deduction=0.0, slips=(), credit=""):
         self.passed, self.short, self.lines = bool(passed), short, list(lines)
         self.deduction = deduction if passed else 0.0
+        self.slips = list(slips) if passed else []
+        self.credit = credit if passed else ""
+
+    def notes(self):
+        """Why a passed test has the points it has, when that is not simply "right": each
+        deduction (which slip, how many points) and the credit rule applied. [] otherwise."""
+        out = []
+        if self.passed and self.credit:
+            out.append(f"credited: {self.credit}")
+        if self.passed and self.deduction:
+            lost = round(self.max_score - self.score, POINT_DECIMALS)
+            what = "; ".join(self.slips) or "a contract slip"
+            out.append(f"-{lost:.2f} point{'' if lost == 1 else 's'} ({self.deduction:.0%} of "
+                       f"{self.max_score:.2f}) for a contract slip: {what}")
+        return out
 
     def output(self):
         head = ("PASS" + (f" ({self.short})" if self.short else "")) if self.passed \
             else f"FAIL: {self.short}"
-        return "\n".join([f"{self.function} on case '{self.label}': {head}"] + list(self.lines))
+        return "\n".join([f"{self.function} on case '{self.label}': {head}"] + self.notes()
+                         + list(self.lines))
 
 
 @dataclass
@@ -118,13 +143,31 @@ class Report:
     isolation: str = "none"        # how the submission's processes were isolated (sandbox.py)
     start_seconds: float = 0.0     # spent starting them (the isolation's cost)
     processes: int = 0             # how many were started
+    # The same figures for loading and the visible cases alone: what a student sees before the
+    # due date depends on nothing the hidden cases did (how many processes they needed, how
+    # long they took), so that no hidden verdict shows through them.
+    visible_processes: int = 0
+    visible_start_seconds: float = 0.0
+    visible_elapsed: float = 0.0
+
+    def _isolation_line(self, processes, seconds, what=""):
+        line = f"isolation: {DESCRIPTION[self.isolation]}"
+        if processes:
+            line += f"; {processes} process{'es' if processes > 1 else ''} started in {seconds:.2f} s{what}"
+        return line
 
     @property
     def isolation_line(self):
-        line = f"isolation: {DESCRIPTION[self.isolation]}"
-        if self.processes:
-            line += (f"; {self.processes} processes started in {self.start_seconds:.2f} s")
-        return line
+        """The line of the full report (hidden cases included)."""
+        return self._isolation_line(self.processes, self.start_seconds)
+
+    @property
+    def visible_isolation_line(self):
+        """The line students see before the due date: the visible cases' processes only."""
+        if self.visible_processes == self.processes or self.hidden_seed is None:
+            return self._isolation_line(self.processes, self.start_seconds)
+        return self._isolation_line(self.visible_processes, self.visible_start_seconds,
+                                    " for loading and the visible tests")
 
     @property
     def score(self):
@@ -170,7 +213,7 @@ class Report:
         per case instead. A submission that could not be read or loaded is one test, holding
         the reason once, at 0 of every point.
         """
-        out = [self.visible_summary(), self.isolation_line]
+        out = [self.visible_summary(), self.visible_isolation_line]
         if self.load_error:
             out.append(self.load_error)
         out += [f"warning: {w}" for w in self.warnings]
@@ -190,7 +233,9 @@ class Report:
         return {
             "score": self.score,
             "max_score": self.max_score,
-            "execution_time": round(self.elapsed, 2),
+            # the visible phase's time: the hidden phase's would tell how hidden cases went
+            "execution_time": round(self.visible_elapsed if self.hidden_seed is not None
+                                    else self.elapsed, 2),
             "output": "\n".join(out),
             "visibility": "visible",
             "stdout_visibility": "hidden",
@@ -199,7 +244,7 @@ class Report:
                            "hidden_cases": self.hidden_seed is not None,
                            "isolation": self.isolation, "start_seconds": round(self.start_seconds, 3),
                            "review": list(self.review),
-                           "processes": self.processes},
+                           "processes": self.processes, "seconds": round(self.elapsed, 2)},
         }
 
     def _function_tests(self):
@@ -214,13 +259,14 @@ class Report:
             n_ok = sum(t.passed for t in group)
             lines = [f"{function}: {n_ok} of {len(group)} {'hidden ' if hidden else ''}cases passed"]
             lines += [f"  {'PASS' if t.passed else 'FAIL'}  {t.label}  ({t.score:.2f}/{t.max_score:.2f})"
-                      + ("" if t.passed else f": {t.short}") for t in group]
+                      + (f": {t.short}" if not t.passed else
+                         f": {'; '.join(t.notes())}" if t.notes() else "") for t in group]
             seen = set()
-            for t in group:
-                if t.passed or not t.lines:
+            for t in group:       # failures, and passes with a deduction or a credit
+                if not t.lines or (t.passed and not t.notes()):
                     continue
                 body = "\n".join(t.lines)
-                lines += ["", f"case '{t.label}': {t.short}"]
+                lines += ["", f"case '{t.label}': " + (f"PASS ({t.short})" if t.passed else t.short)]
                 lines += ["  (same as above)"] if body in seen else ["  " + x for x in t.lines]
                 seen.add(body)
             tests.append({"name": f"{function} [hidden: {len(group)} case{'s' if len(group) > 1 else ''}]" if hidden else function,
@@ -248,19 +294,22 @@ class Report:
         for t in self.tests:
             label = t.label if len(t.label) <= w_case else t.label[:w_case - 3] + "..."
             pts = f"{t.score:.2f}/{t.max_score:.2f}"
-            res = "PASS" if t.passed else f"FAIL  {t.short}"
+            res = (f"PASS  {t.short}" if t.short else "PASS") if t.passed else f"FAIL  {t.short}"
             lines.append(f"{t.number:>6}  {t.function:<{w_fn}}  {label:<{w_case}}  {pts:>11}  {res}")
         if details:
             seen = set()
-            # "not implemented" and "not defined" say all there is in the table already
-            failed = [t for t in self.tests if not t.passed and t.lines
+            # "not implemented" and "not defined" say all there is in the table already; a
+            # passed test is detailed when a deduction or a credit changed its points
+            failed = [t for t in self.tests if (t.notes() if t.passed else t.lines)
                       and not (len(t.lines) == 1 and t.short in ("not implemented", "not defined"))]
             if failed:
-                lines += ["", "details of the failures:"]
+                lines += ["", "details of the failures, deductions and credits:"]
             for t in failed:
                 body = "\n".join(t.lines)
                 lines.append("")
-                lines.append(f"[{t.number}] {t.function} on case '{t.label}': {t.short}")
+                head = f"PASS ({t.short})" if t.passed else t.short
+                lines.append(f"[{t.number}] {t.function} on case '{t.label}': {head}")
+                lines += ["  " + n for n in t.notes()]
                 if body in seen:
                     lines.append("  (same as above)")
                     continue
@@ -481,6 +530,82 @@ def _plain_gradients(value, fn):
     return one(value)
 
 
+# --- the own-forward credit ----------------------------------------------------------------------
+
+@dataclass
+class _Claim:
+    """A backward test that failed against the reference gradient and may be the gradient of
+    the student's own forward: what :meth:`_ItemGrader.settle_claims` needs to decide."""
+    test: object
+    gc: object
+    names: list
+    fwd_passed: bool
+    near_miss: str                  # the forward's named near miss on this case, or ""
+    nontrivial: bool                # nonzero wherever the correct gradient is
+    short: str
+    lines: list
+    slips: list
+    check_lines: list = field(default_factory=list)
+    consistent: bool = False        # agrees with finite differences of the student's forward
+    checked: bool = False
+
+
+def own_forward_credit(item, near_miss, passed, graded):
+    """Why a backward that is the gradient of the student's own forward (wrong on this case)
+    keeps its points, in words; None when it does not.
+
+    The credit is for a forward that is recognisably the op: on this case a near miss the
+    grader can name (``near_miss``, see :func:`recognised_forward`: a scale, a rank, a keep
+    probability, an option, a known slip), or a forward that matches the reference on most of
+    the cases counted (``passed`` of ``graded``). Never for a forward unrelated to the op,
+    whose exact gradient any backward can be (``out = x + sum(others)``, ``dx = dout``).
+    """
+    if near_miss:
+        return f"your {item.functions[0]} is {item.name} with one mistake the grader names: {near_miss}"
+    if graded and 2 * passed > graded:
+        return (f"your {item.functions[0]} matches the reference on {passed} of {graded} cases "
+                "(most of them)")
+    return None
+
+
+def recognised_forward(item, gc, got, expected, names, seen_options=None):
+    """The near miss of the reference op that gives the output ``got`` on case ``gc``, in
+    words, or "": ``got`` equals the expected output times a constant (a scale, or a sign),
+    or the reference with one named change (:mod:`.mistakes`: a known slip; a factor from the
+    shapes on one input; an option left out, scaled or changed; a numeric option solved for).
+    Compared at the case's tolerance. An output unrelated to the op matches none of them."""
+    tol = "float32" if gc.dtype == "float32" else "float64"
+    got = np.asarray(got, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if got.shape != e.shape or not got.size or not np.isfinite(got).all() or not np.isfinite(e).all():
+        return ""
+    ee = float(np.vdot(e, e))
+    if ee > 0:
+        c = float(np.vdot(got, e)) / ee
+        if c != 0 and abs(c - 1) > 1e-9 and _close(got, c * e, tol):
+            return f"your output is the expected output times {c:.4g} (a scale, or a sign)"
+    found = matching_variants(got, near_miss_candidates(item, gc, names, seen_options), limit=1, tol=tol)
+    if found:
+        return found[0]
+    solved = solved_options(got, e, item.spec.forward, args=gc.case.args, kwargs=gc.case.kwargs, tol=tol)
+    return solved[0] if solved else ""
+
+
+def near_miss_candidates(item, gc, names, seen_options=None):
+    """The named variants of op ``item`` on case ``gc`` that :func:`recognised_forward` tries,
+    as ``(sentence, thunk)`` pairs (``thunk()`` is the variant's output): the known slips of
+    :mod:`.mistakes`, one input times a factor from the shapes, one option left out, scaled,
+    flipped or changed. (The self-check, which holds no reference, can be given their outputs.)"""
+    args, kwargs = gc.case.args, gc.case.kwargs
+
+    def ref(*a, **kw):
+        return bind(item.spec.forward, kw)(*a)
+    ndim = next((a.ndim for a in args if isinstance(a, np.ndarray)), None)
+    return (known_mistakes(item.name, ref, args, kwargs)
+            + scaling_variants(ref, args, kwargs, names)
+            + option_variants(ref, args, kwargs, seen_options, ndim))
+
+
 # --- grading one item -----------------------------------------------------------------------------
 
 class _ItemGrader:
@@ -498,6 +623,7 @@ class _ItemGrader:
         self.crashes = {}          # function -> process deaths while it ran
         self.skips = {}            # function -> why its remaining cases are not run
         self.tests = []
+        self.claims = []           # backward tests that may earn the own-forward credit
         self.seen_options = {}
         if item.kind == "op":
             for gc in cases:
@@ -532,8 +658,13 @@ class _ItemGrader:
         return session
 
     def request(self, op, fn, args, kwargs, deadline, *, dout=None, values=None, **extra):
-        """One request to the submission process; ChildFailure when it does not answer."""
+        """One request to the submission process; ChildFailure when it does not answer. Starting
+        a new process is the grader's time, not the submission's: the time limit then runs
+        from the moment it is ready."""
+        fresh = self.session is None or not self.session.alive
         session = self._ensure_session()
+        if fresh:
+            deadline = max(deadline, time.monotonic() + self.ctx["timeout"])
         arrays = {}
         meta = {"op": op, "fn": fn}
         if args is not None:
@@ -625,6 +756,8 @@ class _ItemGrader:
                     t.set(False, exc.short, exc.lines)
                 for fn in item.functions:
                     self.skips[fn] = "not run: " + exc.lines[0]
+        if not hidden and item.kind == "op":
+            self.settle_claims(False)
         return self.tests
 
     def _dout(self, out, gc):
@@ -657,7 +790,7 @@ class _ItemGrader:
         timeout = self.ctx["timeout"]
         deadline = time.monotonic() + timeout
         tol = gc.dtype
-        cache_id, out_ok, fwd_passed, draw = None, False, False, None
+        cache_id, out_ok, fwd_passed, draw, near = None, False, False, None, ""
 
         # --- forward ---------------------------------------------------------------------
         if fwd in defined:
@@ -688,12 +821,23 @@ class _ItemGrader:
                     lines = list(v.lines)
                     if draw is not None:
                         lines += draw.lines
-                        if draw.ok and v.ok and draw.mask is not None:
-                            draw.ok, more = self._draws_depend_on_rng(gc, draw.mask, deadline)
+                        near = draw.near_miss
+                    judged = draw is not None and draw.ok and v.ok and draw.mask is not None
+                    if judged or (gc.hidden and self._draw_statistics_case(gc)):
+                        # A hidden case asks for the more draws whatever its verdict, so that
+                        # the requests the submission sees tell it nothing of that verdict.
+                        more_ok, more = self._draws_depend_on_rng(
+                            gc, draw.mask if judged else None, deadline)
+                        if judged:
+                            draw.ok = more_ok
                             lines += more
                             draw.short = "" if draw.ok else "mask ignores rng"
-                    elif not v.ok and v.short.endswith("wrong values") and tol == "float64":
-                        lines += [f"  diagnosis: {s}" for s in self._forward_diagnoses(gc, v, names)]
+                    if draw is None and not v.ok and v.short.endswith("wrong values"):
+                        near = self._near_miss(gc, v, names)
+                        if tol == "float64":
+                            lines += [f"  diagnosis: {s}" for s in self._forward_diagnoses(gc, v, names)]
+                        elif near:
+                            lines.append(f"  diagnosis: {near}")
                     slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
                     fwd_passed = v.ok and (draw is None or draw.ok)
                     short = v.short or ("" if draw is None or draw.ok else draw.short)
@@ -712,6 +856,7 @@ class _ItemGrader:
                 bwd_t.set(False, "not run", [f"not run: {fwd} is not defined, and {bwd} needs the cache "
                                              "it returns"])
             return
+        deadline = time.monotonic() + timeout     # the grader's own judging is not the student's time
         try:
             ans, arrays = self.request("backward", bwd, None, None, deadline, cache_id=cache_id, dout=dout)
         except ChildFailure as f:
@@ -733,27 +878,101 @@ class _ItemGrader:
         passed = all(verdicts) and bool(verdicts)
         short = "; ".join(dict.fromkeys(shorts))
         if not passed and comparable and out_ok and gc.case.check:
-            check_lines, consistent = self._self_check(gc, names, fwd_passed, deadline)
-            if consistent and not fwd_passed and _nontrivial(value, ref_grads):
-                # the CS231n way: a backward right for the student's own forward keeps its points
-                passed, short = True, "consistent with your own forward"
-                lines = [f"credited: {bwd} is the gradient of your own {fwd} (checked by finite "
-                         f"differences), so it keeps its points; {fwd}'s own test says what is "
-                         "wrong there. For reference, against the correct gradient:"] + lines
-            lines += check_lines
+            # The CS231n way: a backward right for the student's own forward may keep its
+            # points (see own_forward_credit). Visible cases are checked here; a hidden case's
+            # check runs after the hidden phase, in a process of its own (grade), so that the
+            # requests of the hidden phase do not depend on any hidden verdict.
+            claim = _Claim(bwd_t, gc, names, fwd_passed, near, _nontrivial(value, ref_grads),
+                           short, lines, slips)
+            if not gc.hidden:
+                claim.check_lines, claim.consistent = self._self_check(gc, names, fwd_passed, deadline)
+                claim.checked = True
+            self.claims.append(claim)
+            lines = lines + claim.check_lines
         self._verdict(bwd_t, passed, short, lines, slips)
 
-    def _verdict(self, t, passed, short, lines, slips):
+    def _verdict(self, t, passed, short, lines, slips, credit=""):
         """Set test ``t``. Right values with contract slips (an input changed in place, a
         1-tuple for a bare array, a float64 result for float32 input) pass, less the
-        configured deduction; the feedback names each slip."""
+        configured deduction; the feedback names each slip. ``credit``: the rule that passes
+        a test whose values differ from the reference's, in words."""
         slips = list(dict.fromkeys(slips))
         if passed and slips:
             d = self.ctx["slip_deduction"]
-            t.set(True, f"contract slip, -{d:.0%}" if d else "contract slip", lines + [
-                f"slip (costs {d:.0%} of this test's points): {s}" for s in slips], deduction=d)
+            short = f"{short}; contract slip, -{d:.0%}" if short else \
+                (f"contract slip, -{d:.0%}" if d else "contract slip")
+            t.set(True, short, lines + [
+                f"slip (costs {d:.0%} of this test's points): {s}" for s in slips], deduction=d,
+                slips=slips, credit=credit)
         else:
-            t.set(passed, short or ("contract slip" if slips else ""), lines + slips)
+            t.set(passed, short or ("contract slip" if slips else ""), lines + slips, credit=credit)
+
+    # -- the own-forward credit ----------------------------------------------------------------
+
+    def settle_claims(self, hidden):
+        """Decide the own-forward credit of the phase's backward tests (see
+        :func:`own_forward_credit`), once every forward verdict the rule counts is known: the
+        visible cases' for a visible test (no hidden verdict reaches a visible score), every
+        case's for a hidden one. Hidden claims are checked against finite differences first,
+        in the process of the diagnoses (see :func:`grade`)."""
+        fwd, bwd = self.item.functions
+        forward_tests = [t for t in self.tests if t.function == fwd and (hidden or not t.hidden)
+                         and t.short not in ("not run", "not defined", "submission not loaded")]
+        passed = sum(t.passed for t in forward_tests)
+        for claim in [c for c in self.claims if c.gc.hidden == hidden]:
+            self.claims.remove(claim)
+            if not claim.checked:
+                if fwd in self.skips or bwd in self.skips:
+                    claim.check_lines = [f"check of {bwd} against finite differences of your own "
+                                         f"{fwd}: not run ({(self.skips.get(fwd) or self.skips[bwd])[9:]})"]
+                else:
+                    deadline = time.monotonic() + self.ctx["timeout"]
+                    try:
+                        claim.check_lines, claim.consistent = self._self_check(
+                            claim.gc, claim.names, claim.fwd_passed, deadline)
+                    except StudentError as exc:
+                        claim.check_lines = [f"check of {bwd} against finite differences of your "
+                                             f"own {fwd}: could not run --"] + ["  " + x for x in exc.lines]
+                claim.checked = True
+            lines = claim.lines + claim.check_lines
+            if not claim.consistent or claim.fwd_passed:
+                self._verdict(claim.test, False, claim.short, lines, claim.slips)
+                continue
+            why = own_forward_credit(self.item, claim.near_miss, passed, len(forward_tests))
+            if why is not None and claim.nontrivial:
+                credit = (f"{bwd} is the gradient of your own {fwd} (checked by finite differences), "
+                          f"and {why}: so it keeps its points; {fwd}'s own test costs the mistake")
+                self._verdict(claim.test, True, "consistent with your own forward",
+                              ["For reference, against the correct gradient:"] + lines,
+                              claim.slips, credit=credit)
+                continue
+            reason = ("it is nonzero only where the correct gradient is zero: a forward and a "
+                      "backward that both ignore an input earn nothing for it"
+                      if why is not None else
+                      f"your {fwd} is not recognisably {self.item.name} on this case: no near miss "
+                      f"the grader can name (a scale, a factor, an option, a known slip) gives its "
+                      f"output, and it matches the reference on {passed} of {len(forward_tests)} "
+                      "cases")
+            self._verdict(claim.test, False, claim.short, lines + [
+                f"not credited: {bwd} agrees with your own {fwd}, but {reason}; so it is graded "
+                "against the correct gradient"], claim.slips)
+
+    def _near_miss(self, gc, v, names):
+        """The near miss that gives a wrong forward output on this case, in words, or "" (see
+        :func:`recognised_forward`)."""
+        if self.item.kind != "op":
+            return ""
+        return recognised_forward(self.item, gc, v.got, v.expected, names, self.seen_options)
+
+    def _draw_statistics_case(self, gc):
+        """Whether a case of a random op is one whose mask is drawn again from other generators
+        (the larger cases, with an integer seed): decided by the case alone."""
+        kwargs = gc.case.kwargs
+        if self.item.name not in DRAWS or not isinstance(kwargs.get("rng"), int):
+            return False
+        p = kwargs.get(DRAWS[self.item.name][1], 0.0) or 0.0
+        return bool(p) and kwargs.get("train", True) and \
+            np.count_nonzero(np.asarray(gc.case.args[0])) >= 200
 
     def _review(self, line):
         if line not in self.ctx["review"]:
@@ -764,17 +983,21 @@ class _ItemGrader:
         independent Bernoulli draws do (cases.rng_dependence). Only for the larger cases."""
         fwd = self.item.functions[0]
         args, kwargs = gc.case.args, gc.case.kwargs
-        if np.count_nonzero(np.asarray(args[0])) < 200 or not isinstance(kwargs.get("rng"), int):
+        if not self._draw_statistics_case(gc):
             return True, []
         reader = DRAWS[self.item.name][0]
-        masks = [mask]
+        answers = []
         for j in range(1, RNG_DRAWS + 1):
             try:
-                ans, arrays = self.request("call", fwd, args, dict(kwargs, rng=kwargs["rng"] + 7919 * j),
-                                           deadline, pair=True, keep=False)
+                answers.append(self.request("call", fwd, args, dict(kwargs, rng=kwargs["rng"] + 7919 * j),
+                                            deadline, pair=True, keep=False))
             except ChildFailure as f:
                 self._lost(f, fwd, gc.label)
                 return True, []
+        if mask is None:
+            return True, []
+        masks = [mask]
+        for ans, arrays in answers:
             value = decode_value(ans.get("value"), arrays) if ans.get("ok") and not ans.get("not_pair") else None
             got = getattr(value, "array", None)
             if got is None or np.shape(got) != np.shape(mask):
@@ -892,10 +1115,14 @@ class _ItemGrader:
             args = tuple(a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype == np.float32
                          else a for a in args)
         proxy = _StudentOp(self, fwd, bwd, gc.case.kwargs, deadline)
+        # every entry of a small case; random directions (and a few entries) of a large one,
+        # whose entry-by-entry sweep would outlast the time limit
+        size = sum(a.size for a in args if isinstance(a, np.ndarray) and a.dtype.kind == "f")
+        mode = "directional" if size > _FULL_CHECK_ENTRIES else self.item.spec.mode
         try:
             with np.errstate(all="ignore"):
                 res = check_gradients(proxy.forward, proxy.backward, args, h=H, seed=gc.index,
-                                      mode=self.item.spec.mode, names=names)
+                                      mode=mode, names=names)
         except StudentError as exc:
             return [f"{head}: could not run --"] + ["  " + line for line in exc.lines], False
         except ChildFailure as f:
@@ -1147,16 +1374,26 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     graders = [_ItemGrader(ctx, item, k, make_graded_cases(
         item, seed=s["seed"], hidden_seed=s["hidden_seed"], float32_case=bool(s["float32_case"])))
         for k, item in enumerate(items, start=1)]
+    visible = None
     try:
         # Every visible case first, in the process that loaded the submission; then the hidden
         # ones in a fresh process, so no process that saw a hidden input answers a visible
         # test. Within a phase the items share the process; a new one starts after any failure.
+        # Then the diagnoses of hidden backwards (finite differences of the student's own
+        # forward, for the own-forward credit) in a process of their own: the hidden phase's
+        # requests are the same whatever its verdicts, and nothing a student sees before the
+        # due date (the visible tests, the figures of the visible phase) depends on either.
         for hidden in (False, True):
             for grader in graders:
                 grader.run(hidden)
             if ctx["session"] is not None:
                 ctx["session"].close()
                 ctx["session"] = None
+            if not hidden:
+                visible = (len(start_seconds), math.fsum(start_seconds), time.monotonic() - start)
+        for grader in graders:
+            if grader.item.kind == "op":
+                grader.settle_claims(True)
     finally:
         if ctx["session"] is not None:
             ctx["session"].close()
@@ -1168,7 +1405,8 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     return Report(submission=label, tests=tests, seed=s["seed"], hidden_seed=s["hidden_seed"],
                   elapsed=time.monotonic() - start, warnings=warnings, load_error=load_error,
                   review=ctx["review"], isolation=isolation.mode, start_seconds=math.fsum(start_seconds),
-                  processes=len(start_seconds))
+                  processes=len(start_seconds), visible_processes=visible[0],
+                  visible_start_seconds=visible[1], visible_elapsed=visible[2])
 
 
 def _cell_warning(w):
