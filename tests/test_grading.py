@@ -976,3 +976,18 @@ def test_weights_per_function_and_one_function_of_a_pair(tmp_path, capsys):
     assert entry["weights"] == {"softmax_forward": 0.0, "softmax_backward": 6.0}
     assert main(["make-assignment", "softmax", "-o", str(tmp_path / "hw3"), "--weight",
                  "relu_backward=3"]) == 2
+
+
+def test_a_plain_function_s_wrong_output_is_recognised_as_the_op_it_computes():
+    """The grader's plain functions use the checker's recognition by behaviour: an output that
+    is a registered op's (here LayerNorm's, eps 1e-5, no gain or shift) is named; one that is
+    no op's gets no sentence."""
+    from numpytfmr.grading.grader import _recognised_op
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 6))
+    mu = x.mean(-1, keepdims=True)
+    normed = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    said = _recognised_op((x,), normed)
+    assert "layernorm" in said and "eps=1e-05" in said, said
+    assert _recognised_op((x,), x ** 3 + 0.5) == ""
+    assert _recognised_op((x, 3), normed) == ""          # a non-array input: not tried

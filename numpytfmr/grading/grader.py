@@ -606,6 +606,23 @@ def near_miss_candidates(item, gc, names, seen_options=None):
             + option_variants(ref, args, kwargs, seen_options, ndim))
 
 
+def _recognised_op(args, got):
+    """What a plain function's wrong output is, when it is a registered op (or close to one),
+    in words: the checker's recognition by behaviour (:func:`..checking.recognise.recognise`),
+    run on the case's inputs with the reference ops only; "" when no op fits."""
+    from ..checking.recognise import recognise
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    if len(arrays) != len(args):
+        return ""
+    try:
+        rec = recognise(None, args, np.asarray(got, dtype=np.float64))
+    except Exception:  # noqa: BLE001 -- a diagnosis is a hint; it never fails a grade
+        return ""
+    if rec is None:
+        return ""
+    return rec.difference() if rec.close else f"your function computes {rec.describe()}"
+
+
 # --- grading one item -----------------------------------------------------------------------------
 
 class _ItemGrader:
@@ -1176,6 +1193,9 @@ class _ItemGrader:
                     return (spec.reference(*a, **kw),)
                 sentences += matching_variants(
                     v.got, scaling_variants(ref, args, kwargs, names) + option_variants(ref, args, kwargs))
+                recognised = _recognised_op(args, v.got)
+                if recognised:
+                    sentences.insert(0, recognised)
             lines += [f"  diagnosis: {s}" for s in sentences]
         slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
         self._verdict(t, v.ok, v.short, lines, slips)
