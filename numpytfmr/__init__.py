@@ -10,7 +10,9 @@ cases), ``checking/`` (what ``check_gradients`` runs), ``run/`` (the command lin
 checkpoints, data, the benchmark), ``grading/`` (the autograder), ``site/`` (the reader) and
 ``fast/`` (fast code). ``import numpytfmr`` loads the reference only: the subpackages, and
 the few entry points of the machinery named in ``_ENTRY_POINTS`` below (``load_run``, ``train_bpe``,
-``BPETokenizer``, ``get_batch``, ``save_hf_checkpoint``, ...), load when first used.
+``BPETokenizer``, ``get_batch``, ``gpt_from_hf``, ``save_hf_checkpoint``, ...), load when first
+used; ``dir(numpytfmr)`` lists them. Every name of docs/contract.md resolves here
+(tests/test_package.py reads the contract's tables and checks each one).
 """
 import importlib as _importlib
 
@@ -50,6 +52,7 @@ _ENTRY_POINTS = {
     "get_batch": "numpytfmr.run.batches",
     "write_tokens": "numpytfmr.run.batches",
     "open_tokens": "numpytfmr.run.batches",
+    "gpt_from_hf": "numpytfmr.run.hf",                 # a fixed name of docs/contract.md
     "load_hf_checkpoint": "numpytfmr.run.hf",
     "save_hf_checkpoint": "numpytfmr.run.hf",
     # the built-in tasks and their evaluation, as the notebooks use them

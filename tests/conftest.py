@@ -1,6 +1,10 @@
 """Helpers shared by the model tests (test_blocks, test_gpt, test_encdec) and the attention
-tests (test_attention, test_mha, test_scoring)."""
+tests (test_attention, test_mha, test_scoring), and the time limits of every test (below)."""
+import time
+import types
+
 import numpy as np
+import pytest
 
 
 def well_conditioned(params, rng):
@@ -44,3 +48,53 @@ def mha_weights(rng, d_model, n_heads, n_kv_heads, d_head, *, biases=True, dtype
                                                  n_kv_heads * d_head, d_model)]
          if biases else [None] * 4)
     return [None if a is None else a.astype(dtype) for a in W + b]
+
+
+# --- time limits of the tests -----------------------------------------------------------------
+# The machine running the suite may be busy with other work (two cores shared by several
+# people, a CI runner), so no verdict may depend on how fast it runs.
+#
+# GRADING_TIMEOUT: the seconds per case (and for loading the submission) of a graded run
+# whose submission finishes. Far above what any case takes, so a loaded machine gives the
+# verdicts an idle one gives; nothing waits this long unless something is broken.
+GRADING_TIMEOUT = 120.0
+# HANG_TIMEOUT: the limit of the tests whose point is a hang (a loop at import or in a
+# function), which wait it out once per hang. It must also let a correct submission load and
+# run its cases on a loaded machine, so it is not 1 s.
+HANG_TIMEOUT = 5.0
+# COMMAND_TIMEOUT: how long a test waits for a command it runs in a subprocess before calling
+# it hung; a guard against a test that never ends, not a speed target.
+COMMAND_TIMEOUT = 600
+
+# Hypothesis: no per-example deadline and no "data generation too slow" health check, whose
+# verdicts follow the machine's load (each property test also says deadline=None itself).
+try:
+    from hypothesis import HealthCheck, settings as _hypothesis_settings
+except ImportError:                       # the test extra installs it
+    pass
+else:
+    _hypothesis_settings.register_profile(
+        "numpytfmr", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    _hypothesis_settings.load_profile("numpytfmr")
+
+
+@pytest.fixture(autouse=True)
+def generous_grading_timeout(monkeypatch):
+    """Every graded run of a test that sets no timeout of its own gets GRADING_TIMEOUT, not the
+    grader's default of 10 s per case: ``grade()`` and ``numpytfmr grade`` without
+    ``--timeout`` or a config that names one, and the grading.json that ``make_assignment()``
+    writes (run in-process or by a command the test starts). A test that passes a timeout
+    keeps it; the default itself is checked where it is documented, not relied on here."""
+    from numpytfmr.grading import cases, skeleton
+    monkeypatch.setitem(cases.DEFAULTS, "timeout", GRADING_TIMEOUT)
+    monkeypatch.setitem(skeleton.make_assignment.__kwdefaults__, "timeout", GRADING_TIMEOUT)
+
+
+def budget_in_cpu_seconds(monkeypatch, module):
+    """Make the time budget of a training command (``--minutes``, read through ``module.time``)
+    count this process's CPU seconds instead of the wall clock's, so that a run with a budget
+    of a few seconds plans and trains the same on a machine busy with other work. Only
+    ``module`` sees the change; the rest of the process keeps the real clock."""
+    clock = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("__")})
+    clock.perf_counter = time.process_time
+    monkeypatch.setattr(module, "time", clock)

@@ -111,10 +111,10 @@ def test_memmap_of_a_large_sparse_file_is_not_read_whole(tmp_path):
     if os.stat(path).st_blocks * 512 > 2 ** 24:
         pytest.skip("this file system does not store sparse files")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    start = time.perf_counter()
+    start = time.process_time()           # CPU seconds: other work on the machine does not count
     tokens = open_tokens(path)
     x, y = get_batch(tokens, 64, 256, rng=np.random.default_rng(0))
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     assert x.shape == (64, 256) and x.dtype == np.int64
     assert seconds < 2.0 and grown < 2 ** 27, (seconds, grown)

@@ -199,22 +199,53 @@ def test_bad_option_is_a_usage_error(capsys):
     assert "--threads" in capsys.readouterr().err
 
 
+def _own_kernel_set():
+    """The kernel set OpenBLAS picks for this processor by itself: what a fresh process
+    without OPENBLAS_CORETYPE runs (this process may run another, set by its environment)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1])]
+                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    proc = subprocess.run([sys.executable, "-c", "from numpytfmr.run.blas import blas_info; "
+                           "print(blas_info()['architecture'])"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.skip("OpenBLAS does not start on this processor without OPENBLAS_CORETYPE "
+                    f"(exit {proc.returncode}); nothing to compare")
+    return proc.stdout.strip().splitlines()[-1]
+
+
 def test_kernel_set_experiment_runs_each_set_in_a_fresh_process():
     """``bench_blas_coretype``: OpenBLAS's own pick against OPENBLAS_CORETYPE, each in its own
-    process (the variable only counts when NumPy loads); this process is left as it was."""
-    from numpytfmr.run.bench import AVX512_SETS, bench_blas_coretype
+    process (the variable only counts when NumPy loads); this process is left as it was.
+
+    What holds whatever the processor, the BLAS build and the environment: "auto" compares
+    against the AVX2 set exactly where this process runs an AVX-512 set; a set asked for is
+    the set that runs; the other side is OpenBLAS's own pick (a process without the
+    variable), which is this process's set only where OPENBLAS_CORETYPE is unset. No timing
+    is compared: the two processes may run on a machine busy with other work."""
+    from numpytfmr.run.bench import AVX2_SET, AVX512_SETS, bench_blas_coretype
     from numpytfmr.run.blas import blas_info
     before = blas_info()
     out = bench_blas_coretype(bench.QUICK_MODEL, coretype="auto", threads=1, repeat=1, rounds=1)
     if before["architecture"] in AVX512_SETS:
-        assert out["coretype"] == out["coretype_ran"] == "Haswell"
-        assert out["openblas_choice"] == before["architecture"]
+        assert out["coretype"] == out["coretype_ran"] == AVX2_SET
+        assert out["openblas_choice"] == _own_kernel_set()
         assert out["ratio"] == pytest.approx(out["seconds"]["coretype"] / out["seconds"]["openblas"])
-        assert 0.2 < out["ratio"] < 5                  # the same step, another kernel set
+        assert out["ratio"] > 0 and all(t > 0 for t in out["seconds"].values())
     else:
         assert out["coretype"] is None and "no other kernel set" in out["note"]
+        assert out["openblas_choice"] == before["architecture"]
     assert blas_info() == before
-    if before["library"] == "openblas":               # an explicit set runs where asked
-        forced = bench_blas_coretype(bench.QUICK_MODEL, coretype=before["architecture"],
-                                     threads=1, repeat=1, rounds=1)
-        assert forced["coretype_ran"] == forced["openblas_choice"] == before["architecture"]
+    if before["library"] != "openblas":
+        pytest.skip(f"NumPy's BLAS is {before['library'] or 'unknown (no threadpoolctl)'}, "
+                    "not OpenBLAS: no kernel set to ask for")
+    # an explicit set runs where asked; the other process runs OpenBLAS's own pick
+    forced = bench_blas_coretype(bench.QUICK_MODEL, coretype=before["architecture"],
+                                 threads=1, repeat=1, rounds=1)
+    assert forced["coretype_ran"] == before["architecture"]
+    assert forced["openblas_choice"] == _own_kernel_set()
+    assert blas_info() == before

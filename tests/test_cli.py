@@ -2,6 +2,7 @@
 import subprocess
 import sys
 
+from conftest import COMMAND_TIMEOUT
 from numpytfmr.run.cli import main
 
 
@@ -31,12 +32,13 @@ def test_check_fails_on_a_broken_backward(monkeypatch, capsys):
 
 def test_python_dash_m_is_the_same_program():
     proc = subprocess.run([sys.executable, "-m", "numpytfmr", "check", "--op", "relu"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert "relu" in proc.stdout
 
 
 def test_no_command_prints_help():
-    proc = subprocess.run([sys.executable, "-m", "numpytfmr"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "numpytfmr"], capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT)
     assert proc.returncode == 2
     assert "check" in proc.stdout

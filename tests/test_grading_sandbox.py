@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import numpytfmr
+from conftest import COMMAND_TIMEOUT, GRADING_TIMEOUT
 from numpytfmr.grading import grade, make_assignment
 from numpytfmr.grading.sandbox import Isolation
 
@@ -46,7 +47,7 @@ def _config(folder):
     folder.mkdir()
     path = folder / "grading.json"
     path.write_text(json.dumps({"assignment": "homework", "seed": 0, "hidden_seed": None,
-                                "timeout": 5, "float32_case": False,
+                                "timeout": GRADING_TIMEOUT, "float32_case": False,
                                 "functions": [{"name": op, "cases": [0]} for op in OPS]}))
     return path
 
@@ -179,7 +180,7 @@ def test_gradescope_setup_installs_bubblewrap_pins_numpy_and_checks_the_sandbox(
 
 def test_the_sandbox_check_says_how_submissions_are_isolated(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "numpytfmr.grading", "--check"], capture_output=True,
-                          text=True, timeout=120, cwd=os.path.dirname(PACKAGE))
+                          text=True, timeout=COMMAND_TIMEOUT, cwd=os.path.dirname(PACKAGE))
     from numpytfmr.grading.sandbox import bubblewrap_problem
     if bubblewrap_problem() is None:
         assert proc.returncode == 0 and "bubblewrap sandbox" in proc.stdout, proc.stderr

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import budget_in_cpu_seconds
 from numpytfmr import fast
 from numpytfmr.gpt import GPTConfig, generate, init_gpt
 from numpytfmr.run import pretrain as pt
@@ -285,7 +286,8 @@ def test_command_writes_the_summary_and_refuses_an_existing_run(text, tmp_path, 
 def test_no_arguments_trains_on_the_default_corpus_for_the_default_minutes(text, tmp_path,
                                                                             monkeypatch, capsys):
     """``numpytfmr pretrain`` alone: the default corpus, the default budget (both made small
-    here), steps planned from the measured speed."""
+    here), steps planned from the measured speed (in CPU seconds: the budget is small)."""
+    budget_in_cpu_seconds(monkeypatch, pt)
     monkeypatch.setattr(pt, "default_corpus", lambda: text)
     monkeypatch.setitem(pt.PRETRAIN_DEFAULTS, "minutes", 0.05)
     monkeypatch.setitem(pt.PRETRAIN_DEFAULTS, "vocab_size", 300)
@@ -518,7 +520,8 @@ def test_the_budget_is_re_planned_from_the_measured_speed(monkeypatch):
     assert new.steps == 20 + int((60.0 - 25.0 - finish) / per_step)
 
 
-def test_a_budgeted_run_records_its_plan(text):
+def test_a_budgeted_run_records_its_plan(text, monkeypatch):
+    budget_in_cpu_seconds(monkeypatch, pt)         # 1.8 s, whatever else the machine runs
     _, s = run(text, minutes=0.03, n_samples=0, baselines=False)
     assert s["minutes"] == 0.03 and s["settings"]["minutes"] == 0.03
     assert s["steps"] >= 1 and s["evals"][-1]["step"] == s["steps"]

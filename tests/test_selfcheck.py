@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import COMMAND_TIMEOUT
 from numpytfmr.grading import grade, make_assignment
 from numpytfmr.grading.cases import make_graded_cases, resolve
 
@@ -41,7 +42,7 @@ def _check(paths, submission, tmp_path, *extra):
     out = tmp_path / f"{pathlib.Path(submission).stem}.json"
     proc = subprocess.run([sys.executable, "-I", "-c", _NO_NUMPYTFMR, paths["check"], str(submission),
                            "--json", str(out), *extra], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=COMMAND_TIMEOUT)
     return proc, (json.loads(out.read_text()) if out.exists() else None)
 
 
@@ -173,7 +174,8 @@ def test_check_py_says_what_is_wrong_with_the_students_own_functions(assignment,
 
 def test_check_py_runs_where_numpytfmr_cannot_be_imported(assignment, tmp_path):
     proc = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.modules['numpytfmr'] = None; "
-                           "import numpytfmr"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+                           "import numpytfmr"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT)
     assert proc.returncode != 0 and "numpytfmr" in proc.stderr
     _, paths = assignment
     proc, verdicts = _check(paths, _submission(tmp_path, "selfcheck/correct.py"), tmp_path,

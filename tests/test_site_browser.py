@@ -40,7 +40,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 class Browser:
     """A headless Chromium and one page, driven over the DevTools protocol on a pipe."""
 
-    def __init__(self, executable, timeout=30.0):
+    def __init__(self, executable, timeout=120.0):     # generous: the machine may be busy
         self.timeout = timeout
         self.profile = tempfile.mkdtemp(prefix="numpytfmr-chromium-")
         to_chrome_r, to_chrome_w = os.pipe()

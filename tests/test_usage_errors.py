@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from conftest import COMMAND_TIMEOUT
 from numpytfmr.run.cli import main
 
 TINY = ["--steps", "2", "--batch-size", "8", "--d-model", "16", "--n-layers", "1", "--n-heads",
@@ -245,7 +246,7 @@ def test_a_failing_check_is_still_status_1(monkeypatch, capsys):
 ])
 def test_the_installed_program_exits_2_with_one_line(argv, message):
     proc = subprocess.run([sys.executable, "-m", "numpytfmr", *argv], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=COMMAND_TIMEOUT)
     assert proc.returncode == 2
     assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
