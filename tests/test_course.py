@@ -52,10 +52,15 @@ def test_gradescope_metadata_gives_names_ids_emails_and_times(tmp_path):
     assert group.name == "Grace O'Hopper; Alan Turing" and group.sid == "1002; 1003"
     assert group.created_at == dt.datetime(2026, 11, 22, 13, tzinfo=UTC)
     assert meta["submission_1004"].created_at is None and meta["submission_1004"].sid == ""
-    # a submission's own submission_metadata.json (the autograder's layout) works too
-    (subs / "bob" / "submission_metadata.json").write_text(
-        '{"created_at": "2026-11-21T09:30:00.5+01:00", "users": [{"name": "Bob B", "email": "b@x"}]}')
-    bob = c.read_metadata(subs)["bob"]
+    # a submission's own submission_metadata.json was written by the student: never read
+    entry = '{"created_at": "2026-11-21T09:30:00.5+01:00", "users": [{"name": "Bob B", "email": "b@x"}]}'
+    (subs / "bob" / "submission_metadata.json").write_text(entry)
+    assert "bob" not in c.read_metadata(subs)
+    assert c.student_metadata(str(subs / "bob")) == ["submission_metadata.json"]
+    # the same layout in a file the instructor names (grade --metadata FILE.json) is read
+    named = tmp_path / "meta.json"
+    named.write_text('{"bob": ' + entry + '}')
+    bob = c.read_metadata_file(named)["bob"]
     assert bob.name == "Bob B" and bob.created_at == dt.datetime(2026, 11, 21, 8, 30, 0, 500000, tzinfo=UTC)
     (subs / "submission_metadata.yml").write_text("  :submitters:\n")
     with pytest.raises(ValueError, match="submission_metadata.yml, line 1"):
@@ -77,14 +82,17 @@ def test_a_roster_maps_files_to_students_and_wins_over_metadata(tmp_path):
         c.read_roster(tmp_path / "bad.csv")
 
 
-def test_submission_time_is_created_at_else_the_files_mtime(tmp_path):
+def test_submission_time_is_created_at_and_file_times_only_when_asked(tmp_path):
     subs, submissions = _class(tmp_path)
     people = c.identities(submissions, c.read_metadata(subs))
     when, source = c.submission_time(str(subs / "submission_1001"), people["submission_1001"])
     assert source == "created_at in submission_metadata.yml" and when.year == 2026
     os.utime(subs / "bob" / "homework.py", (1_700_000_000, 1_700_000_000))
-    when, source = c.submission_time(str(subs / "bob"), people["bob"])
-    assert source == "file mtime" and when == dt.datetime.fromtimestamp(1_700_000_000, UTC)
+    # a file's time is the student's to set: not a submission time unless the instructor asks
+    assert c.submission_time(str(subs / "bob"), people["bob"]) == (None, "no submission time")
+    when, source = c.submission_time(str(subs / "bob"), people["bob"], from_mtime=True)
+    assert source == "file mtime (--late-from-mtime)"
+    assert when == dt.datetime.fromtimestamp(1_700_000_000, UTC)
 
 
 @pytest.mark.parametrize("late, submitted, units, percent", [
@@ -182,6 +190,6 @@ def test_hand_edits_of_the_grades_csv_are_found_and_turned_into_overrides():
     edits = c.csv_edits(written, current, ["relu_forward"])
     assert edits == [("bob", "total", "5.00", "7.00"), ("bob", "relu_forward", "2.00", "4.00")]
     text = c.edits_as_overrides(edits)
-    assert text.splitlines()[0] == "student,function,score,reason"
+    assert text.splitlines()[0] == "student,function,score,reason,fingerprint"
     assert "bob,total,7.00,edited in the grades CSV (was 5.00)" in text
     assert c.csv_edits(written, written, ["relu_forward"]) == []
