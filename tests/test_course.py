@@ -193,3 +193,61 @@ def test_hand_edits_of_the_grades_csv_are_found_and_turned_into_overrides():
     assert text.splitlines()[0] == "student,function,score,reason,fingerprint"
     assert "bob,total,7.00,edited in the grades CSV (was 5.00)" in text
     assert c.csv_edits(written, written, ["relu_forward"]) == []
+
+
+def test_any_number_of_overrides_per_student_and_stale_ones_are_listed(tmp_path):
+    subs, submissions = _class(tmp_path)
+    fns = ["relu_forward", "relu_backward"]
+    first, second = tmp_path / "ov.csv", tmp_path / "more.csv"
+    first.write_text("student,function,score,reason\nbob,relu_backward,1,TA regrade\n"
+                     "bob,total,5,extension\nbob,relu_forward,2,first look\n")
+    second.write_text("student,function,score,reason\nbob,relu_forward,3,second look\n")
+    record = tmp_path / "results" / ".override-fingerprints.json"
+    course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[first, second],
+                            record=record)
+    assert [(o.function, o.score) for o in course.overrides["bob"]] == [
+        ("relu_backward", 1.0), ("total", 5.0), ("relu_forward", 3.0)]
+    assert course.warnings == [f"--overrides {str(second)!r}, line 2 replaces --overrides "
+                               f"{str(first)!r}, line 4 (bob, relu_forward)"]
+    row = {"student": "bob", "score": 10.0, "max_score": 10.0, "status": "graded",
+           "functions": {"relu_forward": 4.0, "relu_backward": 6.0}}
+    assert course.apply(row)["score"] == 5.0 and not course.stale
+    # bob resubmits: every override written for the old submission is stale, none applied
+    before = course.fingerprints["bob"]
+    (subs / "bob" / "homework.py").write_text("x = 2\n")
+    course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[first, second],
+                            record=record)
+    now = course.fingerprints["bob"]
+    assert now != before and not course.overrides
+    assert [(s.override.function, s.written, s.now) for s in course.stale] == [
+        ("relu_backward", before, now), ("total", before, now), ("relu_forward", before, now)]
+    out = course.apply(row)
+    assert out["score"] == 10.0 and out["overrides"].startswith(
+        f"STALE, not applied: relu_backward=1 (TA regrade): written for submission {before}, now {now}")
+    assert any("stale override, not applied" in w and now in w for w in course.warnings)
+    # a fingerprint column written for the new submission makes it apply again
+    second.write_text(f"student,function,score,reason,fingerprint\nbob,total,4,regraded,{now}\n")
+    course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[second], record=record)
+    assert course.apply(row)["score"] == 4.0 and not course.stale
+    second.write_text("student,function,score,reason,fingerprint\nbob,total,4,regraded,xyz\n")
+    with pytest.raises(ValueError, match="line 2: fingerprint 'xyz'"):
+        c.build_course(submissions, fns, overrides=[second])
+
+
+def test_a_roster_can_give_groups_and_submission_times(tmp_path):
+    subs, submissions = _class(tmp_path)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("file,name,sid,email,submitted_at\nbob,Bob B,77,b@x,2026-11-21T10:00:00Z\n"
+                      "bob,Eve E,78,e@x,\n")
+    course = c.build_course(submissions, ["relu_forward"], metadata_dir=str(subs), roster=roster,
+                            late={"due": "2026-11-21T00:00:00Z", "penalty_percent": 10})
+    assert course.times["bob"] == (dt.datetime(2026, 11, 21, 10, tzinfo=UTC), "created_at in roster.csv")
+    row = course.apply({"student": "bob", "score": 10.0, "max_score": 10.0, "status": "graded",
+                        "functions": {"relu_forward": 10.0}})
+    assert row["score"] == 9.0
+    assert [(r["name"], r["sid"]) for r in c.member_rows(row)] == [("Bob B", "77"), ("Eve E", "78")]
+    # submission_1004 has metadata without a time: no late penalty, and the CSV says so
+    none = course.apply({"student": "submission_1004", "score": 10.0, "max_score": 10.0,
+                         "status": "graded", "functions": {"relu_forward": 10.0}})
+    assert none["score"] == 10.0 and none["late"] == "no submission time"
+    assert none["submitted_from"] == "no submission time"

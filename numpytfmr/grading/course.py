@@ -54,10 +54,14 @@ _TODO_REASON = ": give the reason"
 def safe_cell(value):
     """A CSV cell a spreadsheet shows as text: a string starting with ``=``, ``+``, ``-``, ``@``,
     a tab or a carriage return gets a leading single quote (OWASP's rule against CSV
-    injection). Numbers are left alone."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
+    injection), and carriage returns inside it become line feeds (which the csv module quotes).
+    Numbers are left alone."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(_FORMULA_START):
+        value = "'" + value
+    # a lone carriage return is not quoted by the csv module, and ends the row for readers
+    return value.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _unquote(text):
