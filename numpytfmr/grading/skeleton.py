@@ -206,14 +206,16 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
     """The self-check's data: (a JSON-able dict, {key: array}) holding, for every visible case
     of ``items``, its inputs and options, the upstream gradient and the expected output and
     gradients. Hidden cases are never included (``hidden_seed``: the grader's, which decides
-    which cases are hidden); neither is any code of the reference."""
+    which cases are hidden), only their number per item (``hidden_cases``); neither is any code
+    of the reference."""
     arrays, out_items, skipped = {}, [], []
     for n, item in enumerate(items):
         names = input_names(item.spec)
-        cases = []
+        cases, n_hidden = [], 0
         for k, gc in enumerate(make_graded_cases(item, seed=seed, hidden_seed=hidden_seed,
                                                  float32_case=float32_case)):
             if gc.hidden:
+                n_hidden += 1
                 continue
             key = f"i{n}c{k}"
             try:
@@ -251,7 +253,7 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
                 entry["out"] = f"{key}.out"
             cases.append(entry)
         out_items.append({"name": item.name, "kind": item.kind, "functions": list(item.functions),
-                          "inputs": names, "cases": cases})
+                          "inputs": names, "cases": cases, "hidden_cases": n_hidden})
     return {"format": 1, "seed": int(seed), "items": out_items, "skipped": skipped}, arrays
 
 
@@ -435,6 +437,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     load_config(config)                      # the new keys' values are checked once, here
     data, arrays = check_data(items, seed=int(seed), hidden_seed=int(hidden_seed), float32_case=True)
     data["assignment"] = name
+    data["timeout"] = timeout               # check.py's limit for each call of a function
 
     student = os.path.join(out_dir, "student")
     os.makedirs(auto, exist_ok=True)
