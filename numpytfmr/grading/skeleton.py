@@ -458,7 +458,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     write_json(paths["check_data"], data)
     atomic_write_bytes(paths["check_arrays"], _npz_bytes(arrays))
     write_json(paths["config"], config)
-    atomic_write_text(paths["setup"], _SETUP.format(numpy_version=np.__version__))
+    atomic_write_text(paths["setup"], setup_script(config.get("allow_modules", ())))
     atomic_write_text(paths["run"], _RUN.format(name=name))
     for key in ("setup", "run"):                   # scripts: executable wherever readable
         mode = os.stat(paths[key]).st_mode & 0o777  # (the mode the umask gave the new file)
@@ -475,20 +475,67 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     return paths
 
 
+def gradescope_image():
+    """The Gradescope image the bundle is made for, and the NumPy pinned for it
+    (``gradescope.json`` beside this module; the docs name the same image)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gradescope.json"),
+              encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _distribution(module):
+    """The pip name of the distribution that provides ``module`` in this Python (``sklearn``
+    -> ``scikit-learn``), or the module's own name when none is installed here."""
+    import importlib.metadata
+    names = sorted(importlib.metadata.packages_distributions().get(module, []))
+    return names[0] if names else module
+
+
+def setup_script(allow_modules=()):
+    """Gradescope's setup.sh: NumPy pinned for the image's Python, and every allowed module."""
+    import shlex
+    image = gradescope_image()
+    pythons = image["numpy_pythons"]
+    if image["image"]["python"] not in pythons:
+        raise ValueError(f"gradescope.json: NumPy {image['numpy']} is listed for Python "
+                         f"{', '.join(pythons)}, not the image's {image['image']['python']}")
+    modules = sorted(set(allow_modules))
+    packages = [f"numpy=={image['numpy']}"] + sorted({_distribution(m) for m in modules} - {"numpy"})
+    im = image["image"]
+    return _SETUP.format(image=f"{im['name']} {im['version']} (variant {im['variant']})",
+                         python=im["python"], numpy=image["numpy"], pythons=" ".join(pythons),
+                         packages=" ".join(shlex.quote(p) for p in packages),
+                         modules=" ".join(shlex.quote(m) for m in ["numpy"] + modules))
+
+
 _SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, as root, when it builds the autograder image.
+# Gradescope runs this once, as root, when it builds the autograder image. The bundle is made
+# for Gradescope's base image {image}, whose Python is {python}.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-if ! command -v python3 > /dev/null; then
+if ! command -v python3 > /dev/null || ! python3 -m pip --version > /dev/null 2>&1; then
     apt-get install -y -qq python3 python3-pip
 fi
 # bubblewrap isolates every submission process (namespaces, a read-only filesystem without the
 # reference or the config, no network); without it, each runs as a user ID of its own.
 apt-get install -y -qq bubblewrap || echo "warning: bubblewrap could not be installed" >&2
-# NumPy as the bundle was made and tested with.
-python3 -m pip install --quiet "numpy=={numpy_version}" \\
-    || python3 -m pip install --quiet --break-system-packages "numpy=={numpy_version}"
+# NumPy {numpy} has wheels for Python {pythons}: on another Python, stop here and say so.
+python_version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+case " {pythons} " in
+    *" $python_version "*) ;;
+    *) echo "setup.sh: this image has Python $python_version, and NumPy {numpy} has no build for it" \\
+            "(it has for Python {pythons}); choose Gradescope's base image {image}" >&2
+       exit 1 ;;
+esac
+# NumPy, and the modules the assignment allows (grading.json's allow_modules), resolved together
+# so that each is a release that works with this NumPy and this Python.
+packages=({packages})
+python3 -m pip install --quiet --only-binary=numpy "${{packages[@]}}" \\
+    || python3 -m pip install --quiet --only-binary=numpy --break-system-packages "${{packages[@]}}"
+python3 -c 'import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)' {modules}
 # Check now, not at the first submission, that a submission process can start here: this prints
 # the isolation it will use and fails the build, saying why, when none works.
 cd /autograder/source
