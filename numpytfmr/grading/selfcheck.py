@@ -3,6 +3,7 @@
     python check.py homework.py            (or homework.ipynb)
     python check.py homework.py --only softmax_forward softmax_backward
     python check.py homework.py --json verdicts.json
+    python check.py homework.py --timeout 30
 
 It needs only Python and NumPy. ``check_data.json`` and ``check_data.npz`` beside it hold
 the visible cases of the assignment: their inputs, the upstream gradients, and the expected
@@ -15,8 +16,13 @@ Random ops (dropout) are judged against your own draw: the mask is read off your
 statistics tested, and the backward is checked against finite differences of your forward
 (the same seed gives the same mask).
 
-The hidden cases are not here; the grader adds them. Exit status: 0 when every visible case
-passes, 1 when one fails, 2 on a usage error.
+Your homework runs in a second Python process, and each call of one of your functions may take
+at most the assignment's time limit (``--timeout S`` changes it): a function that never returns
+is reported as timed out, and the others are still checked.
+
+The hidden cases are not here; the grader adds them. A function whose cases are all hidden is
+listed as "hidden: graded after the due date" and does not fail the check. Exit status: 0 when
+every visible case passes, 1 when one fails, 2 on a usage error.
 
 This file is written by ``numpytfmr make-assignment`` (numpytfmr/grading/selfcheck.py); it
 imports only the standard library and NumPy.
