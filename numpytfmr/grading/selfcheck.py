@@ -428,6 +428,7 @@ def _patterns(got, num):
 
 def call(fn, *args, **kw):
     """(value, error_short, error_lines)."""
+    _beat()                   # each call gets the time limit afresh (redraws, repeated calls)
     try:
         return fn(*args, **kw), "", []
     except NotImplementedError:
