@@ -6,6 +6,7 @@ import os
 import pytest
 
 from numpytfmr.grading import course as c
+from numpytfmr.grading.classroom import content_digest
 
 UTC = dt.timezone.utc
 
@@ -203,8 +204,9 @@ def test_any_number_of_overrides_per_student_and_stale_ones_are_listed(tmp_path)
                      "bob,total,5,extension\nbob,relu_forward,2,first look\n")
     second.write_text("student,function,score,reason\nbob,relu_forward,3,second look\n")
     record = tmp_path / "results" / ".override-fingerprints.json"
+    digest = lambda path: content_digest(path)[:12]                       # noqa: E731
     course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[first, second],
-                            record=record)
+                            record=record, fingerprint=digest)
     assert [(o.function, o.score) for o in course.overrides["bob"]] == [
         ("relu_backward", 1.0), ("total", 5.0), ("relu_forward", 3.0)]
     assert course.warnings == [f"--overrides {str(second)!r}, line 2 replaces --overrides "
@@ -216,7 +218,7 @@ def test_any_number_of_overrides_per_student_and_stale_ones_are_listed(tmp_path)
     before = course.fingerprints["bob"]
     (subs / "bob" / "homework.py").write_text("x = 2\n")
     course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[first, second],
-                            record=record)
+                            record=record, fingerprint=digest)
     now = course.fingerprints["bob"]
     assert now != before and not course.overrides
     assert [(s.override.function, s.written, s.now) for s in course.stale] == [
@@ -227,7 +229,8 @@ def test_any_number_of_overrides_per_student_and_stale_ones_are_listed(tmp_path)
     assert any("stale override, not applied" in w and now in w for w in course.warnings)
     # a fingerprint column written for the new submission makes it apply again
     second.write_text(f"student,function,score,reason,fingerprint\nbob,total,4,regraded,{now}\n")
-    course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[second], record=record)
+    course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[second], record=record,
+                            fingerprint=digest)
     assert course.apply(row)["score"] == 4.0 and not course.stale
     second.write_text("student,function,score,reason,fingerprint\nbob,total,4,regraded,xyz\n")
     with pytest.raises(ValueError, match="line 2: fingerprint 'xyz'"):

@@ -605,12 +605,6 @@ class Course:
         return lines
 
 
-def fingerprint(path):
-    """A short fingerprint of what would be graded at ``path`` (its files' names and bytes)."""
-    from .classroom import content_digest
-    return content_digest(path)[:12]
-
-
 def _load_record(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -621,7 +615,7 @@ def _load_record(path):
 
 
 def build_course(submissions, functions, *, metadata_dir=None, metadata=None, roster=None,
-                 late=None, overrides=None, late_from_mtime=False, record=None):
+                 late=None, overrides=None, late_from_mtime=False, record=None, fingerprint=None):
     """The :class:`Course` of ``[(student, path)]`` graded on ``functions``.
 
     metadata_dir: the export's root, whose ``submission_metadata.yml`` is read
@@ -629,8 +623,10 @@ def build_course(submissions, functions, *, metadata_dir=None, metadata=None, ro
     (:func:`read_metadata_file`), which wins; roster: a roster CSV, which wins for identity;
     overrides: an overrides CSV or a list of them (later lines win over earlier ones for the same
     student and function); late: the config's ``"late"`` entry or None; late_from_mtime: take
-    the files' modification times where no submission time is known; record: a JSON file in
-    which the fingerprint of each override without one is kept from its first application.
+    the files' modification times where no submission time is known; fingerprint: a callable
+    giving the fingerprint of a submission's path (what is graded there), or None (then no
+    override can be found stale); record: a JSON file in which the fingerprint of each override
+    without one is kept from its first application.
 
     An override naming no student of the class (by file name, SID, email or name) or no graded
     function is a ValueError naming its line: it would otherwise be lost without a word.
@@ -642,7 +638,8 @@ def build_course(submissions, functions, *, metadata_dir=None, metadata=None, ro
     times = {s: submission_time(p, people.get(s), late_from_mtime) for s, p in submissions}
     course = Course(identities=people, times=times,
                     late=late_policy(late) if late is not None else None,
-                    fingerprints={s: fingerprint(p) for s, p in submissions})
+                    fingerprints={s: fingerprint(p) for s, p in submissions} if fingerprint
+                    else {})
     course.ignored = {s: found for s, p in submissions if (found := student_metadata(p))}
     if not overrides:
         return course

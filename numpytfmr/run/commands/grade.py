@@ -237,6 +237,7 @@ def _grade_class(args, target, isolation):
 
 def _course(args, target, submissions, plan, results):
     """The class's :class:`~numpytfmr.grading.course.Course`; UsageError on a bad file."""
+    from numpytfmr.grading.classroom import content_digest
     from numpytfmr.grading.course import build_course
 
     overrides = args.overrides or []
@@ -252,7 +253,8 @@ def _course(args, target, submissions, plan, results):
         return build_course(submissions, functions, metadata_dir=folder, metadata=args.metadata,
                             roster=args.roster, late=plan.config.get("late"),
                             overrides=overrides, late_from_mtime=args.late_from_mtime,
-                            record=os.path.join(results, ".override-fingerprints.json"))
+                            record=os.path.join(results, ".override-fingerprints.json"),
+                            fingerprint=lambda path: content_digest(path)[:12])
     except ValueError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
 
