@@ -254,3 +254,17 @@ def test_a_roster_can_give_groups_and_submission_times(tmp_path):
                          "status": "graded", "functions": {"relu_forward": 10.0}})
     assert none["score"] == 10.0 and none["late"] == "no submission time"
     assert none["submitted_from"] == "no submission time"
+
+
+def test_edits_of_a_neutralised_cell_round_trip_to_the_same_student(tmp_path):
+    written = "student,score,max_score\n'-rf,10.00,10.00\n"
+    current = "student,score,max_score\n'-rf,8.00,10.00\n"
+    edits = c.csv_edits(written, current, [])
+    assert edits == [("-rf", "total", "10.00", "8.00")]
+    path = tmp_path / "edits.csv"
+    path.write_text(c.edits_as_overrides(edits, {"-rf": "abcdef123456"}))
+    assert path.read_text().splitlines()[1].startswith("'-rf,total,8.00,")
+    path.write_text(path.read_text().replace("give the reason", "checked"))
+    (o,) = c.read_overrides(path)
+    assert (o.student, o.function, o.score, o.fingerprint) == ("-rf", "total", 8.0, "abcdef123456")
+    assert c.safe_cell("=1+1") == "'=1+1" and c.safe_cell("a\rb") == "a\nb" and c.safe_cell(3.5) == 3.5
