@@ -328,3 +328,17 @@ def test_check_py_in_a_numpy_only_virtualenv_with_hidden_functions_and_a_hang(qu
     verdicts = json.loads((tmp_path / "v.json").read_text())["functions"]
     assert verdicts["softmax_forward"]["passed"] and not verdicts["softmax_backward"]["passed"]
     assert verdicts["relu_forward"]["passed"] is None
+
+
+def test_where_no_second_python_starts_check_runs_in_its_own_process_and_says_so(quick_assignment,
+                                                                                monkeypatch):
+    from numpytfmr.grading import selfcheck
+
+    def refuse(job):
+        raise OSError("no fork here")
+    monkeypatch.setattr(selfcheck, "_start_worker", refuse)
+    result = selfcheck.run(str(FIXTURES / "selfcheck" / "correct.py"),
+                           pathlib.Path(quick_assignment["check"]).parent)
+    assert result["notes"] and "no time limit" in result["notes"][0] and "no fork here" in result["notes"][0]
+    assert result["functions"]["softmax_forward"]["passed"] and result["functions"]["relu_forward"]["passed"] is None
+    assert selfcheck.table(result).splitlines()[1].startswith("note: no time limit")
