@@ -445,6 +445,7 @@ def test_a_course_trusts_only_the_instructor_and_its_overrides_round_trip(tmp_pa
         ["Mallory", "M", "1005", "mallory@example.edu", "0.00",
          "late: 547.38 days late (548 started days at 10% each, at most 100%): -100%"]]
     assert "left out: submission_5 (no name, SID or email" in printed.out
+    assert "canvas export: " + str(canvas) + " (5 students)" in printed.out
 
     results = out / "grades_results"
     mallory = (results / "submission_4" / "report.txt").read_text()

@@ -34,7 +34,7 @@ import io
 from ..run.fileio import atomic_write_text
 from .course import member_rows, safe_cell
 
-__all__ = ["FORMATS", "export", "canvas_text", "moodle_text"]
+__all__ = ["FORMATS", "export", "exported_rows", "canvas_text", "moodle_text"]
 
 CANVAS_HEAD = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 MOODLE_HEAD = ["First name", "Last name", "ID number", "Email address"]
@@ -52,8 +52,8 @@ def _split_name(name):
     return " ".join(parts[:-1]), parts[-1]
 
 
-def _usable(rows, kind):
-    """(rows to export, one per person; [student (why left out)])."""
+def exported_rows(rows, kind):
+    """(the rows a ``kind`` export holds, one per person; [student (why left out)])."""
     good, left_out = [], []
     for r in rows:
         if r.get("score") in ("", None):
@@ -133,6 +133,6 @@ def export(kind, path, rows, *, assignment, max_score):
     return the students left out, each with the reason."""
     if kind not in FORMATS:
         raise ValueError(f"export format {kind!r}; expected one of {', '.join(FORMATS)}")
-    good, left_out = _usable(rows, kind)
+    good, left_out = exported_rows(rows, kind)
     atomic_write_text(path, FORMATS[kind](good, assignment, max_score))
     return left_out

@@ -309,14 +309,14 @@ def _exports(args, csv_path):
 def _course_outputs(args, result, submissions, plan, course, exports):
     """The gradebook exports and the similarity report, after grading."""
     from numpytfmr.grading.classroom import remember_written
-    from numpytfmr.grading.exports import export
+    from numpytfmr.grading.exports import export, exported_rows
 
     assignment = plan.config.get("assignment") or "numpytfmr homework"
     for kind, path in exports:
         left_out = export(kind, path, result.rows, assignment=assignment,
                           max_score=result.max_score)
         remember_written(path, result.results)
-        print(f"{kind} export: {path} ({len(result.rows) - len(left_out)} students)"
+        print(f"{kind} export: {path} ({len(exported_rows(result.rows, kind)[0])} students)"
               + (f"; left out: {'; '.join(left_out[:5])}{' ...' if len(left_out) > 5 else ''}"
                  if left_out else ""))
     if args.similarity:
