@@ -6,6 +6,7 @@ import os
 import pytest
 
 from numpytfmr.grading import course as c
+from numpytfmr.grading.classroom import content_digest
 
 UTC = dt.timezone.utc
 
@@ -52,10 +53,15 @@ def test_gradescope_metadata_gives_names_ids_emails_and_times(tmp_path):
     assert group.name == "Grace O'Hopper; Alan Turing" and group.sid == "1002; 1003"
     assert group.created_at == dt.datetime(2026, 11, 22, 13, tzinfo=UTC)
     assert meta["submission_1004"].created_at is None and meta["submission_1004"].sid == ""
-    # a submission's own submission_metadata.json (the autograder's layout) works too
-    (subs / "bob" / "submission_metadata.json").write_text(
-        '{"created_at": "2026-11-21T09:30:00.5+01:00", "users": [{"name": "Bob B", "email": "b@x"}]}')
-    bob = c.read_metadata(subs)["bob"]
+    # a submission's own submission_metadata.json was written by the student: never read
+    entry = '{"created_at": "2026-11-21T09:30:00.5+01:00", "users": [{"name": "Bob B", "email": "b@x"}]}'
+    (subs / "bob" / "submission_metadata.json").write_text(entry)
+    assert "bob" not in c.read_metadata(subs)
+    assert c.student_metadata(str(subs / "bob")) == ["submission_metadata.json"]
+    # the same layout in a file the instructor names (grade --metadata FILE.json) is read
+    named = tmp_path / "meta.json"
+    named.write_text('{"bob": ' + entry + '}')
+    bob = c.read_metadata_file(named)["bob"]
     assert bob.name == "Bob B" and bob.created_at == dt.datetime(2026, 11, 21, 8, 30, 0, 500000, tzinfo=UTC)
     (subs / "submission_metadata.yml").write_text("  :submitters:\n")
     with pytest.raises(ValueError, match="submission_metadata.yml, line 1"):
@@ -77,14 +83,17 @@ def test_a_roster_maps_files_to_students_and_wins_over_metadata(tmp_path):
         c.read_roster(tmp_path / "bad.csv")
 
 
-def test_submission_time_is_created_at_else_the_files_mtime(tmp_path):
+def test_submission_time_is_created_at_and_file_times_only_when_asked(tmp_path):
     subs, submissions = _class(tmp_path)
     people = c.identities(submissions, c.read_metadata(subs))
     when, source = c.submission_time(str(subs / "submission_1001"), people["submission_1001"])
     assert source == "created_at in submission_metadata.yml" and when.year == 2026
     os.utime(subs / "bob" / "homework.py", (1_700_000_000, 1_700_000_000))
-    when, source = c.submission_time(str(subs / "bob"), people["bob"])
-    assert source == "file mtime" and when == dt.datetime.fromtimestamp(1_700_000_000, UTC)
+    # a file's time is the student's to set: not a submission time unless the instructor asks
+    assert c.submission_time(str(subs / "bob"), people["bob"]) == (None, "no submission time")
+    when, source = c.submission_time(str(subs / "bob"), people["bob"], from_mtime=True)
+    assert source == "file mtime (--late-from-mtime)"
+    assert when == dt.datetime.fromtimestamp(1_700_000_000, UTC)
 
 
 @pytest.mark.parametrize("late, submitted, units, percent", [
@@ -182,6 +191,80 @@ def test_hand_edits_of_the_grades_csv_are_found_and_turned_into_overrides():
     edits = c.csv_edits(written, current, ["relu_forward"])
     assert edits == [("bob", "total", "5.00", "7.00"), ("bob", "relu_forward", "2.00", "4.00")]
     text = c.edits_as_overrides(edits)
-    assert text.splitlines()[0] == "student,function,score,reason"
+    assert text.splitlines()[0] == "student,function,score,reason,fingerprint"
     assert "bob,total,7.00,edited in the grades CSV (was 5.00)" in text
     assert c.csv_edits(written, written, ["relu_forward"]) == []
+
+
+def test_any_number_of_overrides_per_student_and_stale_ones_are_listed(tmp_path):
+    subs, submissions = _class(tmp_path)
+    fns = ["relu_forward", "relu_backward"]
+    first, second = tmp_path / "ov.csv", tmp_path / "more.csv"
+    first.write_text("student,function,score,reason\nbob,relu_backward,1,TA regrade\n"
+                     "bob,total,5,extension\nbob,relu_forward,2,first look\n")
+    second.write_text("student,function,score,reason\nbob,relu_forward,3,second look\n")
+    record = tmp_path / "results" / ".override-fingerprints.json"
+    digest = lambda path: content_digest(path)[:12]                       # noqa: E731
+    course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[first, second],
+                            record=record, fingerprint=digest)
+    assert [(o.function, o.score) for o in course.overrides["bob"]] == [
+        ("relu_backward", 1.0), ("total", 5.0), ("relu_forward", 3.0)]
+    assert course.warnings == [f"--overrides {str(second)!r}, line 2 replaces --overrides "
+                               f"{str(first)!r}, line 4 (bob, relu_forward)"]
+    row = {"student": "bob", "score": 10.0, "max_score": 10.0, "status": "graded",
+           "functions": {"relu_forward": 4.0, "relu_backward": 6.0}}
+    assert course.apply(row)["score"] == 5.0 and not course.stale
+    # bob resubmits: every override written for the old submission is stale, none applied
+    before = course.fingerprints["bob"]
+    (subs / "bob" / "homework.py").write_text("x = 2\n")
+    course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[first, second],
+                            record=record, fingerprint=digest)
+    now = course.fingerprints["bob"]
+    assert now != before and not course.overrides
+    assert [(s.override.function, s.written, s.now) for s in course.stale] == [
+        ("relu_backward", before, now), ("total", before, now), ("relu_forward", before, now)]
+    out = course.apply(row)
+    assert out["score"] == 10.0 and out["overrides"].startswith(
+        f"STALE, not applied: relu_backward=1 (TA regrade): written for submission {before}, now {now}")
+    assert any("stale override, not applied" in w and now in w for w in course.warnings)
+    # a fingerprint column written for the new submission makes it apply again
+    second.write_text(f"student,function,score,reason,fingerprint\nbob,total,4,regraded,{now}\n")
+    course = c.build_course(submissions, fns, metadata_dir=str(subs), overrides=[second], record=record,
+                            fingerprint=digest)
+    assert course.apply(row)["score"] == 4.0 and not course.stale
+    second.write_text("student,function,score,reason,fingerprint\nbob,total,4,regraded,xyz\n")
+    with pytest.raises(ValueError, match="line 2: fingerprint 'xyz'"):
+        c.build_course(submissions, fns, overrides=[second])
+
+
+def test_a_roster_can_give_groups_and_submission_times(tmp_path):
+    subs, submissions = _class(tmp_path)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("file,name,sid,email,submitted_at\nbob,Bob B,77,b@x,2026-11-21T10:00:00Z\n"
+                      "bob,Eve E,78,e@x,\n")
+    course = c.build_course(submissions, ["relu_forward"], metadata_dir=str(subs), roster=roster,
+                            late={"due": "2026-11-21T00:00:00Z", "penalty_percent": 10})
+    assert course.times["bob"] == (dt.datetime(2026, 11, 21, 10, tzinfo=UTC), "created_at in roster.csv")
+    row = course.apply({"student": "bob", "score": 10.0, "max_score": 10.0, "status": "graded",
+                        "functions": {"relu_forward": 10.0}})
+    assert row["score"] == 9.0
+    assert [(r["name"], r["sid"]) for r in c.member_rows(row)] == [("Bob B", "77"), ("Eve E", "78")]
+    # submission_1004 has metadata without a time: no late penalty, and the CSV says so
+    none = course.apply({"student": "submission_1004", "score": 10.0, "max_score": 10.0,
+                         "status": "graded", "functions": {"relu_forward": 10.0}})
+    assert none["score"] == 10.0 and none["late"] == "no submission time"
+    assert none["submitted_from"] == "no submission time"
+
+
+def test_edits_of_a_neutralised_cell_round_trip_to_the_same_student(tmp_path):
+    written = "student,score,max_score\n'-rf,10.00,10.00\n"
+    current = "student,score,max_score\n'-rf,8.00,10.00\n"
+    edits = c.csv_edits(written, current, [])
+    assert edits == [("-rf", "total", "10.00", "8.00")]
+    path = tmp_path / "edits.csv"
+    path.write_text(c.edits_as_overrides(edits, {"-rf": "abcdef123456"}))
+    assert path.read_text().splitlines()[1].startswith("'-rf,total,8.00,")
+    path.write_text(path.read_text().replace("give the reason", "checked"))
+    (o,) = c.read_overrides(path)
+    assert (o.student, o.function, o.score, o.fingerprint) == ("-rf", "total", 8.0, "abcdef123456")
+    assert c.safe_cell("=1+1") == "'=1+1" and c.safe_cell("a\rb") == "a\nb" and c.safe_cell(3.5) == 3.5

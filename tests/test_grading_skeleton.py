@@ -523,3 +523,86 @@ def test_make_assignment_options_for_the_course(tmp_path, capsys):
                          (["--due", "soon"], "late.due")):
         assert main(["make-assignment", "relu", "-o", str(tmp_path / "x")] + bad) == 2
         assert message in capsys.readouterr().err
+
+
+# --- Gradescope installs (issue #32, item 10) ------------------------------------------------------
+
+def _fake_image(tmp_path, python_version):
+    """A PATH on which apt-get does nothing and python3 reports ``python_version`` and logs
+    what it is asked to do (setup.sh as Gradescope's build would run it, without root)."""
+    bin_dir = tmp_path / f"bin{python_version}"
+    bin_dir.mkdir()
+    log = tmp_path / f"log{python_version}"
+    (bin_dir / "apt-get").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "python3").write_text(f'''#!/bin/sh
+echo "python3 $*" >> {log}
+case "$*" in
+    *version_info*) echo {python_version} ;;
+esac
+exit 0
+''')
+    for name in ("apt-get", "python3"):
+        os.chmod(bin_dir / name, 0o755)
+    return bin_dir, log
+
+
+def test_setup_sh_pins_the_numpy_of_the_documented_image_and_installs_every_allowed_module(tmp_path):
+    import importlib.metadata
+    import subprocess
+
+    from numpytfmr.grading.skeleton import gradescope_image
+
+    image = gradescope_image()
+    python, numpy = image["image"]["python"], image["numpy"]
+    assert python in image["numpy_pythons"]
+    # the docs name the same image, its Python and the NumPy pinned for it
+    docs = (pathlib.Path(__file__).parent.parent / "docs" / "instructor.md").read_text()
+    gradescope = docs.split("## Gradescope", 1)[1].split("\n## ", 1)[0]
+    im = image["image"]
+    assert f"Base Image OS {im['name']}, Version {im['version']}, Variant {im['variant']}" in gradescope
+    assert f"Python {python}" in gradescope and f"NumPy {numpy}" in gradescope
+    # setup.sh: that NumPy, and the distribution of every allowed module (_pytest is pytest's)
+    paths = make_assignment(["relu"], tmp_path / "hw", hidden_seed=1, allow_modules=["_pytest"])
+    script = pathlib.Path(paths["setup"]).read_text()
+    assert f'"numpy=={numpy}"' not in script and f"numpy=={numpy}" in script
+    assert "numpy==" + np.__version__ not in script or np.__version__ == numpy
+    expected = sorted(importlib.metadata.packages_distributions()["_pytest"])[0]
+    bin_dir, log = _fake_image(tmp_path, python)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", paths["setup"]], capture_output=True, text=True, env=env,
+                          timeout=60)
+    calls = log.read_text().splitlines()
+    install = [c for c in calls if " -m pip install" in c]
+    assert install and install[0].split("install ", 1)[1].split() == [
+        "--quiet", "--only-binary=numpy", f"numpy=={numpy}", expected]
+    assert any(c.endswith(" numpy _pytest") and "import_module" in c for c in calls)
+    if not os.path.isdir("/autograder/source"):      # the last step needs Gradescope's folders
+        assert proc.returncode != 0 and "/autograder/source" in proc.stderr
+    # another Python: the build stops before installing anything, and says which image to use
+    bin_dir, log = _fake_image(tmp_path, "3.9")
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", paths["setup"]], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1 and "this image has Python 3.9" in proc.stderr
+    assert f"base image {im['name']} {im['version']}" in proc.stderr
+    assert not [c for c in log.read_text().splitlines() if "pip install" in c]
+
+
+@pytest.mark.slow
+def test_pypi_has_the_pinned_numpy_for_the_documented_python(tmp_path):
+    import subprocess
+    import sys
+
+    from numpytfmr.grading.skeleton import gradescope_image
+
+    image = gradescope_image()
+    found = {}
+    for python in [image["image"]["python"]]:
+        proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "numpy",
+                               "--python-version", python, "--implementation", "cp",
+                               "--platform", "manylinux2014_x86_64", "--only-binary=:all:",
+                               "--disable-pip-version-check"],
+                              capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0 or "Available versions" not in proc.stdout:
+            pytest.skip(f"PyPI cannot be asked here: {proc.stderr.strip()[-200:]}")
+        found[python] = proc.stdout.split("Available versions:", 1)[1].split("\n")[0]
+    assert all(image["numpy"] in [v.strip() for v in listed.split(",")] for listed in found.values()), found

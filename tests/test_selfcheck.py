@@ -9,7 +9,9 @@ import ast
 import hashlib
 import inspect
 import json
+import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -216,3 +218,129 @@ def test_a_case_whose_inputs_cannot_be_stored_is_left_to_the_grader_and_said(tmp
     assert proc.returncode == 0, proc.stdout
     assert "judged by the grader only (their inputs cannot be stored here): dropout_forward, " \
            "dropout_backward on case 'a Generator object'" in proc.stdout
+
+
+# --- hidden-only functions and a time limit per function (issue #32, item 8) -------------------
+
+HANGS = '''
+
+def relu_forward(x):
+    while True:          # never returns
+        pass
+
+
+def softmax_backward(dout, cache):
+    import time
+    while True:
+        time.sleep(0.01)
+'''
+
+
+@pytest.fixture(scope="module")
+def quick_assignment(tmp_path_factory):
+    out = tmp_path_factory.mktemp("selfcheck_hidden") / "hw"
+    paths = make_assignment(["relu", "softmax"], out, hidden_seed=4242, timeout=2,
+                            hidden={"relu": "all"})
+    return paths
+
+
+def test_a_function_whose_cases_are_all_hidden_does_not_fail_the_check(quick_assignment, tmp_path):
+    paths = quick_assignment
+    data = json.loads(pathlib.Path(paths["check_data"]).read_text())
+    relu = next(i for i in data["items"] if i["name"] == "relu")
+    assert relu["cases"] == [] and relu["hidden_cases"] > 0 and data["timeout"] == 2
+    proc, verdicts = _check(paths, FIXTURES / "selfcheck" / "correct.py", tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert re.search(r"relu_forward +hidden: graded after the due date", proc.stdout)
+    assert "FAIL" not in proc.stdout and "0 of 0" not in proc.stdout
+    assert verdicts["functions"]["relu_backward"]["passed"] is None
+    assert verdicts["functions"]["softmax_forward"]["passed"] is True
+    assert "2 of 2 functions pass every visible case; 2 are graded after the due date only" in proc.stdout
+
+
+def test_a_function_that_hangs_is_reported_as_a_timeout_and_the_others_still_run(tmp_path):
+    paths = make_assignment(["relu", "softmax"], tmp_path / "hw", hidden_seed=1, timeout=1.5)
+    path = tmp_path / "homework.py"
+    path.write_text((FIXTURES / "selfcheck" / "correct.py").read_text() + HANGS)
+    proc, verdicts = _check(paths, path, tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    f = verdicts["functions"]
+    # the backward hangs on every case: each is a timeout, and its forward is graded on all
+    assert f["softmax_forward"]["passed"] and len(f["softmax_forward"]["cases"]) >= 3
+    back = f["softmax_backward"]["cases"]
+    assert back[0]["short"] == "timed out" and "did not finish within 1.5 s" in back[0]["lines"][0]
+    assert all(c["short"] == "not run" for c in back[1:])
+    # the forward hangs: its backward cannot run (it needs the cache)
+    assert f["relu_forward"]["cases"][0]["short"] == "timed out"
+    assert {c["short"] for c in f["relu_backward"]["cases"]} == {"not run"}
+    assert "relu_forward on this case did not finish within 1.5 s" in proc.stdout
+    # --timeout changes the limit
+    proc, _ = _check(paths, path, tmp_path, "--only", "relu", "--timeout", "0.5")
+    assert "did not finish within 0.5 s" in proc.stdout
+    proc, _ = _check(paths, path, tmp_path, "--timeout", "0")
+    assert proc.returncode == 2 and "--timeout" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def numpy_only_python(tmp_path_factory):
+    """A virtual environment that holds NumPy and nothing else: a new venv (without pip), whose
+    site-packages reaches one folder with links to this NumPy (and its bundled libraries), so
+    no download is needed. Skipped where links or venvs cannot be made."""
+    import venv
+    base = tmp_path_factory.mktemp("numpy_only")
+    where, only = base / "venv", base / "numpy_only"
+    try:
+        venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(where)
+        only.mkdir()
+        site = pathlib.Path(np.__file__).resolve().parent.parent
+        for name in ("numpy", "numpy.libs"):
+            if (site / name).exists():
+                (only / name).symlink_to(site / name, target_is_directory=True)
+    except (OSError, NotImplementedError) as exc:
+        pytest.skip(f"cannot make a NumPy-only virtual environment here: {exc}")
+    python = where / ("Scripts" if os.name == "nt" else "bin") / "python"
+    lib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, timeout=60).stdout.strip()
+    (pathlib.Path(lib) / "numpy_only.pth").write_text(str(only) + "\n")
+    return python
+
+
+def test_check_py_in_a_numpy_only_virtualenv_with_hidden_functions_and_a_hang(quick_assignment,
+                                                                              numpy_only_python,
+                                                                              tmp_path):
+    paths = quick_assignment
+    # NumPy is there; numpytfmr and everything else of the test environment is not
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    probe = subprocess.run([str(numpy_only_python), "-c", "import importlib.metadata as m, numpy; "
+                            "print(sorted(d.metadata['Name'].lower() for d in m.distributions()))"],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert probe.returncode == 0, probe.stderr
+    assert "pytest" not in probe.stdout and "torch" not in probe.stdout
+    for module in ("numpytfmr", "pytest"):
+        assert subprocess.run([str(numpy_only_python), "-c", f"import {module}"], cwd=tmp_path,
+                              capture_output=True, timeout=60, env=env).returncode != 0
+    path = tmp_path / "homework.py"
+    path.write_text((FIXTURES / "selfcheck" / "correct.py").read_text() + HANGS)
+    proc = subprocess.run([str(numpy_only_python), paths["check"], str(path), "--json",
+                           str(tmp_path / "v.json")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"relu_forward +hidden: graded after the due date", proc.stdout)
+    assert "softmax_backward on this case did not finish within 2 s" in proc.stdout
+    verdicts = json.loads((tmp_path / "v.json").read_text())["functions"]
+    assert verdicts["softmax_forward"]["passed"] and not verdicts["softmax_backward"]["passed"]
+    assert verdicts["relu_forward"]["passed"] is None
+
+
+def test_where_no_second_python_starts_check_runs_in_its_own_process_and_says_so(quick_assignment,
+                                                                                monkeypatch):
+    from numpytfmr.grading import selfcheck
+
+    def refuse(job):
+        raise OSError("no fork here")
+    monkeypatch.setattr(selfcheck, "_start_worker", refuse)
+    result = selfcheck.run(str(FIXTURES / "selfcheck" / "correct.py"),
+                           pathlib.Path(quick_assignment["check"]).parent)
+    assert result["notes"] and "no time limit" in result["notes"][0] and "no fork here" in result["notes"][0]
+    assert result["functions"]["softmax_forward"]["passed"] and result["functions"]["relu_forward"]["passed"] is None
+    assert selfcheck.table(result).splitlines()[1].startswith("note: no time limit")

@@ -193,18 +193,20 @@ def _fmt(x):
 def _csv_text(rows, functions, course_columns=()):
     """The CSV of ``rows``, with the ``course_columns`` (of :data:`CSV_COURSE`, see
     :meth:`.course.Course.apply`) after the totals."""
+    from .course import member_rows, safe_cell
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     course_columns = [c for c in CSV_COURSE if c in course_columns]
     w.writerow(CSV_HEAD + course_columns + functions + CSV_TAIL)
-    for r in sorted(rows, key=lambda r: r["student"]):
+    for r in [m for r in sorted(rows, key=lambda r: r["student"]) for m in member_rows(r)]:
         per = r.get("functions") or {}
         graded = r["status"] != "grader error" or bool(r.get("overrides"))
         course = [_fmt(r.get(c, "")) if c == "graded_score" else r.get(c, "") for c in course_columns]
-        w.writerow([r["student"], _fmt(r["score"]), _fmt(r["max_score"])] + course
-                   + [_fmt(per.get(f, 0.0)) if graded else "" for f in functions]
-                   + [r["status"], "not isolated" if r.get("isolation") == "none"
-                      else r.get("isolation", ""), r["seconds"], r["submission"], r["message"]])
+        cells = ([r["student"], _fmt(r["score"]), _fmt(r["max_score"])] + course
+                 + [_fmt(per.get(f, 0.0)) if graded else "" for f in functions]
+                 + [r["status"], "not isolated" if r.get("isolation") == "none"
+                    else r.get("isolation", ""), r["seconds"], r["submission"], r["message"]])
+        w.writerow([safe_cell(c) for c in cells])      # names, paths, messages: the students'
     return buf.getvalue()
 
 
@@ -262,9 +264,10 @@ def _last_copy(folder):
     return os.path.join(folder, ".grades-as-written.csv")
 
 
-def check_hand_edits(csv_path, functions):
+def check_hand_edits(csv_path, functions, course=None):
     """Refuse to replace a grades CSV whose scores were edited by hand since the grader wrote
-    it: the edits are written, as overrides, to ``<csv name>-edits.csv`` beside it, and a
+    it, unless ``course``'s overrides already carry them: the edits are written, as overrides
+    with the fingerprint of the submission graded, to ``<csv name>-edits.csv`` beside it, and a
     FileExistsError says to pass that file with --overrides (or --force to drop the edits)."""
     from .course import csv_edits, edits_as_overrides
     last = _last_copy(results_folder(csv_path))
@@ -275,22 +278,29 @@ def check_hand_edits(csv_path, functions):
             written = f.read()
     except (OSError, UnicodeDecodeError):
         return
-    edits = csv_edits(written, current, functions)
+    edits = [e for e in csv_edits(written, current, functions)
+             if course is None or not course.covers(e[0], e[1], e[3])]
     if not edits:
         return
+    try:
+        with open(last + ".json", encoding="utf-8") as f:
+            fingerprints = json.load(f)
+    except (OSError, ValueError):
+        fingerprints = {}
     root, _ = os.path.splitext(csv_path)
     target = root + "-edits.csv"
     k = 1
     while not written_by_grade(target, results_folder(csv_path)):   # reasons filled in: kept
         k += 1
         target = f"{root}-edits-{k}.csv"
-    atomic_write_text(target, edits_as_overrides(edits))
+    atomic_write_text(target, edits_as_overrides(edits, fingerprints))
     remember_written(target, results_folder(csv_path))
     cells = ", ".join(f"{s} {c} {o or '-'} -> {n or '-'}" for s, c, o, n in edits[:3])
     raise FileExistsError(f"{csv_path} was edited by hand since grade wrote it ({len(edits)} "
                           f"score cell(s): {cells}{', ...' if len(edits) > 3 else ''}); a re-run "
-                          f"would revert that. The edits are in {target} as overrides: fill in "
-                          "the reasons and pass it with --overrides, or give --force to drop them")
+                          f"would revert that. The edits are in {target} as overrides: replace "
+                          "'give the reason' with each reason and add the file to the run with "
+                          "--overrides (it may be repeated), or give --force to drop them")
 
 
 def is_grades_csv(path):
@@ -402,10 +412,10 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
     start = time.monotonic()
     folder = results_folder(csv_path)
     functions = [fn for item in plan.items for fn in item.functions]
-    if not force:
-        check_hand_edits(csv_path, functions)
     from .course import Course
     course = course or Course()
+    if not force:
+        check_hand_edits(csv_path, functions, course)
     # what decides a submission's grade besides the plan: the chosen file and allowed modules
     fingerprint = plan.fingerprint() + repr((plan.config.get("submission"),
                                              sorted(plan.config.get("allow_modules", [])),
@@ -426,10 +436,13 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
     total = len(submissions)
 
     def save():
-        text = _csv_text([course.apply(r) for r in rows.values()], functions, course.columns())
+        applied = [course.apply(r) for r in rows.values()]
+        text = _csv_text(applied, functions, course.columns())
         os.makedirs(folder, exist_ok=True)
         atomic_write_text(csv_path, text)
         atomic_write_text(_last_copy(folder), text)
+        write_json(_last_copy(folder) + ".json", {r["student"]: r.get("fingerprint", "")
+                                                  for r in applied})
 
     def done(row):
         rows[row["student"]] = row

@@ -1,47 +1,97 @@
 """A course's logistics around the grades of a class: who each submission is, when it came in
 and how late, and the staff's overrides.
 
+Everything a submission holds is the student's, so none of it is trusted: identity and time
+come from the instructor alone.
+
 - **Identity.** Gradescope's export of an assignment holds ``submission_metadata.yml`` beside
   the submission folders: for each folder, its submitters (``:name:``, ``:sid:``, ``:email:``)
   and ``:created_at:``. :func:`read_metadata` reads the fields the grades need (a small reader
-  of that file's layout, so the runtime stays NumPy-only); a folder's own
-  ``submission_metadata.json`` (Gradescope's autograder layout: ``created_at`` and ``users``)
-  works too. A roster CSV (:func:`read_roster`) maps file or folder names to students, for
-  submissions collected some other way.
+  of that file's layout, so the runtime stays NumPy-only) from the export's root only; a
+  metadata file *inside* a submission's folder was written by the student and is ignored
+  (:func:`student_metadata` finds them, and the feedback says so). A metadata file named on the
+  command line (:func:`read_metadata_file`, ``--metadata``) or a roster CSV
+  (:func:`read_roster`, ``--roster``) serves submissions collected some other way. A group (several
+  submitters) keeps every member (:attr:`Identity.members`): each gets a row of the CSV and
+  of the exports (:func:`member_rows`).
 - **Late policy.** ``"late"`` in grading.json (:func:`late_policy`): the due date, a penalty in
   percent per started day or hour after it, a cap and a grace period. The submission time is
-  the metadata's ``created_at``, else the file's modification time; the CSV says which.
-- **Overrides.** A CSV the staff keep (:func:`read_overrides`), one row per change: the
-  student, a function or ``total``, the new score and the reason. Applied after grading on
-  every run, so a re-run never reverts them.
+  the instructor's metadata's (``created_at``, or a roster's ``submitted_at``). Without one the
+  policy is not applied and the CSV says "no submission time"; the files' modification times
+  are used only when asked (``late_from_mtime``).
+- **Overrides.** CSVs the staff keep (:func:`read_overrides`), any number of rows per student:
+  the student, a function or ``total``, the new score, the reason, and optionally the
+  fingerprint of the submission it was written for. Applied after grading on every run, so a
+  re-run never reverts them; an override whose submission has changed since is *stale*: not
+  applied, and listed with the old and new fingerprints. The fingerprint of an override that
+  does not carry one is recorded the first time it is applied.
+- **Cells.** :func:`safe_cell` neutralises text a spreadsheet would run as a formula (OWASP's
+  CSV-injection rule): every cell of the grades CSV and of the exports goes through it.
 """
 from dataclasses import dataclass, field
 import csv
 import datetime as dt
+import hashlib
 import json
 import math
 import os
 import re
 
 __all__ = ["Identity", "LatePolicy", "Override", "Course", "late_policy", "lateness",
-           "read_metadata", "read_roster", "read_overrides", "identities", "submission_time",
-           "adjust", "build_course", "csv_edits", "OVERRIDE_COLUMNS", "ROSTER_COLUMNS"]
+           "read_metadata", "read_metadata_file", "read_roster", "read_overrides", "identities",
+           "submission_time", "student_metadata", "member_rows", "safe_cell", "adjust",
+           "build_course", "csv_edits", "OVERRIDE_COLUMNS", "ROSTER_COLUMNS", "NO_TIME"]
 
-OVERRIDE_COLUMNS = ["student", "function", "score", "reason"]
-ROSTER_COLUMNS = ["file", "name", "sid", "email"]
+OVERRIDE_COLUMNS = ["student", "function", "score", "reason"]      # then, optionally, fingerprint
+ROSTER_COLUMNS = ["file", "name", "sid", "email", "submitted_at"]
+NO_TIME = "no submission time"
+METADATA_NAMES = ("submission_metadata.yml", "submission_metadata.yaml", "submission_metadata.json")
 _UNITS = {"day": 86400.0, "hour": 3600.0}
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_TODO_REASON = ": give the reason"
+
+
+def safe_cell(value):
+    """A CSV cell a spreadsheet shows as text: a string starting with ``=``, ``+``, ``-``, ``@``,
+    a tab or a carriage return gets a leading single quote (OWASP's rule against CSV
+    injection), and carriage returns inside it become line feeds (which the csv module quotes).
+    Numbers are left alone."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(_FORMULA_START):
+        value = "'" + value
+    # a lone carriage return is not quoted by the csv module, and ends the row for readers
+    return value.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _unquote(text):
+    """The text of a cell :func:`safe_cell` neutralised (as read back from our own CSV)."""
+    return text[1:] if text.startswith("'") and text[1:].startswith(_FORMULA_START) else text
 
 
 # --- identity ------------------------------------------------------------------------------
 
 @dataclass
 class Identity:
-    """Who handed a submission in (several names for a group), and when, if known."""
+    """Who handed a submission in, and when, if known. ``members``: each submitter's
+    ``{"name", "sid", "email"}`` (several for a group); ``name``/``sid``/``email`` join them
+    with "; "."""
     name: str = ""
     sid: str = ""
     email: str = ""
     created_at: object = None          # an aware datetime, or None
     source: str = ""                   # where these came from (file name)
+    members: list = field(default_factory=list)
+
+
+def _identity(people, source, created_at=None):
+    """An :class:`Identity` of the submitters ``people`` (dicts with name, sid, email)."""
+    members = [{k: str(p.get(k) or "").strip() for k in ("name", "sid", "email")} for p in people]
+    members = [m for m in members if any(m.values())]
+    return Identity(name="; ".join(m["name"] for m in members if m["name"]),
+                    sid="; ".join(m["sid"] for m in members if m["sid"]),
+                    email="; ".join(m["email"] for m in members if m["email"]),
+                    created_at=created_at, source=source, members=members)
 
 
 def _scalar(text):
@@ -86,10 +136,7 @@ def read_metadata_yml(path):
 
     def close():
         if current is not None:
-            ident = out[current]
-            ident.name = "; ".join(p.get("name", "") for p in people if p.get("name"))
-            ident.sid = "; ".join(p.get("sid", "") for p in people if p.get("sid"))
-            ident.email = "; ".join(p.get("email", "") for p in people if p.get("email"))
+            out[current] = _identity(people, out[current].source, out[current].created_at)
 
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip() or raw.lstrip().startswith("#") or raw.strip() == "---":
@@ -137,38 +184,57 @@ def read_metadata_yml(path):
     return out
 
 
-def _read_json_metadata(path):
-    """An Identity from Gradescope's per-submission ``submission_metadata.json``."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+def _json_identity(data, source):
+    """An Identity from one entry of Gradescope's autograder layout: ``created_at`` and
+    ``users`` (or ``submitters``), each with name, sid, email."""
+    if not isinstance(data, dict):
+        raise ValueError("expected an object with created_at and users")
     users = data.get("users") or data.get("submitters") or []
-    ident = Identity(source=os.path.basename(path))
-    ident.name = "; ".join(str(u.get("name", "")) for u in users if isinstance(u, dict) and u.get("name"))
-    ident.sid = "; ".join(str(u.get("sid", "")) for u in users if isinstance(u, dict) and u.get("sid"))
-    ident.email = "; ".join(str(u.get("email", "")) for u in users
-                            if isinstance(u, dict) and u.get("email"))
-    if data.get("created_at"):
-        ident.created_at = parse_time(data["created_at"])
-    return ident
+    people = [u for u in users if isinstance(u, dict)] if isinstance(users, list) else []
+    when = parse_time(data["created_at"]) if data.get("created_at") else None
+    return _identity(people, source, when)
+
+
+def read_metadata_file(path):
+    """{submission folder name: Identity} from a metadata file the instructor names (``grade
+    --metadata FILE``): Gradescope's ``submission_metadata.yml`` layout, or JSON mapping each
+    folder name to ``{"created_at": ..., "users": [{"name", "sid", "email"}]}``. ValueError
+    naming the file when it cannot be read."""
+    path = os.fspath(path)
+    try:
+        if not path.endswith(".json"):
+            return read_metadata_yml(path)
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError("expected an object mapping each submission folder to its metadata")
+        return {str(k): _json_identity(v, os.path.basename(path)) for k, v in data.items()}
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except ValueError as exc:
+        raise ValueError(str(exc) if str(exc).startswith(path) else f"{path}: {exc}") from None
 
 
 def read_metadata(folder):
-    """{submission folder name: Identity} from the metadata files in and under ``folder``:
-    ``submission_metadata.yml`` beside the submissions, and ``submission_metadata.json`` inside
-    a submission's folder. ValueError naming the file when one cannot be read."""
-    out = {}
-    top = os.path.join(folder, "submission_metadata.yml")
-    if os.path.isfile(top):
-        out.update(read_metadata_yml(top))
-    if os.path.isdir(folder):
-        for name in sorted(os.listdir(folder)):
-            inner = os.path.join(folder, name, "submission_metadata.json")
-            if name not in out and os.path.isfile(inner):
-                try:
-                    out[name] = _read_json_metadata(inner)
-                except (OSError, ValueError, AttributeError) as exc:
-                    raise ValueError(f"{inner}: {exc}") from None
-    return out
+    """{submission folder name: Identity} from Gradescope's ``submission_metadata.yml`` at the
+    root of an export (``folder``), or {} without one. Metadata files inside the submissions'
+    own folders are never read: :func:`student_metadata` lists them."""
+    top = os.path.join(os.fspath(folder), "submission_metadata.yml")
+    return read_metadata_yml(top) if os.path.isfile(top) and not os.path.islink(top) else {}
+
+
+def student_metadata(path):
+    """The names of the metadata files a student put at the top of their submission folder
+    (``submission_metadata.json``, ``.yml``...): ignored, and said so. Links are not followed."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return []
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return []
+    return [n for n in names if n.lower() in METADATA_NAMES]
 
 
 def _read_csv(path, required, what):
@@ -190,20 +256,32 @@ def _read_csv(path, required, what):
 
 def read_roster(path):
     """{file or folder name (with or without its suffix): Identity} from a roster CSV with the
-    columns ``file`` and any of ``name``, ``sid``, ``email``."""
-    out = {}
+    columns ``file`` and any of ``name``, ``sid``, ``email``, ``submitted_at`` (an ISO 8601
+    time: the submission time). Several rows with one file are a group's members."""
+    rows = {}
     for k, row in enumerate(_read_csv(path, ["file"], "--roster"), start=2):
         key = row["file"]
         if not key:
             raise ValueError(f"--roster {path!r}, line {k}: the file column is empty")
-        out[key] = Identity(name=row.get("name", ""), sid=row.get("sid", ""),
-                            email=row.get("email", ""), source=os.path.basename(path))
-    return out
+        when = row.get("submitted_at") or row.get("created_at") or ""
+        try:
+            when = parse_time(when) if when else None
+        except ValueError as exc:
+            raise ValueError(f"--roster {path!r}, line {k}: submitted_at: {exc}") from None
+        people, first = rows.setdefault(key, ([], [None]))
+        people.append(row)
+        if when is not None:
+            if first[0] not in (None, when):
+                raise ValueError(f"--roster {path!r}, line {k}: {key!r} has two submission times")
+            first[0] = when
+    return {key: _identity(people, os.path.basename(path), first[0])
+            for key, (people, first) in rows.items()}
 
 
 def identities(submissions, metadata=None, roster=None):
     """{student: Identity} for ``[(student, path)]``: the roster's entry for the file or
-    folder name (or its stem), else the metadata's for the folder, else an empty one."""
+    folder name (or its stem), else the metadata's for the folder, else an empty one. A
+    roster entry without a time takes the metadata's."""
     metadata, roster = metadata or {}, roster or {}
     out = {}
     for student, path in submissions:
@@ -215,18 +293,24 @@ def identities(submissions, metadata=None, roster=None):
         meta = metadata.get(base) or metadata.get(stem)
         if ident is None:
             ident = Identity(**{k: getattr(meta, k) for k in ("name", "sid", "email", "created_at",
-                                                               "source")}) if meta else Identity()
+                                                               "source", "members")}) \
+                if meta else Identity()
         elif meta is not None and ident.created_at is None:
-            ident.created_at = meta.created_at
+            ident = Identity(**{**ident.__dict__, "created_at": meta.created_at,
+                                "source": meta.source})
         out[student] = ident
     return out
 
 
-def submission_time(path, ident):
-    """(datetime, source): the metadata's ``created_at``, else the newest modification time of
-    the submitted files."""
+def submission_time(path, ident, from_mtime=False):
+    """(datetime, source) of a submission: the instructor's metadata's time; else, only when
+    ``from_mtime`` (``grade --late-from-mtime``), the newest modification time of the submitted
+    files; else (None, :data:`NO_TIME`). A student controls a file's time: it is never a
+    default."""
     if ident is not None and ident.created_at is not None:
         return ident.created_at, f"created_at in {ident.source or 'the metadata'}"
+    if not from_mtime:
+        return None, NO_TIME
     newest = None
     paths = [path]
     if os.path.isdir(path):
@@ -239,8 +323,18 @@ def submission_time(path, ident):
             continue
         newest = t if newest is None else max(newest, t)
     if newest is None:
-        return None, ""
-    return dt.datetime.fromtimestamp(newest, dt.timezone.utc), "file mtime"
+        return None, NO_TIME
+    return dt.datetime.fromtimestamp(newest, dt.timezone.utc), "file mtime (--late-from-mtime)"
+
+
+def member_rows(row):
+    """The rows of a CSV row for each member of its submission (one each for a group's, with
+    that member's name, SID and email), or [row] when it has one member or none."""
+    members = row.get("members") or []
+    if len(members) <= 1:
+        return [row]
+    return [dict(row, name=m["name"], sid=m["sid"], email=m["email"], member=k)
+            for k, m in enumerate(members)]
 
 
 # --- late policy -------------------------------------------------------------------------------
@@ -321,11 +415,25 @@ class Override:
     score: float
     reason: str
     line: int = 0
+    fingerprint: str = ""           # of the submission it was written for ("": not given)
+    file: str = ""
+
+    def where(self):
+        return f"--overrides {self.file!r}, line {self.line}" if self.file else f"line {self.line}"
+
+    def key(self):
+        """What identifies this override across runs: its student, function, score, reason."""
+        text = "\x1f".join([self.student.lower(), self.function, repr(self.score), self.reason])
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def text(self):
+        return f"{self.function}={self.score:g} ({self.reason})"
 
 
 def read_overrides(path):
-    """The overrides in a CSV with the columns student, function, score, reason (``function``
-    is a graded function or ``total``). ValueError naming the line of a bad row."""
+    """The overrides in a CSV with the columns student, function, score, reason and optionally
+    fingerprint (``function`` is a graded function or ``total``; the grader's own
+    ``grades-edits.csv`` is such a file). ValueError naming the line of a bad row."""
     out = []
     for k, row in enumerate(_read_csv(path, OVERRIDE_COLUMNS, "--overrides"), start=2):
         if not any(row.values()):
@@ -342,7 +450,15 @@ def read_overrides(path):
             raise ValueError(f"--overrides {path!r}, line {k}: student and function must be given")
         if not row["reason"]:
             raise ValueError(f"--overrides {path!r}, line {k}: give the reason for the override")
-        out.append(Override(row["student"], row["function"], score, row["reason"], k))
+        if row["reason"].endswith(_TODO_REASON):
+            raise ValueError(f"--overrides {path!r}, line {k}: the reason still ends in "
+                             f"{_TODO_REASON[2:]!r}: replace that with why the score changed")
+        fingerprint = _unquote(row.get("fingerprint", "")).lower()
+        if fingerprint and not re.fullmatch(r"[0-9a-f]{6,64}", fingerprint):
+            raise ValueError(f"--overrides {path!r}, line {k}: fingerprint {fingerprint!r}; "
+                             "expected the hexadecimal fingerprint the grades CSV shows")
+        out.append(Override(_unquote(row["student"]), _unquote(row["function"]), score,
+                            row["reason"], k, fingerprint, os.fspath(path)))
     return out
 
 
@@ -391,12 +507,29 @@ def adjust(graded, functions, *, late=None, overrides=(), decimals=2):
 # --- a class's course: everything above, applied to the rows of the grades --------------------
 
 @dataclass
+class Stale:
+    """An override not applied: its submission changed since it was written."""
+    student: str
+    override: Override
+    written: str                     # the fingerprint it was written for
+    now: str                         # the submission's fingerprint now
+
+    def text(self):
+        return (f"STALE, not applied: {self.override.text()}: written for submission "
+                f"{self.written}, now {self.now}")
+
+
+@dataclass
 class Course:
     """The identities, submission times, late policy and overrides of a class's submissions."""
     identities: dict = field(default_factory=dict)      # student -> Identity
     times: dict = field(default_factory=dict)           # student -> (datetime or None, source)
     late: object = None                                 # LatePolicy or None
-    overrides: dict = field(default_factory=dict)       # student -> [Override]
+    overrides: dict = field(default_factory=dict)       # student -> [Override] (applied)
+    fingerprints: dict = field(default_factory=dict)    # student -> its submission's fingerprint
+    stale: list = field(default_factory=list)           # [Stale]
+    ignored: dict = field(default_factory=dict)         # student -> [metadata files it holds]
+    warnings: list = field(default_factory=list)        # for the instructor, printed by grade
 
     def columns(self):
         """The CSV columns this course fills: identity when any is known, the submission time
@@ -404,27 +537,42 @@ class Course:
         out = []
         if any(i.name or i.sid or i.email for i in self.identities.values()):
             out += ["name", "sid", "email"]
-        if self.late is not None or self.overrides:
+        if self.late is not None or self.overrides or self.stale:
             out.append("graded_score")
         if self.late is not None:
             out += ["late_penalty_percent", "late"]
         if self.late is not None or any(i.created_at for i in self.identities.values()):
             out += ["submitted_at", "submitted_from"]
-        if self.overrides:
+        if self.overrides or self.stale:
             out.append("overrides")
         return out
+
+    def covers(self, student, function, score):
+        """Whether an override (applied or stale) of ``student`` sets ``function`` to ``score``
+        (a cell's text): a hand edit of the grades CSV that is already in --overrides."""
+        try:
+            value = float(score)
+        except ValueError:
+            return False
+        mine = self.overrides.get(student, []) + [s.override for s in self.stale
+                                                  if s.student == student]
+        return any(o.function == function and abs(o.score - value) < 0.005 for o in mine)
 
     def apply(self, row, decimals=2):
         """``row`` (a CSV row of the grader) with the course's columns and the adjusted score."""
         student = row["student"]
         ident = self.identities.get(student) or Identity()
-        when, source = self.times.get(student, (None, ""))
-        out = dict(row, name=ident.name, sid=ident.sid, email=ident.email,
+        when, source = self.times.get(student, (None, NO_TIME))
+        stale = [s.text() for s in self.stale if s.student == student]
+        out = dict(row, name=ident.name, sid=ident.sid, email=ident.email, members=ident.members,
                    graded_score=row["score"], late_penalty_percent="", late="",
                    submitted_at=when.isoformat(timespec="seconds") if when else "",
-                   submitted_from=source, overrides="", notes=[])
+                   submitted_from=source, overrides="; ".join(stale), notes=[],
+                   fingerprint=self.fingerprints.get(student, ""))
         late = None
-        if self.late is not None and when is not None:
+        if self.late is not None and when is None:
+            out["late"] = NO_TIME
+        elif self.late is not None:
             seconds, units, percent = lateness(self.late, when)
             sentence = describe_late(self.late, seconds, units, percent)
             late = (units, percent, sentence)
@@ -436,86 +584,150 @@ class Course:
         adjusted = adjust(row["score"], row.get("functions") or {}, late=late, overrides=mine,
                           decimals=decimals)
         out.update(score=adjusted.score, functions=adjusted.functions, notes=adjusted.notes,
-                   overrides="; ".join(f"{o.function}={o.score:g} ({o.reason})"
-                                       for o in adjusted.overrides))
+                   overrides="; ".join([o.text() for o in adjusted.overrides] + stale))
         return out
 
     def feedback(self, row):
         """The lines the student's report gets about the late policy and the overrides."""
         lines = []
+        for name in self.ignored.get(row["student"], []):
+            lines.append(f"{name} in your submission was ignored: who you are and when you "
+                         "submitted come from the course's records only")
         if row.get("submitted_at"):
             lines.append(f"submitted at {row['submitted_at']} ({row['submitted_from']})")
         if self.late is not None:
             lines.append(f"due {self.late.due.isoformat(timespec='minutes')}: "
-                         + (row["late"] or "no submission time known: no late penalty"))
+                         + (f"{NO_TIME}: the late policy was not applied"
+                            if row["late"] in ("", NO_TIME) else row["late"]))
         lines += [n for n in row.get("notes") or [] if not n.startswith("late: ")]
         if lines and row.get("graded_score") not in ("", None) and row["score"] != row["graded_score"]:
             lines.append(f"score: {row['graded_score']:g} graded, {row['score']:g} after these")
         return lines
 
 
-def build_course(submissions, functions, *, metadata_dir=None, roster=None, late=None,
-                 overrides=None):
+def _load_record(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def build_course(submissions, functions, *, metadata_dir=None, metadata=None, roster=None,
+                 late=None, overrides=None, late_from_mtime=False, record=None, fingerprint=None):
     """The :class:`Course` of ``[(student, path)]`` graded on ``functions``.
 
-    metadata_dir: the folder of Gradescope's metadata (:func:`read_metadata`), or None;
-    roster / overrides: CSV paths or None; late: the config's ``"late"`` entry or None.
+    metadata_dir: the export's root, whose ``submission_metadata.yml`` is read
+    (:func:`read_metadata`), or None; metadata: a metadata file the instructor names
+    (:func:`read_metadata_file`), which wins; roster: a roster CSV, which wins for identity;
+    overrides: an overrides CSV or a list of them (later lines win over earlier ones for the same
+    student and function); late: the config's ``"late"`` entry or None; late_from_mtime: take
+    the files' modification times where no submission time is known; fingerprint: a callable
+    giving the fingerprint of a submission's path (what is graded there), or None (then no
+    override can be found stale); record: a JSON file in which the fingerprint of each override
+    without one is kept from its first application.
+
     An override naming no student of the class (by file name, SID, email or name) or no graded
     function is a ValueError naming its line: it would otherwise be lost without a word.
     """
     meta = read_metadata(metadata_dir) if metadata_dir else {}
+    if metadata:
+        meta.update(read_metadata_file(metadata))
     people = identities(submissions, meta, read_roster(roster) if roster else None)
-    times = {s: submission_time(p, people.get(s)) for s, p in submissions}
+    times = {s: submission_time(p, people.get(s), late_from_mtime) for s, p in submissions}
     course = Course(identities=people, times=times,
-                    late=late_policy(late) if late is not None else None)
-    if overrides:
-        keys = {}
-        for student, _ in submissions:
-            ident = people[student]
-            for key in (student, ident.sid, ident.email, ident.name):
-                for part in str(key).split("; "):
-                    if part:
-                        keys.setdefault(part.lower(), set()).add(student)
-        for o in read_overrides(overrides):
+                    late=late_policy(late) if late is not None else None,
+                    fingerprints={s: fingerprint(p) for s, p in submissions} if fingerprint
+                    else {})
+    course.ignored = {s: found for s, p in submissions if (found := student_metadata(p))}
+    if not overrides:
+        return course
+    keys = {}
+    for student, _ in submissions:
+        ident = people[student]
+        for key in [student, ident.sid, ident.email, ident.name] + \
+                [m[k] for m in ident.members for k in ("sid", "email", "name")]:
+            for part in str(key).split("; "):
+                if part:
+                    keys.setdefault(part.strip().lower(), set()).add(student)
+    chosen = {}                       # (student, function) -> Override: a later line wins
+    for path in [overrides] if isinstance(overrides, (str, os.PathLike)) else overrides:
+        for o in read_overrides(path):
             who = keys.get(o.student.lower(), set())
             if len(who) != 1:
-                raise ValueError(f"--overrides {os.fspath(overrides)!r}, line {o.line}: student "
-                                 f"{o.student!r} " + ("matches several submissions" if who else
-                                                      "is not in the class (give the file name, "
-                                                      "SID, email or name)"))
+                raise ValueError(f"{o.where()}: student {o.student!r} "
+                                 + ("matches several submissions" if who else
+                                    "is not in the class (give the file name, SID, email or "
+                                    "name)"))
             if o.function != "total" and o.function not in functions:
-                raise ValueError(f"--overrides {os.fspath(overrides)!r}, line {o.line}: function "
-                                 f"{o.function!r} is not graded; expected one of "
-                                 f"{', '.join(functions)} or total")
-            course.overrides.setdefault(who.pop(), []).append(o)
+                raise ValueError(f"{o.where()}: function {o.function!r} is not graded; expected "
+                                 f"one of {', '.join(functions)} or total")
+            (student,) = who
+            earlier = chosen.get((student, o.function))
+            if earlier is not None:
+                course.warnings.append(f"{o.where()} replaces {earlier.where()} ({student}, "
+                                       f"{o.function})")
+            chosen[(student, o.function)] = o
+    recorded = _load_record(record) if record else {}
+    changed = False
+    for (student, _), o in chosen.items():
+        now = course.fingerprints.get(student, "")
+        written = o.fingerprint or recorded.get(o.key(), "")
+        if not written:
+            recorded[o.key()] = written = now
+            changed = True
+        if now and not (now.startswith(written) or written.startswith(now)):
+            course.stale.append(Stale(student, o, written, now))
+        else:
+            course.overrides.setdefault(student, []).append(o)
+    if record and changed:
+        from ..run.fileio import write_json
+        os.makedirs(os.path.dirname(os.path.abspath(record)), exist_ok=True)
+        write_json(record, recorded)
+    for s in course.stale:
+        course.warnings.append(f"stale override, not applied: {s.override.where()} ({s.student}, "
+                               f"{s.override.text()}) was written for submission {s.written}, "
+                               f"which is now {s.now}: check the new submission, then set the "
+                               f"line's fingerprint to {s.now} (or delete the line)")
     return course
 
 
 def csv_edits(written, current, functions):
     """The score cells of a grades CSV changed by hand since the grader wrote it (``written``
-    and ``current`` are the file's texts): [(student, column, old, new)]."""
+    and ``current`` are the file's texts): [(student, column, old, new)]. A group's rows (one
+    per member) are compared row by row; an edit of several of them is listed once."""
     def table(text):
-        rows = list(csv.DictReader(text.splitlines()))
-        return {r.get("student"): r for r in rows}
+        out, seen = {}, {}
+        for r in csv.DictReader(text.splitlines()):
+            student = _unquote(r.get("student") or "")
+            seen[student] = seen.get(student, -1) + 1
+            out[(student, seen[student])] = r
+        return out
     before, after = table(written), table(current)
     out = []
-    for student, row in after.items():
-        old = before.get(student)
+    for (student, _), row in after.items():
+        old = before.get((student, _))
         if old is None:
             continue
         for column in ["score"] + list(functions):
             if (row.get(column) or "") != (old.get(column) or ""):
-                out.append((student, "total" if column == "score" else column,
-                            old.get(column) or "", row.get(column) or ""))
+                edit = (student, "total" if column == "score" else column,
+                        old.get(column) or "", row.get(column) or "")
+                if edit not in out:
+                    out.append(edit)
     return out
 
 
-def edits_as_overrides(edits):
-    """Hand edits of a grades CSV as the rows of an overrides CSV (text)."""
+def edits_as_overrides(edits, fingerprints=None):
+    """Hand edits of a grades CSV as the rows of an overrides CSV (text), each with the
+    fingerprint of the submission the edited grade was given to (``fingerprints``)."""
     import io
+    fingerprints = fingerprints or {}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(OVERRIDE_COLUMNS)
+    w.writerow(OVERRIDE_COLUMNS + ["fingerprint"])
     for student, column, old, new in edits:
-        w.writerow([student, column, new, f"edited in the grades CSV (was {old}): give the reason"])
+        w.writerow([safe_cell(v) for v in (student, column, new, f"edited in the grades CSV (was "
+                                           f"{old}){_TODO_REASON}", fingerprints.get(student, ""))])
     return buf.getvalue()

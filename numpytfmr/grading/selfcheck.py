@@ -3,6 +3,7 @@
     python check.py homework.py            (or homework.ipynb)
     python check.py homework.py --only softmax_forward softmax_backward
     python check.py homework.py --json verdicts.json
+    python check.py homework.py --timeout 30
 
 It needs only Python and NumPy. ``check_data.json`` and ``check_data.npz`` beside it hold
 the visible cases of the assignment: their inputs, the upstream gradients, and the expected
@@ -15,8 +16,13 @@ Random ops (dropout) are judged against your own draw: the mask is read off your
 statistics tested, and the backward is checked against finite differences of your forward
 (the same seed gives the same mask).
 
-The hidden cases are not here; the grader adds them. Exit status: 0 when every visible case
-passes, 1 when one fails, 2 on a usage error.
+Your homework runs in a second Python process, and each call of one of your functions may take
+at most the assignment's time limit (``--timeout S`` changes it): a function that never returns
+is reported as timed out, and the others are still checked.
+
+The hidden cases are not here; the grader adds them. A function whose cases are all hidden is
+listed as "hidden: graded after the due date" and does not fail the check. Exit status: 0 when
+every visible case passes, 1 when one fails, 2 on a usage error.
 
 This file is written by ``numpytfmr make-assignment`` (numpytfmr/grading/selfcheck.py); it
 imports only the standard library and NumPy.
@@ -27,6 +33,7 @@ import math
 import os
 import re
 import sys
+import time
 import traceback
 import types
 
@@ -359,6 +366,7 @@ def finite_differences(forward, args, kw, dout, p, rng):
         out = forward(*[_copy(a) for a in call], **fresh_kwargs(kw))[0]
         return float(np.sum(np.asarray(out, dtype=np.float64) * dout))
     for m, j in enumerate(idx):
+        _beat()
         values = []
         for step in (-2, -1, 1, 2):
             xp = x.copy()
@@ -420,6 +428,7 @@ def _patterns(got, num):
 
 def call(fn, *args, **kw):
     """(value, error_short, error_lines)."""
+    _beat()                   # each call gets the time limit afresh (redraws, repeated calls)
     try:
         return fn(*args, **kw), "", []
     except NotImplementedError:
@@ -431,13 +440,38 @@ def call(fn, *args, **kw):
         return None, f"raised {type(exc).__name__}", lines
 
 
-def check_op(module, item, arrays):
-    """{function: [(label, passed, short, lines)]} for an op's forward and backward."""
+class Verdicts(dict):
+    """{function: [(label, passed, short, lines)]}, told to ``report`` (the worker's channel to
+    the parent, or None) as each verdict is reached."""
+
+    def __init__(self, functions, report=None):
+        super().__init__({f: [] for f in functions})
+        self.report, self.case = report, 0
+
+    def add(self, function, verdict):
+        self[function].append(verdict)
+        if self.report is not None:
+            self.report({"case": self.case, "function": function, "verdict": verdict})
+
+
+def _watch(function, case):
+    """Say which function runs on which case (in a worker: the parent's clock restarts)."""
+    if WATCH is not None:
+        WATCH({"at": [function, case]})
+
+
+def check_op(module, item, arrays, start=0, skip=(), report=None):
+    """{function: [(label, passed, short, lines)]} for an op's forward and backward, from case
+    ``start`` on; the functions in ``skip`` (a backward that hung) are not run."""
     fwd_name, bwd_name = item["functions"]
     fwd, bwd = getattr(module, fwd_name, None), getattr(module, bwd_name, None)
     names = item["inputs"]
-    results = {fwd_name: [], bwd_name: []}
-    for case in item["cases"]:
+    results = Verdicts(item["functions"], report)
+    for k, case in enumerate(item["cases"]):
+        if k < start:
+            continue
+        results.case = k
+        _watch(fwd_name, k)
         label, tol = case["label"], case["dtype"]
         args = [decode(a, arrays) for a in case["args"]]
         kw = {k: decode(v, arrays) for k, v in case["kwargs"].items()}
@@ -445,14 +479,14 @@ def check_op(module, item, arrays):
         grads = [None if g is None else arrays[g] for g in case["grads"]]
         fwd_ok, cache, out, own_draw = False, None, None, False
         if fwd is None or not callable(fwd):
-            results[fwd_name].append((label, False, "not defined", [f"{fwd_name} is not defined"]))
+            results.add(fwd_name, (label, False, "not defined", [f"{fwd_name} is not defined"]))
         else:
             given = [_copy(a) for a in args]
             value, short, lines = call(fwd, *given, **fresh_kwargs(kw))
             if short:
-                results[fwd_name].append((label, False, short, lines))
+                results.add(fwd_name, (label, False, short, lines))
             elif type(value) not in (tuple, list) or len(value) != 2:
-                results[fwd_name].append((label, False, "not (out, cache)", [
+                results.add(fwd_name, (label, False, "not (out, cache)", [
                     f"{fwd_name} returned {describe(value)}; expected a pair (out, cache)"]))
             else:
                 out, cache = value
@@ -468,23 +502,26 @@ def check_op(module, item, arrays):
                     verdict = check_value(out, arrays[case["out"]], "out", tol) + (False,)
                 ok, short, lines, own_draw = verdict
                 fwd_ok = ok
-                results[fwd_name].append(_with_slips(label, ok, short, lines, flags))
+                results.add(fwd_name, _with_slips(label, ok, short, lines, flags))
+        if bwd_name in skip:
+            continue
+        _watch(bwd_name, k)
         if bwd is None or not callable(bwd):
-            results[bwd_name].append((label, False, "not defined", [f"{bwd_name} is not defined"]))
+            results.add(bwd_name, (label, False, "not defined", [f"{bwd_name} is not defined"]))
             continue
         if out is None:
             _, short, lines = call(bwd, dout.copy(), {})
             if short == "not implemented":
-                results[bwd_name].append((label, False, short, lines))
+                results.add(bwd_name, (label, False, short, lines))
             else:
-                results[bwd_name].append((label, False, "not run", [
+                results.add(bwd_name, (label, False, "not run", [
                     f"not run: {fwd_name} did not return (out, cache) on this case, and "
                     f"{bwd_name} needs that cache"]))
             continue
         pristine, given = _copy(cache), dout.copy()
         value, short, lines = call(bwd, given, cache)
         if short:
-            results[bwd_name].append((label, False, short, lines))
+            results.add(bwd_name, (label, False, short, lines))
             continue
         flags = []
         if not _same(pristine, cache):
@@ -510,7 +547,7 @@ def check_op(module, item, arrays):
             else:
                 lines += [f"{head}: FAILED -- your backward does not match your forward:"]
                 lines += ["  " + line for line in extra]
-        results[bwd_name].append(_with_slips(label, passed, short, lines, flags))
+        results.add(bwd_name, _with_slips(label, passed, short, lines, flags))
     return results
 
 
@@ -594,34 +631,57 @@ def _check_grads(value, grads, args, names, bwd_name, tol, own_draw, fwd, kw, do
     return ok, "; ".join(dict.fromkeys(shorts)), slips + lines, items
 
 
-def check_function(module, item, arrays):
-    """{function: [(label, passed, short, lines)]} for a plain function."""
+def check_function(module, item, arrays, start=0, skip=(), report=None):
+    """{function: [(label, passed, short, lines)]} for a plain function, from case ``start``."""
     name = item["functions"][0]
     fn = getattr(module, name, None)
-    out = []
-    for case in item["cases"]:
+    results = Verdicts([name], report)
+    for k, case in enumerate(item["cases"]):
+        if k < start:
+            continue
+        results.case = k
+        _watch(name, k)
         if fn is None or not callable(fn):
-            out.append((case["label"], False, "not defined", [f"{name} is not defined"]))
+            results.add(name, (case["label"], False, "not defined", [f"{name} is not defined"]))
             continue
         args = [decode(a, arrays) for a in case["args"]]
         kw = {k: decode(v, arrays) for k, v in case["kwargs"].items()}
         given = [_copy(a) for a in args]
         value, short, lines = call(fn, *given, **kw)
         if short:
-            out.append((case["label"], False, short, lines))
+            results.add(name, (case["label"], False, short, lines))
             continue
         flags = [f"{name} changed its input {item['inputs'][i] if i < len(item['inputs']) else i} in "
                  "place; a function must not modify its inputs"
                  for i, (a, b) in enumerate(zip(args, given)) if not _same(a, b)]
         ok, short, lines = check_value(value, arrays[case["out"]], "result", "float64")
-        out.append(_with_slips(case["label"], ok, short, lines, flags))
-    return {name: out}
+        results.add(name, _with_slips(case["label"], ok, short, lines, flags))
+    return results
 
 
-# --- the whole homework -----------------------------------------------------------------------
+# --- a time limit per function: the homework runs in a process of its own ----------------------
+#
+# check.py starts itself again (``--worker``), with nothing but the standard library: the worker
+# loads the homework, says which function runs on which case before running it, and sends each
+# verdict as one JSON line. The parent waits at most the assignment's timeout for each line; a
+# worker that says nothing for longer is killed, the function it was running is reported as
+# timed out, and a new worker goes on from the next thing to check. Where no second Python can
+# be started, everything runs in this process, without a time limit, and the output says so.
 
-def run(homework, data_dir, only=()):
-    """{"functions": {name: {"passed", "cases": [...]}}, "load_problems": [...]}."""
+WATCH = None             # in a worker: the callable that sends a line to the parent
+_LAST_BEAT = [0.0]
+STARTUP_SECONDS = 60.0   # a worker's Python and NumPy start within this (before the timeout counts)
+
+
+def _beat():
+    """A long check (finite differences) is alive: tell the parent, at most twice a second."""
+    if WATCH is not None and time.monotonic() - _LAST_BEAT[0] > 0.5:
+        _LAST_BEAT[0] = time.monotonic()
+        WATCH({"beat": 1})
+
+
+def _read_data(data_dir):
+    """(check_data.json's content, its arrays by key)."""
     try:
         with open(os.path.join(data_dir, "check_data.json"), encoding="utf-8") as f:
             data = json.load(f)
@@ -629,35 +689,237 @@ def run(homework, data_dir, only=()):
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read check_data.json / check_data.npz in {data_dir!r}: {exc}") from None
-    module, problems = load_homework(homework)
-    functions = {}
-    for item in data["items"]:
-        wanted = [f for f in item["functions"] if not only or f in only or item["name"] in only]
-        if not wanted:
+    return data, arrays
+
+
+def _check_item(module, problems, item, arrays, start=0, skip=(), report=None):
+    if module is None:
+        results = Verdicts(item["functions"], report)
+        for k, c in enumerate(item["cases"][start:], start=start):
+            results.case = k
+            for f in item["functions"]:
+                results.add(f, (c["label"], False, "submission not loaded", problems))
+        return results
+    with np.errstate(all="ignore"):
+        return (check_op if item["kind"] == "op" else check_function)(
+            module, item, arrays, start=start, skip=skip, report=report)
+
+
+def worker(spec):
+    """The worker's side: ``spec`` is JSON {homework, data, items: [index...], start: [item,
+    case], skip: [function...]}; every item from ``start`` on is checked."""
+    global WATCH
+    job = json.loads(spec)
+    channel = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)                        # what the homework prints goes to stderr, not the channel
+    sys.stdout = sys.stderr
+
+    def send(message):
+        channel.write(json.dumps(message) + "\n")
+        channel.flush()
+    data, arrays = _read_data(job["data"])
+    send({"ready": 1})
+    module, problems = load_homework(job["homework"])
+    send({"loaded": problems, "ok": module is not None})
+    first, start = job["start"]
+    for index in job["items"]:
+        if index < first:
             continue
-        if module is None:
-            results = {f: [(c["label"], False, "submission not loaded", problems)
-                           for c in item["cases"]] for f in item["functions"]}
+        item = data["items"][index]
+
+        def tell(message, index=index):
+            send(dict(message, item=index))
+        WATCH = tell
+        _check_item(module, problems, item, arrays, start if index == first else 0,
+                    set(job["skip"]), report=tell)
+    send({"done": 1})
+    channel.close()
+    return 0
+
+
+def _start_worker(job):
+    import subprocess
+    if not sys.executable:
+        raise OSError("no Python executable is known (sys.executable is empty)")
+    command = [sys.executable] + (["-I"] if sys.flags.isolated else []) + \
+        [os.path.abspath(__file__), "--worker", json.dumps(job)]
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            text=True, encoding="utf-8", errors="replace")
+
+
+def _lines(proc):
+    """A queue of the worker's lines (None at the end), filled by a thread: waiting on it with
+    a timeout works on every platform."""
+    import queue
+    import threading
+    q = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            q.put(line)
+        q.put(None)
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
+def _run_worker(job, timeout):
+    """Run one worker: (messages, how it ended: "done", "timeout" or "exit N", last "at" as
+    (item, function, case) or None)."""
+    import queue
+    proc = _start_worker(job)
+    q, messages, at, wait = _lines(proc), [], None, STARTUP_SECONDS
+    ended = None
+    try:
+        while ended is None:
+            try:
+                line = q.get(timeout=wait)
+            except queue.Empty:
+                ended = "timeout"
+                break
+            if line is None:
+                ended = f"exit {proc.wait()}"
+                break
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            wait = timeout
+            if "at" in message:
+                at = (message["item"], *message["at"])
+            elif "done" in message:
+                ended = "done"
+            elif "ready" not in message and "beat" not in message:
+                messages.append(message)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return messages, ended, at
+
+
+def _timed_out(what, timeout, how):
+    if how == "timeout":
+        return ["timed out", [f"{what} did not finish within {timeout:g} s (the assignment's "
+                              "time limit): an endless loop, or far too slow"]]
+    return ["process ended", [f"{what} ended the Python process ({how.replace('exit', 'exit status')})"
+                              ": sys.exit, os._exit or a crash in your code"]]
+
+
+def run_items(homework, data_dir, data, indices, timeout):
+    """({item index: {function: [verdict per case]}}, load problems) of the items ``indices``,
+    each call of the homework's functions limited to ``timeout`` seconds."""
+    items = data["items"]
+    results = {i: {f: [None] * len(items[i]["cases"]) for f in items[i]["functions"]}
+               for i in indices}
+    problems, start, skip = [], [indices[0], 0] if indices else [0, 0], set()
+    while indices and start[0] <= indices[-1]:
+        job = {"homework": os.path.abspath(homework), "data": os.path.abspath(data_dir),
+               "items": indices, "start": start, "skip": sorted(skip)}
+        messages, ended, at = _run_worker(job, timeout)
+        for m in messages:
+            if "loaded" in m:
+                problems = m["loaded"]
+            elif "verdict" in m:
+                label, ok, short, lines = m["verdict"]
+                results[m["item"]][m["function"]][m["case"]] = (label, bool(ok), short, lines)
+        if ended == "done":
+            break
+        if at is None:                       # loading the homework did not finish
+            short, lines = _timed_out("loading your homework", timeout, ended)
+            for i in indices:
+                for f, verdicts in results[i].items():
+                    for k, c in enumerate(items[i]["cases"]):
+                        verdicts[k] = verdicts[k] or (c["label"], False, short, lines)
+            problems = problems + lines
+            break
+        index, function, k = at
+        cases, functions = items[index]["cases"], items[index]["functions"]
+        short, lines = _timed_out(f"{function} on this case", timeout, ended)
+        results[index][function][k] = (cases[k]["label"], False, short, lines)
+        later = [function] + ([functions[1]] if function == functions[0] and len(functions) > 1
+                              else [])
+        for f in later:
+            for j in range(k, len(cases)):
+                results[index][f][j] = results[index][f][j] or (cases[j]["label"], False, "not run", [
+                    f"not run: {function} timed out or ended the process on case "
+                    f"'{cases[k]['label']}'" + (f", and {f} needs its cache" if f != function else "")])
+        skip.update(later)
+        if function == functions[-1] and len(functions) > 1 and k + 1 < len(cases):
+            start = [index, k + 1]           # a backward: its forward goes on with the next case
         else:
-            with np.errstate(all="ignore"):
-                results = (check_op if item["kind"] == "op" else check_function)(module, item, arrays)
+            following = [i for i in indices if i > index]
+            if not following:
+                break
+            start = [following[0], 0]
+    for i in indices:
+        for f, verdicts in results[i].items():
+            for k, v in enumerate(verdicts):
+                if v is None:
+                    verdicts[k] = (items[i]["cases"][k]["label"], False, "not run", ["not run"])
+    return results, problems
+
+
+# --- the whole homework -----------------------------------------------------------------------
+
+def run(homework, data_dir, only=(), timeout=None, separate=True):
+    """{"functions": {name: {"passed", "cases": [...]}}, "load_problems": [...]}.
+
+    Each op or function runs in a process of its own, each call limited to ``timeout`` seconds
+    (default: the assignment's); ``separate=False``, or a Python that cannot start another,
+    runs everything here without a limit. A function whose cases are all hidden has
+    ``"passed": None`` and ``"hidden"``: it is graded after the due date."""
+    data, arrays = _read_data(data_dir)
+    timeout = float(timeout or data.get("timeout") or 10.0)
+    notes, problems = [], []
+    chosen = {}
+    for index, item in enumerate(data["items"]):
+        wanted = [f for f in item["functions"] if not only or f in only or item["name"] in only]
+        if wanted:
+            chosen[index] = wanted
+    to_run = [i for i in chosen if data["items"][i]["cases"]]
+    results = None
+    if separate and to_run:
+        try:
+            results, problems = run_items(homework, data_dir, data, to_run, timeout)
+        except OSError as exc:
+            notes.append(f"no time limit: check.py could not start another Python ({exc}), "
+                         "so a function that never returns makes it hang (stop it with Ctrl-C)")
+    if results is None and to_run:
+        module, problems = load_homework(homework)
+        results = {i: _check_item(module, problems, data["items"][i], arrays) for i in to_run}
+    functions = {}
+    for index, wanted in chosen.items():
+        item = data["items"][index]
         for f in wanted:
+            if not item["cases"]:
+                functions[f] = {"passed": None, "cases": [], "hidden": int(item.get("hidden_cases", 0))}
+                continue
             cases = [{"label": lab, "passed": bool(ok), "short": short, "lines": lines}
-                     for lab, ok, short, lines in results[f]]
-            functions[f] = {"passed": all(c["passed"] for c in cases) and bool(cases), "cases": cases}
+                     for lab, ok, short, lines in results[index][f]]
+            functions[f] = {"passed": all(c["passed"] for c in cases), "cases": cases,
+                            "hidden": int(item.get("hidden_cases", 0))}
     skipped = [f"{', '.join(s['functions'])} on case '{s['label']}'" for s in data.get("skipped", [])]
     return {"assignment": data.get("assignment"), "homework": homework, "load_problems": problems,
-            "functions": functions, "not_checked_here": skipped}
+            "functions": functions, "not_checked_here": skipped, "timeout": timeout,
+            "notes": notes}
 
 
 def table(result, details=True):
     lines = [f"checking {result['homework']} on the visible cases"]
+    lines += [f"note: {n}" for n in result.get("notes", [])]
     lines += [f"while loading: {p}" for p in result["load_problems"]]
     width = max([len(f) for f in result["functions"]] + [8])
     for f, r in result["functions"].items():
+        hidden = r.get("hidden", 0)
+        if r["passed"] is None:
+            lines.append(f"  {f:<{width}}  hidden: graded after the due date "
+                         f"({hidden} hidden case{'s' if hidden != 1 else ''}, none visible)"
+                         if hidden else f"  {f:<{width}}  judged by the grader only")
+            continue
         n_ok = sum(c["passed"] for c in r["cases"])
         verdict = "PASS" if r["passed"] else "FAIL"
-        lines.append(f"  {f:<{width}}  {verdict}  ({n_ok} of {len(r['cases'])} visible cases)")
+        lines.append(f"  {f:<{width}}  {verdict}  ({n_ok} of {len(r['cases'])} visible cases"
+                     + (f"; {hidden} hidden, graded after the due date)" if hidden else ")"))
     if details:
         for f, r in result["functions"].items():
             groups = {}                   # the same message on several cases is said once
@@ -673,13 +935,19 @@ def table(result, details=True):
     if result.get("not_checked_here"):
         lines += ["", "judged by the grader only (their inputs cannot be stored here): "
                   + "; ".join(result["not_checked_here"])]
-    passed = sum(r["passed"] for r in result["functions"].values())
-    lines += ["", f"{passed} of {len(result['functions'])} functions pass every visible case. "
-              "The grader also runs hidden cases."]
+    checked = [r for r in result["functions"].values() if r["passed"] is not None]
+    passed = sum(r["passed"] for r in checked)
+    only_hidden = len(result["functions"]) - len(checked)
+    lines += ["", f"{passed} of {len(checked)} functions pass every visible case"
+              + (f"; {only_hidden} {'is' if only_hidden == 1 else 'are'} graded after the due date "
+                 "only" if only_hidden else "") + ". The grader also runs hidden cases."]
     return "\n".join(lines)
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--worker"] and len(argv) == 2:
+        return worker(argv[1])
     parser = argparse.ArgumentParser(description="Check homework on the assignment's visible cases.")
     parser.add_argument("homework", help="your homework.py or homework.ipynb")
     parser.add_argument("--only", nargs="+", default=(), metavar="NAME",
@@ -688,11 +956,17 @@ def main(argv=None):
     parser.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON")
     parser.add_argument("--data", metavar="DIR", default=os.path.dirname(os.path.abspath(__file__)),
                         help="the folder of check_data.json (default: this script's folder)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="seconds each call of your functions may take (default: the "
+                             "assignment's, in check_data.json)")
     args = parser.parse_args(argv)
+    if args.timeout is not None and not args.timeout > 0:
+        print(f"check.py: error: --timeout is {args.timeout:g}; expected a number > 0", file=sys.stderr)
+        return 2
     try:
         if not os.path.isfile(args.homework):
             raise UsageError(f"{args.homework!r} does not exist; expected your homework.py or .ipynb")
-        result = run(args.homework, args.data, set(args.only))
+        result = run(args.homework, args.data, set(args.only), timeout=args.timeout)
     except UsageError as exc:
         print(f"check.py: error: {exc}", file=sys.stderr)
         return 2
@@ -702,7 +976,7 @@ def main(argv=None):
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
         os.replace(tmp, args.json)
-    return 0 if all(r["passed"] for r in result["functions"].values()) else 1
+    return 0 if all(r["passed"] is not False for r in result["functions"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -206,14 +206,16 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
     """The self-check's data: (a JSON-able dict, {key: array}) holding, for every visible case
     of ``items``, its inputs and options, the upstream gradient and the expected output and
     gradients. Hidden cases are never included (``hidden_seed``: the grader's, which decides
-    which cases are hidden); neither is any code of the reference."""
+    which cases are hidden), only their number per item (``hidden_cases``); neither is any code
+    of the reference."""
     arrays, out_items, skipped = {}, [], []
     for n, item in enumerate(items):
         names = input_names(item.spec)
-        cases = []
+        cases, n_hidden = [], 0
         for k, gc in enumerate(make_graded_cases(item, seed=seed, hidden_seed=hidden_seed,
                                                  float32_case=float32_case)):
             if gc.hidden:
+                n_hidden += 1
                 continue
             key = f"i{n}c{k}"
             try:
@@ -251,7 +253,7 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
                 entry["out"] = f"{key}.out"
             cases.append(entry)
         out_items.append({"name": item.name, "kind": item.kind, "functions": list(item.functions),
-                          "inputs": names, "cases": cases})
+                          "inputs": names, "cases": cases, "hidden_cases": n_hidden})
     return {"format": 1, "seed": int(seed), "items": out_items, "skipped": skipped}, arrays
 
 
@@ -435,6 +437,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     load_config(config)                      # the new keys' values are checked once, here
     data, arrays = check_data(items, seed=int(seed), hidden_seed=int(hidden_seed), float32_case=True)
     data["assignment"] = name
+    data["timeout"] = timeout               # check.py's limit for each call of a function
 
     student = os.path.join(out_dir, "student")
     os.makedirs(auto, exist_ok=True)
@@ -455,7 +458,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     write_json(paths["check_data"], data)
     atomic_write_bytes(paths["check_arrays"], _npz_bytes(arrays))
     write_json(paths["config"], config)
-    atomic_write_text(paths["setup"], _SETUP.format(numpy_version=np.__version__))
+    atomic_write_text(paths["setup"], setup_script(config.get("allow_modules", ())))
     atomic_write_text(paths["run"], _RUN.format(name=name))
     for key in ("setup", "run"):                   # scripts: executable wherever readable
         mode = os.stat(paths[key]).st_mode & 0o777  # (the mode the umask gave the new file)
@@ -472,20 +475,67 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     return paths
 
 
+def gradescope_image():
+    """The Gradescope image the bundle is made for, and the NumPy pinned for it
+    (``gradescope.json`` beside this module; the docs name the same image)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gradescope.json"),
+              encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _distribution(module):
+    """The pip name of the distribution that provides ``module`` in this Python (``sklearn``
+    -> ``scikit-learn``), or the module's own name when none is installed here."""
+    import importlib.metadata
+    names = sorted(importlib.metadata.packages_distributions().get(module, []))
+    return names[0] if names else module
+
+
+def setup_script(allow_modules=()):
+    """Gradescope's setup.sh: NumPy pinned for the image's Python, and every allowed module."""
+    import shlex
+    image = gradescope_image()
+    pythons = image["numpy_pythons"]
+    if image["image"]["python"] not in pythons:
+        raise ValueError(f"gradescope.json: NumPy {image['numpy']} is listed for Python "
+                         f"{', '.join(pythons)}, not the image's {image['image']['python']}")
+    modules = sorted(set(allow_modules))
+    packages = [f"numpy=={image['numpy']}"] + sorted({_distribution(m) for m in modules} - {"numpy"})
+    im = image["image"]
+    return _SETUP.format(image=f"{im['name']} {im['version']} (variant {im['variant']})",
+                         python=im["python"], numpy=image["numpy"], pythons=" ".join(pythons),
+                         packages=" ".join(shlex.quote(p) for p in packages),
+                         modules=" ".join(shlex.quote(m) for m in ["numpy"] + modules))
+
+
 _SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, as root, when it builds the autograder image.
+# Gradescope runs this once, as root, when it builds the autograder image. The bundle is made
+# for Gradescope's base image {image}, whose Python is {python}.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-if ! command -v python3 > /dev/null; then
+if ! command -v python3 > /dev/null || ! python3 -m pip --version > /dev/null 2>&1; then
     apt-get install -y -qq python3 python3-pip
 fi
 # bubblewrap isolates every submission process (namespaces, a read-only filesystem without the
 # reference or the config, no network); without it, each runs as a user ID of its own.
 apt-get install -y -qq bubblewrap || echo "warning: bubblewrap could not be installed" >&2
-# NumPy as the bundle was made and tested with.
-python3 -m pip install --quiet "numpy=={numpy_version}" \\
-    || python3 -m pip install --quiet --break-system-packages "numpy=={numpy_version}"
+# NumPy {numpy} has wheels for Python {pythons}: on another Python, stop here and say so.
+python_version="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+case " {pythons} " in
+    *" $python_version "*) ;;
+    *) echo "setup.sh: this image has Python $python_version, and NumPy {numpy} has no build for it" \\
+            "(it has for Python {pythons}); choose Gradescope's base image {image}" >&2
+       exit 1 ;;
+esac
+# NumPy, and the modules the assignment allows (grading.json's allow_modules), resolved together
+# so that each is a release that works with this NumPy and this Python.
+packages=({packages})
+python3 -m pip install --quiet --only-binary=numpy "${{packages[@]}}" \\
+    || python3 -m pip install --quiet --only-binary=numpy --break-system-packages "${{packages[@]}}"
+python3 -c 'import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)' {modules}
 # Check now, not at the first submission, that a submission process can start here: this prints
 # the isolation it will use and fails the build, saying why, when none works.
 cd /autograder/source

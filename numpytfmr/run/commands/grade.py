@@ -4,7 +4,8 @@
                                 [--config grading.json] [--hidden-seed N] [--memory-mb M]
     numpytfmr grade DIR_OR_GLOB --csv grades.csv [--config grading.json | --only NAMES]
                                 [--jobs N] [--summary FILE] [--force] [--regrade]
-                                [--roster FILE] [--overrides FILE] [--export canvas|moodle FILE]
+                                [--roster FILE] [--metadata FILE] [--late-from-mtime]
+                                [--overrides FILE ...] [--export canvas|moodle FILE]
                                 [--similarity FILE] [--allow-module NAME]
     ... [--isolation auto|bubblewrap|user|none | --no-isolation]
 
@@ -157,7 +158,8 @@ def cmd_grade(args):
             raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
 
     for flag, value in (("--roster", args.roster), ("--overrides", args.overrides),
-                        ("--export", args.export), ("--similarity", args.similarity)):
+                        ("--export", args.export), ("--similarity", args.similarity),
+                        ("--metadata", args.metadata), ("--late-from-mtime", args.late_from_mtime)):
         if value:
             raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
     from numpytfmr.grading import grade
@@ -209,8 +211,10 @@ def _grade_class(args, target, isolation):
     if plan.items is None:
         raise UsageError("--csv grades a class on the same functions for every student: give "
                          "--config grading.json or --only NAMES")
-    course = _course(args, target, submissions, plan)
+    course = _course(args, target, submissions, plan, folder)
     exports = _exports(args, csv_path)
+    for line in _course_warnings(course):
+        print(f"numpytfmr grade: warning: {line}", file=sys.stderr, flush=True)
     try:
         result = grade_class(submissions, csv_path, plan=plan, jobs=args.jobs, isolation=isolation,
                              force=args.force, regrade=args.regrade,
@@ -231,20 +235,49 @@ def _grade_class(args, target, isolation):
     return 1 if any(r["status"] == "grader error" for r in result.rows) else 0
 
 
-def _course(args, target, submissions, plan):
+def _course(args, target, submissions, plan, results):
     """The class's :class:`~numpytfmr.grading.course.Course`; UsageError on a bad file."""
+    from numpytfmr.grading.classroom import content_digest
     from numpytfmr.grading.course import build_course
 
-    for flag, path in (("--roster", args.roster), ("--overrides", args.overrides)):
+    overrides = args.overrides or []
+    for flag, path in ([("--roster", args.roster), ("--metadata", args.metadata)]
+                       + [("--overrides", p) for p in overrides]):
         if path is not None and not os.path.isfile(path):
-            raise UsageError(f"{flag} {path!r} does not exist; expected a CSV file")
+            raise UsageError(f"{flag} {path!r} does not exist; expected a "
+                             + ("metadata file (.yml or .json)" if flag == "--metadata"
+                                else "CSV file"))
     functions = [fn for item in plan.items for fn in item.functions]
     folder = target if os.path.isdir(target) else None
     try:
-        return build_course(submissions, functions, metadata_dir=folder, roster=args.roster,
-                            late=plan.config.get("late"), overrides=args.overrides)
+        return build_course(submissions, functions, metadata_dir=folder, metadata=args.metadata,
+                            roster=args.roster, late=plan.config.get("late"),
+                            overrides=overrides, late_from_mtime=args.late_from_mtime,
+                            record=os.path.join(results, ".override-fingerprints.json"),
+                            fingerprint=lambda path: content_digest(path)[:12])
     except ValueError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
+
+
+def _course_warnings(course):
+    """What the instructor must know before trusting the grades: files students put in their
+    submissions that were ignored, submissions without a time under a late policy, and
+    overrides replaced or not applied."""
+    out = []
+    if course.ignored:
+        names = sorted(course.ignored)
+        out.append(f"ignored the metadata file(s) inside {len(names)} submission(s) "
+                   f"({', '.join(names[:5])}{' ...' if len(names) > 5 else ''}): a student wrote "
+                   "them; identity and submission time come from the export's "
+                   "submission_metadata.yml, --metadata or --roster only")
+    if course.late is not None:
+        missing = sorted(s for s, (when, _) in course.times.items() if when is None)
+        if missing:
+            out.append(f"no submission time for {len(missing)} submission(s) "
+                       f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}): the late "
+                       "policy is not applied to them (give --metadata or a roster's "
+                       "submitted_at, or --late-from-mtime to use the files' times)")
+    return out + course.warnings
 
 
 def _exports(args, csv_path):
@@ -276,14 +309,14 @@ def _exports(args, csv_path):
 def _course_outputs(args, result, submissions, plan, course, exports):
     """The gradebook exports and the similarity report, after grading."""
     from numpytfmr.grading.classroom import remember_written
-    from numpytfmr.grading.exports import export
+    from numpytfmr.grading.exports import export, exported_rows
 
     assignment = plan.config.get("assignment") or "numpytfmr homework"
     for kind, path in exports:
         left_out = export(kind, path, result.rows, assignment=assignment,
                           max_score=result.max_score)
         remember_written(path, result.results)
-        print(f"{kind} export: {path} ({len(result.rows) - len(left_out)} students)"
+        print(f"{kind} export: {path} ({len(exported_rows(result.rows, kind)[0])} students)"
               + (f"; left out: {'; '.join(left_out[:5])}{' ...' if len(left_out) > 5 else ''}"
                  if left_out else ""))
     if args.similarity:
@@ -376,11 +409,25 @@ def add_command(sub):
                         "(repeatable; added to grading.json's allow_modules)")
     p.add_argument("--roster", metavar="FILE",
                    help="with --csv: a CSV mapping file or folder names to students (columns "
-                        "file, name, sid, email); Gradescope's submission_metadata.yml in the "
-                        "folder is read without it")
-    p.add_argument("--overrides", metavar="FILE",
+                        "file, name, sid, email, submitted_at; several rows of one file are a "
+                        "group); Gradescope's submission_metadata.yml at the folder's root is read "
+                        "without it")
+    p.add_argument("--overrides", action="append", metavar="FILE",
                    help="with --csv: the staff's overrides, a CSV with columns student, function "
-                        "(or total), score, reason; applied after grading on every run")
+                        "(or total), score, reason and optionally fingerprint; applied after "
+                        "grading on every run, any number of lines per student; repeatable (the "
+                        "grades-edits.csv grade writes is such a file); an override whose "
+                        "submission changed since is listed as stale, not applied")
+    p.add_argument("--metadata", metavar="FILE",
+                   help="with --csv: the instructor's metadata of the submissions (names, SIDs, "
+                        "emails, submission times): Gradescope's submission_metadata.yml layout, "
+                        "or JSON {folder: {created_at, users}}; metadata files inside the "
+                        "submissions are never read")
+    p.add_argument("--late-from-mtime", action="store_true",
+                   help="with --csv and a late policy: where the metadata gives no submission "
+                        "time, take the newest modification time of the submitted files (which "
+                        "a student can set); without it such submissions get no late penalty "
+                        "and the CSV says 'no submission time'")
     p.add_argument("--export", nargs=2, action="append", metavar=("KIND", "FILE"),
                    help="with --csv: also write a gradebook import file, KIND canvas or moodle "
                         "(repeatable)")
