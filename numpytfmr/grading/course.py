@@ -682,7 +682,7 @@ def build_course(submissions, functions, *, metadata_dir=None, metadata=None, ro
         else:
             course.overrides.setdefault(student, []).append(o)
     if record and changed:
-        from ..run.fileio import write_json
+        from ..shared.fileio import write_json
         os.makedirs(os.path.dirname(os.path.abspath(record)), exist_ok=True)
         write_json(record, recorded)
     for s in course.stale:
