@@ -27,8 +27,8 @@ import pytest
 import numpytfmr
 from numpytfmr.grading import channel, grade, make_assignment
 from numpytfmr.grading.cases import make_graded_cases, resolve
-from numpytfmr.grading.sandbox import (REQUIRE_ENV, Isolation, bubblewrap_problem, check,
-                                       readable_by_all)
+from numpytfmr.grading.channel import check
+from numpytfmr.grading.sandbox import REQUIRE_ENV, Isolation, bubblewrap_problem, readable_by_all
 from numpytfmr.run.cli import main
 
 FIXTURES = Path(__file__).parent / "grading_fixtures"
