@@ -163,7 +163,7 @@ def claim_user_ids():
 
 def new_uid():
     """A user ID from the reserved range that no process of this run has had (root only; the
-    grader's own where not root). Whatever an earlier run left under it is removed first."""
+    grader's own where not root). Any process an earlier run left under it is killed first."""
     if not _is_root():
         return os.getuid()
     run = _claim_block()

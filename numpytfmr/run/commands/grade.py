@@ -247,12 +247,18 @@ def _grade_class(args, target):
                          "--config grading.json or --only NAMES")
     course = _course(args, target, submissions, plan)
     exports = _exports(args, csv_path)
+    # without bubblewrap the submissions share the filesystem: what the grader writes while
+    # they run (the CSV, the results) is for its own user alone
+    umask = os.umask(0o077) if isolation.mode != "bubblewrap" else None
     try:
         result = grade_class(submissions, csv_path, plan=plan, jobs=args.jobs, isolation=isolation,
                              force=args.force, regrade=args.regrade,
                              log=lambda line: print(line, flush=True), course=course)
     except FileExistsError as exc:
         raise UsageError(f"--csv: {exc}") from None
+    finally:
+        if umask is not None:
+            os.umask(umask)
     print()
     print(f"{len(result.rows)} submissions in {result.seconds:.1f} s ({result.graded} graded now, "
           f"{result.reused} unchanged since the last run; {result.jobs} jobs)")
