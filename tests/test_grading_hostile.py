@@ -52,7 +52,9 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the per-submission us
 _user_problem = check("user")[1]
 MODES = [pytest.param("bubblewrap", marks=needs_root),
          pytest.param("user", marks=pytest.mark.skipif(
-             bool(_user_problem), reason=f"no isolation by user ID here: {_user_problem}"))]
+             bool(_user_problem), reason=f"no isolation by user ID for this Python: {_user_problem} "
+                                         "(test_grading_installs.py tries mode user with a Python "
+                                         "every user can run)"))]
 
 
 @pytest.fixture

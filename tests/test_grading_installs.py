@@ -410,3 +410,77 @@ def test_world_writable_folders_are_found_not_listed(tmp_path):
     finally:
         sandbox.world_writable_folders.cache_clear()
         shutil.rmtree(top, ignore_errors=True)
+
+
+ROUTES = ("softmax", "relu", "gelu", "log_softmax", "layernorm", "rmsnorm", "linear",
+          "cross_entropy", "attention", "dpo_loss")
+
+
+def _survivors(mark):
+    """Living processes named ``mark`` (the escapee renames itself), looked for up to 2 s."""
+    deadline = time.monotonic() + 2
+    while True:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                if pid.isdigit() and Path(f"/proc/{pid}/comm").read_text().strip() == mark:
+                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state not in ("Z", "X"):
+                        found.append(int(pid))
+            except OSError:
+                pass
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def test_a_hostile_class_in_mode_user_gets_nothing_through(open_venv):
+    """Every route of os_routes.py but the network (mode user keeps it), with a user ID per
+    submission: the reference and the config (root only), the installed grader, another
+    process's memory, outliving grading, a fork bomb, a file left in /dev/shm, the classmates
+    and the grades, a root-owned canary through a link."""
+    top = Path(tempfile.mkdtemp(prefix="numpytfmr-userclass-"))
+    mark = _mark()
+    try:
+        top.chmod(0o755)
+        (top / "autograder").mkdir(mode=0o700)
+        config = top / "autograder" / "grading.json"
+        config.write_text(json.dumps({"assignment": "homework", "seed": 0, "hidden_seed": 7,
+                                      "timeout": 10, "float32_case": False,
+                                      "functions": [{"name": op, "cases": [0]} for op in ROUTES]}))
+        canary = top / "canary.txt"
+        canary.write_text("root's")
+        canary.chmod(0o600)
+        subs = top / "class"
+        subs.mkdir(mode=0o700)
+        shutil.copy(CORRECT, subs / "honest.py")
+        package = open_venv["private"] / "numpytfmr"
+        text = CORRECT.read_text() + "\n\n" + (FIXTURES / "hostile" / "os_routes.py").read_text()
+        for old, new in {"PACKAGE_DIR": str(package), "CONFIG_PATH": str(config),
+                         "CLASS_DIR": str(subs), "RESULTS_DIR": str(top / "out"),
+                         "CANARY_PATH": str(canary), "MARK": mark, "PORT": "1"}.items():
+            text = text.replace(old, new)
+        (subs / "hostile.py").write_text(text)
+        (top / "out").mkdir()
+        grader = package / "grading" / "compare.py"
+        before = {p: p.read_bytes() for p in (config, canary, subs / "honest.py", grader)}
+        proc = subprocess.run([str(open_venv["script"]), "grade", str(subs), "--config",
+                               str(config), "--csv", str(top / "out" / "grades.csv"), "--jobs",
+                               "2", "--isolation", "user"], capture_output=True, text=True,
+                              timeout=600, cwd=top,
+                              env=_env(PYTHONPATH=str(open_venv["private"])))
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        rows = {r["student"]: r for r in csv.DictReader(open(top / "out" / "grades.csv",
+                                                            newline=""))}
+        assert rows["honest"]["score"] == rows["honest"]["max_score"], rows["honest"]
+        hostile = rows["hostile"]
+        assert hostile["isolation"] == "user"
+        for route in ("softmax_forward", "relu_forward", "gelu_forward", "log_softmax_forward",
+                      "rmsnorm_forward", "cross_entropy_forward", "dpo_loss_forward"):
+            assert float(hostile[route]) == 0, (route, hostile)
+        for path, data in before.items():
+            assert path.read_bytes() == data, f"{path} was changed"
+        assert not _survivors(mark), "a process of the submission outlived grading"
+        assert not Path("/dev/shm", mark).exists(), "a file was left in /dev/shm"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -536,7 +536,8 @@ def launch_bubblewrap(python_args, *, uid, limits, protect, modules):
     drops to ``uid`` before anything loads."""
     show, path = allowed_paths(modules)
     python, root = interpreter(), _is_root()
-    reach = [python, os.path.realpath(sys.base_prefix)] + show
+    reach = [python, os.path.realpath(sys.base_prefix)] + show + [
+        f for f in (_shared_library(),) if f]
     as_child = root and _reachable_by_all(reach)
     drop = root and not as_child
     if as_child:                # paths the child's user could not reach anyway need no mount
