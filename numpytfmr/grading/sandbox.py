@@ -57,8 +57,9 @@ import tempfile
 
 REQUIRE_ENV = "NUMPYTFMR_REQUIRE_SANDBOX"
 UID_BASE = int(os.environ.get("NUMPYTFMR_UID_BASE", "2000000000"))
-UID_BLOCK = 1 << 20              # user IDs a run may hand out
-UID_BLOCKS = 2048                # runs at once on one machine; the range ends below 2**32 - 1
+UID_BLOCK = 1 << 16              # user IDs a run may hand out
+UID_BLOCKS = 2048                # runs at once on one machine: the range ends below 2**31
+                                 # (bwrap refuses --uid above that)
 UID_STATE = "/run/numpytfmr-uids"   # the runs' block claims (root only)
 WORK = "/home/student"           # the sandbox's working folder, home and TMPDIR
 TMP_BYTES = 64 << 20             # its size; /tmp and /dev/shm get SHM_BYTES each
