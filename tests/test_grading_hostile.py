@@ -202,6 +202,9 @@ def test_a_class_keeps_its_students_apart(tmp_path, no_audit_hook, server, capsy
     assert again == rows
     data = json.loads(summary.read_text())
     assert data["isolation"] == [mode] and data["start_seconds_per_submission"] > 0
+    # the cost of the sandbox beside the work (#35): wall and CPU time, start-up per submission
+    assert data["wall_seconds_per_submission"] > data["start_seconds_per_submission"]
+    assert data["cpu_seconds_per_submission"] > 0 and data["cpu_seconds"] > 0
 
 
 # --- the Gradescope bundle ------------------------------------------------------------------

@@ -32,6 +32,7 @@ import pytest
 
 import numpytfmr
 from numpytfmr.grading import sandbox
+from test_grading_hostile import _survivors
 
 FIXTURES = Path(__file__).parent / "grading_fixtures"
 CORRECT = FIXTURES / "correct.py"
@@ -237,11 +238,25 @@ def _assert_contained(proc, rows, mode):
 
 # --- the console script, wherever the interpreter lives ------------------------------------------
 
+def _grade_hostile_file(script, tmp_path, package):
+    """``numpytfmr grade hostile.py --config ... --json ...`` by ``script``: the results."""
+    config, subs = _setting(tmp_path, package, _mark())
+    out = tmp_path / "results.json"
+    proc = subprocess.run([str(script), "grade", str(subs / "hostile.py"), "--config",
+                           str(config), "--json", str(out)], capture_output=True, text=True,
+                          timeout=300, env=_env())
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert results["extra_data"]["isolation"] == "bubblewrap" and "warning" not in proc.stderr
+    passed = {t["name"].split(" ")[0]: t["status"] == "passed" for t in results["tests"]}
+    for route in ("softmax_forward", "relu_forward", "gelu_forward", "cross_entropy_forward"):
+        assert not passed[route], route
+    assert f"isolation: {sandbox.DESCRIPTION['bubblewrap']}" in proc.stdout
+
+
 def test_the_console_script_of_a_copies_venv_grades_in_the_sandbox(copies_venv, tmp_path):
-    package = copies_venv.parent.parent / "lib" / f"python{VERSION}" / "site-packages" / "numpytfmr"
-    proc, rows, _ = _grade_class(copies_venv, tmp_path, package)
-    _assert_contained(proc, rows, "bubblewrap")
-    assert "warning" not in proc.stderr, proc.stderr
+    site = copies_venv.parent.parent / "lib" / f"python{VERSION}" / "site-packages"
+    _grade_hostile_file(copies_venv, tmp_path, site / "numpytfmr")
     check = subprocess.run([str(copies_venv.parent / "python"), "-m", "numpytfmr.grading",
                             "--check"], capture_output=True, text=True, timeout=300, env=_env())
     assert check.returncode == 0 and "bubblewrap sandbox" in check.stdout, check.stderr
@@ -251,17 +266,7 @@ def test_the_console_script_of_a_copies_venv_grades_in_the_sandbox(copies_venv, 
 def test_the_console_script_of_a_pyenv_install_in_roots_home_grades_in_the_sandbox(pyenv_layout,
                                                                                    tmp_path):
     site = pyenv_layout.parent.parent / "lib" / f"python{VERSION}" / "site-packages"
-    config, subs = _setting(tmp_path, site / "numpytfmr", _mark())
-    out = tmp_path / "results.json"
-    proc = subprocess.run([str(pyenv_layout), "grade", str(subs / "hostile.py"), "--config",
-                           str(config), "--json", str(out)], capture_output=True, text=True,
-                          timeout=300, env=_env())
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    results = json.loads(out.read_text())
-    assert results["extra_data"]["isolation"] == "bubblewrap" and "warning" not in proc.stderr
-    passed = {t["name"].split(" ")[0]: t["status"] == "passed" for t in results["tests"]}
-    for route in ("softmax_forward", "relu_forward", "gelu_forward", "cross_entropy_forward"):
-        assert not passed[route], route
+    _grade_hostile_file(pyenv_layout, tmp_path, site / "numpytfmr")
 
 
 def test_where_the_submissions_user_cannot_run_python_mode_user_is_refused_in_one_line(
@@ -414,24 +419,6 @@ def test_world_writable_folders_are_found_not_listed(tmp_path):
 
 ROUTES = ("softmax", "relu", "gelu", "log_softmax", "layernorm", "rmsnorm", "linear",
           "cross_entropy", "attention", "dpo_loss")
-
-
-def _survivors(mark):
-    """Living processes named ``mark`` (the escapee renames itself), looked for up to 2 s."""
-    deadline = time.monotonic() + 2
-    while True:
-        found = []
-        for pid in os.listdir("/proc"):
-            try:
-                if pid.isdigit() and Path(f"/proc/{pid}/comm").read_text().strip() == mark:
-                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                    if state not in ("Z", "X"):
-                        found.append(int(pid))
-            except OSError:
-                pass
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
 
 
 def test_a_hostile_class_in_mode_user_gets_nothing_through(open_venv):

@@ -177,7 +177,7 @@ def submission_notes(path, plan):
 def _grade_one(student, path, key, folder):
     """Grade one submission, write its results.json and report.txt; return its CSV row."""
     state = _WORKER
-    start, cpu = time.monotonic(), _children_cpu()
+    start, cpu = time.monotonic(), children_cpu()
     try:
         chosen, notes = submission_notes(path, state["plan"])
         with submission_user(state["isolation"]):          # a user ID of its own (as root)
@@ -190,7 +190,7 @@ def _grade_one(student, path, key, folder):
                 "submission": os.fspath(path), "message": f"{type(exc).__name__}: {exc}"[:300]}
     seconds = time.monotonic() - start
     row = _row(student, path, report, seconds)
-    row["cpu_seconds"] = round(_children_cpu() - cpu, 3)
+    row["cpu_seconds"] = round(children_cpu() - cpu, 3)
     results = report.gradescope(per_case=state["plan"].config.get("gradescope_tests") == "case")
     results["extra_data"].update({"student": student, "grading_key": key, "row": row})
     write_json(os.path.join(folder, "results.json"), results)
@@ -198,7 +198,7 @@ def _grade_one(student, path, key, folder):
     return row
 
 
-def _children_cpu():
+def children_cpu():
     """CPU seconds (user and system) of this process's finished children: a worker grades one
     submission at a time, so the difference across it is that submission's processes'."""
     import resource

@@ -147,13 +147,6 @@ def _warn_exposed(isolation, plan):
                   "or install bubblewrap", file=sys.stderr, flush=True)
 
 
-def _children_cpu():
-    """CPU seconds (user and system) of this process's finished children."""
-    import resource
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _is_pattern(target):
     return any(c in target for c in "*?[")
 
@@ -191,13 +184,13 @@ def cmd_grade(args):
         if value:
             raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
     from numpytfmr.grading import grade
-    from numpytfmr.grading.classroom import submission_notes
+    from numpytfmr.grading.classroom import children_cpu, submission_notes
     from numpytfmr.grading.sandbox import submission_user
 
     start = time.monotonic()
     plan = _plan(args)
     isolation = _isolation(args, plan.protect, allow_none=args.config is None)
-    cpu = _children_cpu()
+    cpu = children_cpu()
     _warn_exposed(isolation, plan)
     chosen, notes = submission_notes(target, plan)
     with submission_user(isolation):
@@ -213,7 +206,7 @@ def cmd_grade(args):
                                      "score": report.score, "max_score": report.max_score,
                                      "passed": report.passed, "isolation": report.isolation,
                                      "sandbox_start_seconds": round(report.start_seconds, 3),
-                                     "cpu_seconds": round(_children_cpu() - cpu, 3),
+                                     "cpu_seconds": round(children_cpu() - cpu, 3),
                                      "processes": report.processes})
     return 0 if report.passed else 1
 
