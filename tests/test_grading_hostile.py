@@ -28,8 +28,8 @@ import numpytfmr
 from conftest import COMMAND_TIMEOUT, GRADING_TIMEOUT
 from numpytfmr.grading import channel, grade, make_assignment
 from numpytfmr.grading.cases import make_graded_cases, resolve
-from numpytfmr.grading.sandbox import (REQUIRE_ENV, Isolation, bubblewrap_problem, check,
-                                       readable_by_all)
+from numpytfmr.grading.channel import check
+from numpytfmr.grading.sandbox import REQUIRE_ENV, Isolation, bubblewrap_problem, readable_by_all
 from numpytfmr.run.cli import main
 
 FIXTURES = Path(__file__).parent / "grading_fixtures"
@@ -53,7 +53,9 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the per-submission us
 _user_problem = check("user")[1]
 MODES = [pytest.param("bubblewrap", marks=needs_root),
          pytest.param("user", marks=pytest.mark.skipif(
-             bool(_user_problem), reason=f"no isolation by user ID here: {_user_problem}"))]
+             bool(_user_problem), reason=f"no isolation by user ID for this Python: {_user_problem} "
+                                         "(test_grading_installs.py tries mode user with a Python "
+                                         "every user can run)"))]
 
 
 @pytest.fixture
@@ -206,6 +208,9 @@ def test_a_class_keeps_its_students_apart(tmp_path, no_audit_hook, server, capsy
     assert again == rows
     data = json.loads(summary.read_text())
     assert data["isolation"] == [mode] and data["start_seconds_per_submission"] > 0
+    # the cost of the sandbox beside the work (#35): wall and CPU time, start-up per submission
+    assert data["wall_seconds_per_submission"] > data["start_seconds_per_submission"]
+    assert data["cpu_seconds_per_submission"] > 0 and data["cpu_seconds"] > 0
 
 
 # --- the Gradescope bundle ------------------------------------------------------------------

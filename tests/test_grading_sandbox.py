@@ -267,3 +267,27 @@ def relu_forward(x):
     report = grade(path, config=config)
     forward = next(t for t in report.tests if t.function == "relu_forward")
     assert not forward.passed and "iniconfig" in forward.output()
+
+
+def _fresh_uid(_):
+    from numpytfmr.grading import sandbox
+    return sandbox.new_uid()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="user IDs of their own need root")
+def test_user_ids_are_fresh_across_forked_workers_and_within_bwraps_range():
+    """One user ID per submission, never reused within a run, from a block the run claims
+    before its workers fork; bwrap refuses a --uid of 2**31 or more."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from numpytfmr.grading import sandbox
+
+    assert sandbox.UID_BASE + sandbox.UID_BLOCKS * sandbox.UID_BLOCK <= 2 ** 31 - 1
+    sandbox.claim_user_ids()
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        uids = list(pool.map(_fresh_uid, range(6)))
+    uids += [sandbox.new_uid() for _ in range(3)]
+    assert len(set(uids)) == 9 and all(sandbox.UID_BASE <= u < 2 ** 31 for u in uids), uids
+    with sandbox.submission_user(Isolation("bubblewrap")) as uid:
+        assert sandbox.child_uid() == sandbox.child_uid() == uid and uid not in uids
+    assert sandbox.child_uid() != uid

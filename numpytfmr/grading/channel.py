@@ -204,6 +204,7 @@ class Submission:
         else:
             self.load_error = meta.get("error") or {"kind": "protocol", "message": "no answer"}
 
+    # ==== THE BOUNDARY: starting the process (each mode's launch function is in sandbox.py) ====
     def _start(self, chunks, protect, limits, modules):
         mode = self.isolation.mode
         self.workdir = sandbox.private_folder(mode, self.uid)
@@ -226,6 +227,7 @@ class Submission:
         job = {"chunks": chunks, "protect": [[str(p), str(why)] for p, why in protect],
                "allow": list(modules)}
         self._send(frame(job), time.monotonic() + STARTUP_SECONDS, "sending the submission")
+    # ==== end of the boundary =======================================================================
 
     # -- requests --------------------------------------------------------------------------
 
@@ -277,6 +279,8 @@ class Submission:
                 self._fail("died", doing)
             view = view[n:]
 
+    # ==== THE BOUNDARY: reading what comes back (child.py's parse_header and split_body check the
+    # frame; decode_value above re-checks each value). Nothing else reads from the child. ======
     def _read(self, n, deadline, doing):
         buf = bytearray()
         while len(buf) < n:
@@ -301,6 +305,7 @@ class Submission:
         except Exception as exc:  # noqa: BLE001 -- any malformed answer is a failure
             self._fail("corrupt", doing, f"{type(exc).__name__}: {exc}")
         return meta, split_body(self._read(n_body, deadline, doing), specs)
+    # ==== end of the boundary =======================================================================
 
     def _fail(self, kind, doing, detail=""):
         if kind == "timeout":
@@ -336,7 +341,8 @@ class Submission:
 
     def kill(self):
         """Kill the sandbox (its PID namespace), the process group and, as root, every process
-        of the child's user ID; remove its private folder and what it left in shared ones."""
+        of the child's user ID; remove its private folder and what it left in world-writable
+        ones."""
         mode = self.isolation.mode
         if self.proc is not None:
             try:
@@ -353,10 +359,7 @@ class Submission:
                     self.returncode = rc
             except subprocess.TimeoutExpired:
                 pass
-        if os.geteuid() == 0 and mode != "none":
-            sandbox.kill_user(self.uid)
-            if mode == "user":
-                sandbox.remove_files_of(self.uid)
+        sandbox.end_user(self.uid, mode)     # as root: every process of its user ID, its files
         for fd in (self._r, self._w, self._out):
             if fd is not None:
                 try:
@@ -375,3 +378,33 @@ class Submission:
 
     def __exit__(self, *exc):
         self.kill()
+
+
+# --- the build-time check -------------------------------------------------------------------
+
+_CHECK_SOURCE = "import numpy\n\n\ndef probe(x):\n    return numpy.asarray(x) * 2\n"
+
+
+def check(requested="auto", protect=()):
+    """Start one submission process exactly as grading does (:func:`.sandbox.choose`, then a
+    :class:`Submission` under a user ID of its own): ``(isolation, None)`` when it loads a
+    file with NumPy, else ``(isolation or None, why not)``. Automatic choice never settles
+    for mode "none" here."""
+    try:
+        isolation = sandbox.choose(requested, protect, allow_none=False)
+    except sandbox.SandboxUnavailable as exc:
+        return None, str(exc)
+    limits = {"cpu_seconds": 30, "memory_bytes": 2 << 30, "file_bytes": 1 << 20}
+    with sandbox.submission_user(isolation):
+        try:
+            with Submission([{"filename": "check.py", "source": _CHECK_SOURCE,
+                              "continue_on_error": False}], timeout=30, limits=limits,
+                            protect=protect, isolation=isolation) as session:
+                if session.load_error:
+                    return isolation, (f"a submission could not load: "
+                                       f"{session.load_error.get('message', session.load_error)}")
+                if "probe" not in session.defined:
+                    return isolation, "a submission loaded, but its function was not found"
+        except (ChildFailure, OSError) as exc:
+            return isolation, f"a submission process could not start: {exc}"
+    return isolation, None

@@ -21,16 +21,19 @@ import glob
 import hashlib
 import io
 import json
+import math
 import multiprocessing
 import os
 import re
+import stat
 import statistics
 import time
 
 from ..shared.fileio import atomic_write_text, write_json
 from .grader import POINT_DECIMALS, grade
-from .notebook import SubmissionError, candidate_files, choose_submission, import_problems
-from .sandbox import choose as choose_isolation
+from .notebook import (SubmissionError, candidate_files, choose_submission, import_problems,
+                       linked_entries, read_file)
+from .sandbox import choose as choose_isolation, claim_user_ids, submission_user
 
 __all__ = ["find_submissions", "grade_class", "ClassResult", "CSV_HEAD", "distribution"]
 
@@ -65,13 +68,15 @@ def find_submissions(target, *, skip=()):
                  if not name.startswith((".", "_"))]
     else:
         found = [target]
-    found = [p for p in found if os.path.realpath(p) not in skipped
-             and (os.path.isdir(p) or (os.path.isfile(p) and p.endswith(_SUFFIXES)))]
+    # A symbolic link is never followed, not even to see what it is: it stays a submission
+    # (named after the link), which grading refuses with a message naming it.
+    found = [p for p in found if os.path.abspath(p) not in skipped and (
+        _is_link_entry(p) or (os.path.realpath(p) not in skipped and _kind(p) in ("dir", "file")))]
     base = os.path.commonpath([os.path.abspath(p) for p in found]) if len(found) > 1 else ""
 
     def stem(p):
         name = os.path.basename(os.path.normpath(p))
-        return name.rsplit(".", 1)[0] if os.path.isfile(p) else name
+        return name.rsplit(".", 1)[0] if name.endswith(_SUFFIXES) else name
 
     def long(p):
         rel = os.path.relpath(os.path.abspath(p), base) if base else os.path.basename(p)
@@ -93,23 +98,43 @@ def find_submissions(target, *, skip=()):
     return sorted(out)
 
 
+def _kind(path):
+    """"dir", "file" (a .py/.ipynb regular file), "link" or "" (anything else), by lstat."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "file" if stat.S_ISREG(mode) and path.endswith(_SUFFIXES) else ""
+
+
+def _is_link_entry(path):
+    """A symbolic link that would name a submission: a .py/.ipynb name, or no suffix (a folder)."""
+    name = os.path.basename(os.path.normpath(path))
+    return _kind(path) == "link" and (name.endswith(_SUFFIXES) or "." not in name)
+
+
 def content_digest(path):
     """A digest of what would be graded at ``path``: the file's bytes, or, for a folder, the
     names and bytes of every .py/.ipynb file in it and its subfolders (so adding a file counts
     as a change)."""
     h = hashlib.sha256()
     try:
-        if os.path.isdir(path):
+        kind = _kind(path)
+        if kind == "dir":
             for name in candidate_files(path):
-                full = os.path.join(path, name)
-                if name.endswith(_SUFFIXES) and os.path.isfile(full):
-                    h.update(name.encode() + b"\0")
-                    with open(full, "rb") as f:
-                        h.update(hashlib.sha256(f.read()).digest())
+                h.update(name.encode() + b"\0")
+                h.update(hashlib.sha256(read_file(os.path.join(path, name), 1 << 30)).digest())
+            for name in linked_entries(path):
+                h.update(b"link\0" + name.encode() + b"\0")
+        elif kind == "link":
+            h.update(b"a symbolic link, never followed")
         else:
-            with open(path, "rb") as f:
-                h.update(f.read())
-    except OSError as exc:
+            h.update(read_file(path, 1 << 30))
+    except (OSError, SubmissionError) as exc:
         h.update(f"unreadable: {exc}".encode())
     return h.hexdigest()
 
@@ -152,10 +177,11 @@ def submission_notes(path, plan):
 def _grade_one(student, path, key, folder):
     """Grade one submission, write its results.json and report.txt; return its CSV row."""
     state = _WORKER
-    start = time.monotonic()
+    start, cpu = time.monotonic(), children_cpu()
     try:
         chosen, notes = submission_notes(path, state["plan"])
-        report = grade(chosen, plan=state["plan"], isolation=state["isolation"])
+        with submission_user(state["isolation"]):          # a user ID of its own (as root)
+            report = grade(chosen, plan=state["plan"], isolation=state["isolation"])
         report.warnings[:0] = notes
     except Exception as exc:  # noqa: BLE001 -- a grader failure on one submission ends nothing
         return {"student": student, "score": "", "max_score": "", "functions": {},
@@ -164,11 +190,20 @@ def _grade_one(student, path, key, folder):
                 "submission": os.fspath(path), "message": f"{type(exc).__name__}: {exc}"[:300]}
     seconds = time.monotonic() - start
     row = _row(student, path, report, seconds)
+    row["cpu_seconds"] = round(children_cpu() - cpu, 3)
     results = report.gradescope(per_case=state["plan"].config.get("gradescope_tests") == "case")
     results["extra_data"].update({"student": student, "grading_key": key, "row": row})
     write_json(os.path.join(folder, "results.json"), results)
     atomic_write_text(os.path.join(folder, "report.txt"), report.table() + "\n")
     return row
+
+
+def children_cpu():
+    """CPU seconds (user and system) of this process's finished children: a worker grades one
+    submission at a time, so the difference across it is that submission's processes'."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _reuse(folder, key):
@@ -370,6 +405,11 @@ class ClassResult:
         spent = [r["start_seconds"] for r in self.rows if "start_seconds" in r]
         return statistics.fmean(spent) if spent else 0.0
 
+    def per_submission(self, key):
+        """Mean of the rows' ``key`` (seconds, cpu_seconds) over the submissions graded now."""
+        spent = [r[key] for r in self.rows if isinstance(r.get(key), (int, float))]
+        return statistics.fmean(spent) if spent else 0.0
+
     def summary(self):
         """The ``--summary`` JSON content."""
         statuses = {}
@@ -381,6 +421,9 @@ class ClassResult:
                 "distribution": self.distribution, "csv": self.csv, "results": self.results,
                 "isolation": sorted({r.get("isolation", "") for r in self.rows}),
                 "start_seconds_per_submission": round(self.start_seconds_per_submission, 3),
+                "wall_seconds_per_submission": round(self.per_submission("seconds"), 3),
+                "cpu_seconds_per_submission": round(self.per_submission("cpu_seconds"), 3),
+                "cpu_seconds": round(math.fsum(r.get("cpu_seconds", 0.0) for r in self.rows), 3),
                 "functions": self.functions}
 
 
@@ -455,7 +498,8 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
                 f"{row['seconds']:6.1f} s{note}")
 
     save()
-    isolation = isolation or choose_isolation()
+    isolation = isolation or choose_isolation(protect=plan.protect, allow_none=False)
+    claim_user_ids()            # before the workers fork: they share the run's user IDs
     if isolation.mode != "bubblewrap":
         os.makedirs(folder, exist_ok=True)       # the results: for the grader's user alone
         os.chmod(folder, 0o700)

@@ -318,9 +318,10 @@ def submission_time(path, ident, from_mtime=False):
                  if n.endswith((".py", ".ipynb"))] or [path]
     for p in paths:
         try:
-            t = os.stat(p).st_mtime
+            st = os.stat(p, follow_symlinks=False)      # a link's own time, never its target's
         except OSError:
             continue
+        t = st.st_mtime
         newest = t if newest is None else max(newest, t)
     if newest is None:
         return None, NO_TIME

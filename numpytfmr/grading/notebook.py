@@ -7,12 +7,13 @@ that raises is reported and the next cells still run, as in a notebook.
 """
 import json
 import os
+import stat
 
 from .selfcheck import cell_code
 
 __all__ = ["SubmissionError", "find_submission", "choose_submission", "read_submission",
            "notebook_to_chunks", "make_notebook", "imported_modules", "import_problems",
-           "candidate_files"]
+           "candidate_files", "linked_entries", "read_file"]
 
 
 class SubmissionError(ValueError):
@@ -25,21 +26,78 @@ _IGNORED_DIRS = {"__pycache__", "__MACOSX", ".ipynb_checkpoints", ".git", "node_
                  ".venv", "venv", "site-packages"}
 
 
+LINK_RULE = ("links in a submission are never followed: the file it points to is not graded; "
+             "hand in the file itself")
+
+
+def _scan(folder):
+    """(the .py/.ipynb regular files, the symbolic links) in ``folder`` and its subfolders, as
+    paths relative to it, shallowest first. Hidden and tool folders are left out; no link is
+    followed, at any depth (entries are examined with lstat, folders entered by name only
+    when they are real folders)."""
+    found, links = [], []
+    todo = [("", 0)]
+    while todo and len(found) <= _MAX_CANDIDATES:
+        rel, depth = todo.pop(0)
+        try:
+            with os.scandir(os.path.join(folder, rel) if rel else folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            name = os.path.join(rel, entry.name) if rel else entry.name
+            if entry.name.startswith("."):
+                continue
+            if entry.is_symlink():
+                links.append(name)
+            elif entry.is_dir(follow_symlinks=False):
+                if entry.name not in _IGNORED_DIRS and depth < _MAX_DEPTH:
+                    todo.append((name, depth + 1))
+            elif entry.is_file(follow_symlinks=False) and entry.name.endswith((".py", ".ipynb")) \
+                    and not entry.name.startswith("._"):
+                found.append(name)
+    order = sorted(found, key=lambda r: (r.count(os.sep), r))[:_MAX_CANDIDATES]
+    return order, sorted(links, key=lambda r: (r.count(os.sep), r))[:_MAX_CANDIDATES]
+
+
 def candidate_files(folder):
-    """The .py/.ipynb files in ``folder`` and its subfolders (hidden and tool folders left out),
-    as paths relative to it, shallowest first."""
-    found = []
-    for root, dirs, files in os.walk(folder):
-        depth = os.path.relpath(root, folder).count(os.sep) + (root != folder)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _IGNORED_DIRS
-                         and depth < _MAX_DEPTH)
-        for f in sorted(files):
-            if f.endswith((".py", ".ipynb")) and not f.startswith((".", "._")) \
-                    and os.path.isfile(os.path.join(root, f)):
-                found.append(os.path.relpath(os.path.join(root, f), folder))
-        if len(found) > _MAX_CANDIDATES:
-            break
-    return sorted(found, key=lambda r: (r.count(os.sep), r))[:_MAX_CANDIDATES]
+    """The .py/.ipynb regular files in ``folder`` and its subfolders (hidden and tool folders
+    left out, no symbolic link followed or listed), as paths relative to it, shallowest first."""
+    return _scan(folder)[0]
+
+
+def linked_entries(folder):
+    """The symbolic links in ``folder`` and its subfolders (relative paths): never followed."""
+    return _scan(folder)[1]
+
+
+def _link_error(path):
+    return SubmissionError(f"{os.path.basename(os.path.normpath(path))} is a symbolic link, so it "
+                           f"was not read ({LINK_RULE})")
+
+
+def read_file(path, limit=8 << 20):
+    """The first ``limit`` bytes of the regular file at ``path``, opened without following a
+    link (O_NOFOLLOW) and without blocking on a pipe; SubmissionError otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise _link_error(path) from None
+        raise SubmissionError(f"cannot read {path!r}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SubmissionError(f"{os.path.basename(path)} is not a regular file")
+        chunks, left = [], limit
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _defined_functions(path):
@@ -80,17 +138,27 @@ def choose_submission(path, name=None, *, submission=None, functions=None):
     file. SubmissionError when there is no candidate.
     """
     path = os.fspath(path)
+    if os.path.islink(path):
+        raise _link_error(path)
     if os.path.isfile(path):
         return path, ""
     if not os.path.isdir(path):
         raise SubmissionError(f"submission {path!r} not found")
-    found = candidate_files(path)
+    found, links = _scan(path)
+    linked = (f"; not followed: {', '.join(links[:5])}{' ...' if len(links) > 5 else ''} "
+              f"(symbolic links; {LINK_RULE})") if links else ""
+    if not found and links:
+        some = ", ".join(links[:5]) + (" ..." if len(links) > 5 else "")
+        verb = "is a symbolic link" if len(links) == 1 else "are symbolic links"
+        raise SubmissionError(f"{some} {verb}, so not read ({LINK_RULE}); and the submission has "
+                              f"no other .py or .ipynb file ({path!r})")
     if not found:
         raise SubmissionError(f"no .py or .ipynb file in {path!r} (nor in its subfolders)")
     if len(found) == 1:
         nested = os.sep in found[0]
-        return os.path.join(path, found[0]), (f"graded {found[0]}, the only .py or .ipynb file "
-                                               "of the submission" if nested else "")
+        note = (f"graded {found[0]}, the only .py or .ipynb file of the submission"
+                if nested or links else "")
+        return os.path.join(path, found[0]), note + linked
     if submission:
         named = [r for r in found if os.path.basename(r) == submission]
         if named:
@@ -98,7 +166,7 @@ def choose_submission(path, name=None, *, submission=None, functions=None):
             others = [r for r in found if r != chosen]
             return os.path.join(path, chosen), (
                 f"graded {chosen}, the file the assignment names ({submission}); not graded: "
-                f"{', '.join(others)}")
+                f"{', '.join(others)}{linked}")
     if functions is None:
         from .cases import contract_names
         functions = set(contract_names())
@@ -125,7 +193,7 @@ def choose_submission(path, name=None, *, submission=None, functions=None):
         why = "they define the same functions: the first by name"
     others = [r for r in order[1:]]
     return os.path.join(path, chosen), (f"graded {chosen} of {len(found)} files ({why}); not "
-                                        f"graded: {', '.join(others)}")
+                                        f"graded: {', '.join(others)}{linked}")
 
 
 def find_submission(path, name=None):
@@ -175,12 +243,7 @@ def read_submission(path):
     """The chunks of code to run for the file at ``path`` (a .py file or a notebook)."""
     path = os.fspath(path)
     base = os.path.basename(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(8 << 20)
-    except OSError as exc:
-        raise SubmissionError(f"cannot read {path!r}: {exc.strerror}") from None
-    text = raw.decode("utf-8", errors="replace")
+    text = read_file(path).decode("utf-8", errors="replace")
     if path.endswith(".ipynb"):
         return notebook_to_chunks(text, base)
     if path.endswith(".py"):

@@ -1,36 +1,51 @@
 """The operating system's isolation of a submission process: how a child is started.
 
-Three modes, chosen once per grading run (:func:`choose`), the strongest that works here:
+Three modes, chosen once per grading run (:func:`choose`), each started by one function below
+(:func:`launch_bubblewrap`, :func:`launch_user`, :func:`launch_none`):
 
 ``bubblewrap``
     The child runs under ``bwrap`` (Debian's ``bubblewrap``) in fresh PID, mount, IPC, UTS and
-    network namespaces. Its filesystem is read-only and holds only what Python and NumPy need
-    (the system's ``/usr``, the interpreter's prefix, NumPy's own folder); every site-packages
-    folder is hidden behind an empty read-only tmpfs, so the reference, installed autodiff
-    libraries, the grading config, the other submissions and the results do not exist inside.
-    It writes only to size-capped tmpfs folders (``/home/student``, its home and working folder, and
-    ``/tmp`` and ``/dev/shm``), all discarded when it ends. Its ``/proc`` shows its own processes
-    only. It runs in a new user namespace, with further user namespaces disabled, mapped to the
-    grader's user, or, as root, to a user ID of the child's own (below). Where that user cannot
-    reach the interpreter (a Python in root's home), bwrap runs as root without a user namespace
-    and the child drops to its user ID before Python loads anything else. Killing the sandbox's first process kills its whole PID
-    namespace: nothing it started outlives it.
+    network namespaces. Its filesystem is read-only and holds only what Python and NumPy need:
+    the system's ``/usr``, the interpreter's installation (its own folder, its standard library
+    and shared libraries) and NumPy's own folder. Every site-packages folder, the reference and
+    the grading files are hidden behind empty read-only tmpfs folders (or ``/dev/null`` for a
+    file), so the reference, installed autodiff libraries, the config, the other submissions
+    and the results do not exist inside. The interpreter is the installation's own binary
+    (a virtual environment's base interpreter), never hidden, however the grader was started
+    (``numpytfmr grade``, ``python -m``, pyenv, conda, ``venv --copies``, ``/usr/local``).
+    It writes only to size-capped tmpfs folders (``/home/student``, its home and working
+    folder, and ``/tmp`` and ``/dev/shm``), all discarded when it ends. Its ``/proc`` shows its
+    own processes only. It runs in a new user namespace, with further user namespaces disabled,
+    mapped to the grader's user, or, as root, to the submission's own user ID (below). Where
+    that user cannot reach the interpreter (a Python in root's home), bwrap runs as root
+    without a user namespace and the child drops to its user ID before Python loads anything
+    else. Killing the sandbox's first process kills its whole PID namespace.
 ``user``
-    Root without a working bubblewrap: the child runs as an unprivileged user ID of its own
-    (``UID_BASE`` + the grading process's PID, no groups), in a private folder only that user can
-    read, with the same resource limits. Every process of that user is killed at the end, and
-    the files it left in the shared temporary folders are removed.
+    Root without a working bubblewrap: the child runs as an unprivileged user ID of the
+    submission's own, in a private folder only that user can read, with the same resource
+    limits. Every process of that user is killed at the end, and what it owns in every
+    world-writable folder (found by a walk of the filesystem) is removed. Chosen automatically
+    only where a probe run as that user shows that the reference, the config and the other
+    submissions are unreadable to it.
 ``none``
     Neither: the child runs as the grader's own user. Only the resource limits, a new session
     and the audit hook (child.py; not a security boundary) stand in its way. Reports say
-    "not isolated", and a whole class is graded this way only when asked (``--no-isolation``).
+    "not isolated"; chosen automatically only for one submission, graded by a user who is not
+    root, without a grading config (nothing secret to keep).
+
+User IDs (as root): each submission gets its own from the reserved range (``UID_BASE`` and
+up), never reused within a run: a run claims a block of the range (a lock file in a folder
+only root may use) and counts up in it, across its worker processes (:func:`new_uid`,
+:func:`submission_user`).
 
 Every mode sets the same resource limits (CPU time, address space, file size, open files and,
 where a user ID is the child's own, the number of processes), runs ``python -I -S`` with a
 minimal environment, and talks to the grader only over pipes (see channel.py).
 """
+import contextlib
 from dataclasses import dataclass
 import functools
+import glob
 import json
 import os
 import shutil
@@ -42,6 +57,10 @@ import tempfile
 
 REQUIRE_ENV = "NUMPYTFMR_REQUIRE_SANDBOX"
 UID_BASE = int(os.environ.get("NUMPYTFMR_UID_BASE", "2000000000"))
+UID_BLOCK = 1 << 16              # user IDs a run may hand out
+UID_BLOCKS = 2048                # runs at once on one machine: the range ends below 2**31
+                                 # (bwrap refuses --uid above that)
+UID_STATE = "/run/numpytfmr-uids"   # the runs' block claims (root only)
 WORK = "/home/student"           # the sandbox's working folder, home and TMPDIR
 TMP_BYTES = 64 << 20             # its size; /tmp and /dev/shm get SHM_BYTES each
 SHM_BYTES = 16 << 20
@@ -55,6 +74,8 @@ DESCRIPTION = {
             "every user stay readable)",
     "none": "not isolated (the submission ran as the grader's own user)",
 }
+INSTALL = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
+           "bubblewrap)")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -77,9 +98,112 @@ def _is_root():
     return os.geteuid() == 0
 
 
+def interpreter():
+    """The Python binary submission processes run: the installation's own (a virtual
+    environment's base interpreter, which needs no pyvenv.cfg), resolved through links."""
+    base = getattr(sys, "_base_executable", "") or sys.executable
+    for candidate in (base, sys.executable):
+        real = os.path.realpath(candidate)
+        if os.path.isfile(real) and os.access(real, os.X_OK):
+            return real
+    return os.path.realpath(sys.executable)
+
+
+# --- user IDs --------------------------------------------------------------------------------
+
+_RUN = {}             # this run's block of user IDs: {"fd", "block", "next"} (kept across fork)
+_CURRENT = []         # the user ID of the submission this process grades (submission_user)
+
+
+def _state_folder():
+    """A folder only root may use, for the runs' claims; None where there is none."""
+    try:
+        os.mkdir(UID_STATE, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    st = os.lstat(UID_STATE)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+        return None
+    return UID_STATE
+
+
+def _claim_block():
+    """Claim a block of user IDs for this run (a lock held while any of its processes lives)."""
+    import fcntl
+    import multiprocessing
+    import random
+
+    if _RUN:
+        return _RUN
+    folder = _state_folder()
+    start = random.randrange(UID_BLOCKS)
+    block, fd = start, None
+    for k in range(UID_BLOCKS if folder else 0):
+        block = (start + k) % UID_BLOCKS
+        fd = os.open(os.path.join(folder, f"{block}.lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            os.close(fd)
+            fd = None
+    # the counter lives in shared memory: the class's forked workers count on from it
+    _RUN.update(fd=fd, block=block, next=multiprocessing.get_context("fork").Value("Q", 0))
+    return _RUN
+
+
+def claim_user_ids():
+    """As root, claim this run's block of user IDs now (before worker processes fork, so that
+    they count on in one block); nothing otherwise."""
+    if _is_root():
+        _claim_block()
+
+
+def new_uid():
+    """A user ID from the reserved range that no process of this run has had (root only; the
+    grader's own where not root). Any process an earlier run left under it is killed first."""
+    if not _is_root():
+        return os.getuid()
+    run = _claim_block()
+    with run["next"].get_lock():
+        k = run["next"].value
+        run["next"].value += 1
+    if k >= UID_BLOCK:
+        raise SandboxUnavailable(f"this run has used all {UID_BLOCK} of its user IDs")
+    uid = UID_BASE + run["block"] * UID_BLOCK + k
+    kill_user(uid)
+    return uid
+
+
 def child_uid():
-    """The user ID of this grading process's submissions (root only): its own, unprivileged."""
-    return UID_BASE + os.getpid()
+    """The user ID of the submission being graded (:func:`submission_user`), else a fresh one."""
+    return _CURRENT[-1] if _CURRENT else new_uid()
+
+
+@contextlib.contextmanager
+def submission_user(isolation):
+    """While one submission is graded: every process started for it runs under one user ID of
+    its own (as root); at the end every process of that ID is killed and, in mode "user", what
+    it owns in the world-writable folders is removed. Yields the user ID."""
+    uid = new_uid()
+    _CURRENT.append(uid)
+    try:
+        yield uid
+    finally:
+        _CURRENT.pop()
+        end_user(uid, isolation.mode)
+
+
+def end_user(uid, mode):
+    """Kill every process of ``uid`` and, in mode "user", remove what it left where any user
+    may write (root only; nothing otherwise)."""
+    if _is_root() and mode != "none" and uid != 0:
+        kill_user(uid)
+        if mode == "user":
+            remove_files_of(uid)
 
 
 # --- choosing ------------------------------------------------------------------------------
@@ -90,7 +214,7 @@ def bubblewrap_problem():
     if shutil.which("bwrap") is None:
         return "bwrap is not installed (Debian/Ubuntu/Fedora package: bubblewrap)"
     try:
-        proc = subprocess.run(**launch("bubblewrap", ["-c", _PROBE + _SANDBOXED], uid=child_uid(),
+        proc = subprocess.run(**launch("bubblewrap", ["-c", _PROBE + _SANDBOXED], uid=new_uid(),
                                        limits=_PROBE_LIMITS), capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap could not be started ({exc})"
@@ -100,10 +224,19 @@ def bubblewrap_problem():
     return None
 
 
-def choose(requested="auto"):
-    """The :class:`Isolation` for this run. ``requested``: "auto" (the strongest that works),
-    or one of MODES. SandboxUnavailable when that mode cannot work here, or when the environment
-    variable NUMPYTFMR_REQUIRE_SANDBOX=1 asks for bubblewrap and it does not work."""
+def choose(requested="auto", protect=(), *, allow_none=True):
+    """The :class:`Isolation` for this run; SandboxUnavailable (one line: why, and what to
+    install) when it cannot be had.
+
+    requested: "auto" or one of MODES. "auto" takes bubblewrap where it works; otherwise, as
+        root, mode "user" only where :func:`user_problem` finds nothing in ``protect``
+        readable by a submission's user; otherwise "none" where ``allow_none`` (one submission
+        with nothing secret, graded by a user who is not root); otherwise it refuses. The
+        environment variable NUMPYTFMR_REQUIRE_SANDBOX=1 makes anything but bubblewrap an
+        error. "user" asked for by name is refused only where the submission's user cannot
+        start Python with NumPy.
+    protect: (path, why) pairs a submission may not read.
+    """
     if requested not in ("auto",) + MODES:
         raise ValueError(f"isolation is {requested!r}; expected auto, {', '.join(MODES)}")
     required = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
@@ -114,16 +247,111 @@ def choose(requested="auto"):
             raise SandboxUnavailable(f"the bubblewrap sandbox is required{why} but cannot run: "
                                      f"{problem}")
         return Isolation("bubblewrap")
-    if requested == "auto":
-        if not problem:
-            return Isolation("bubblewrap")
-        if _is_root():
+    if requested == "user":
+        if not _is_root():
+            raise SandboxUnavailable("isolation by user ID needs the grader to run as root")
+        why = user_problem(protect, readable_ok=True)
+        if why:
+            raise SandboxUnavailable(f"isolation by user ID cannot work here: {why}; or {INSTALL}")
+        return Isolation("user")
+    if requested == "none":
+        return Isolation("none")
+    if not problem:
+        return Isolation("bubblewrap")
+    if _is_root():
+        why = user_problem(protect)
+        if why is None:
             return Isolation("user", problem)
+        raise SandboxUnavailable(f"{problem}; and isolation by user ID alone would not hold: {why}"
+                                 f". To grade safely, {INSTALL}; or name --isolation user or "
+                                 "--isolation none to grade anyway")
+    if allow_none:
         return Isolation("none", problem + "; and the grader is not root, so it cannot give "
                                            "each submission a user ID of its own")
-    if requested == "user" and not _is_root():
-        raise SandboxUnavailable("isolation by user ID needs the grader to run as root")
-    return Isolation(requested)
+    raise SandboxUnavailable(f"{problem}, and the grader is not root (no user ID of its own for "
+                             f"each submission). To grade safely, {INSTALL}; or name "
+                             "--isolation none (--no-isolation) to grade anyway")
+
+
+_READABLE_CAP = 2000             # protected files a probe tries to read
+
+
+def _files_to_probe(protect):
+    """The protected paths, and the files below protected folders (no link followed; at most
+    _READABLE_CAP), that a submission's user must not be able to read."""
+    out = []
+    for path, _ in protect:
+        path = os.path.abspath(os.fspath(path))
+        if not os.path.lexists(path):
+            continue
+        out.append(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            for root, dirs, files in os.walk(path):
+                out += [os.path.join(root, n) for n in dirs + files]
+                if len(out) > _READABLE_CAP:
+                    break
+        if len(out) > _READABLE_CAP:
+            break
+    return sorted(set(out))[:_READABLE_CAP]
+
+
+def user_problem(protect=(), readable_ok=False):
+    """None when a process of a submission's user ID starts Python with NumPy here and (unless
+    ``readable_ok``) can read nothing in ``protect``; else one sentence saying why not. The
+    probe runs as that user (root only)."""
+    uid = new_uid()
+    python = interpreter()
+    unreachable = _unreachable(python)
+    if unreachable:
+        return (f"the submissions' user ({uid}) cannot run the interpreter {python}: {unreachable}"
+                " (use a Python every user can run)")
+    paths = _files_to_probe(protect)
+    folder = private_folder("user", uid)
+    try:
+        kw = launch("user", ["-c", _PROBE + _READ_PROBE], uid=uid, limits=_PROBE_LIMITS,
+                    workdir=folder)
+        proc = subprocess.run(**kw, input=json.dumps(paths).encode(), capture_output=True,
+                              timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return (f"the submissions' user ({uid}) cannot start {python} ({exc}; use a Python "
+                "every user can run)")
+    finally:
+        end_user(uid, "user")
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    if proc.returncode != 0:
+        tail = " ".join(proc.stderr.decode("utf-8", "replace").split())[-300:]
+        return (f"the submissions' user ({uid}) cannot start Python with NumPy (exit "
+                f"{proc.returncode}: {tail}; use a Python and NumPy every user can run)")
+    if readable_ok:
+        return None
+    try:
+        readable = json.loads(proc.stdout.decode("utf-8"))
+    except ValueError:
+        return "the probe's answer could not be read"
+    if readable:
+        return (f"a submission's user can read {len(readable)} protected file(s), e.g. "
+                f"{readable[0]} (make them unreadable to others: chmod -R o-rwx)")
+    return None
+
+
+def _unreachable(path):
+    """Why a user other than root cannot execute ``path`` ("" when it can)."""
+    for parent in ["/"] + _ancestors(path):
+        try:
+            mode = os.stat(parent).st_mode
+        except OSError as exc:
+            return f"{parent}: {exc.strerror}"
+        if not mode & stat.S_IXOTH:
+            return (f"{parent} is not searchable by other users (mode "
+                    f"{stat.S_IMODE(mode):04o})")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not mode & stat.S_IXOTH:
+        return f"it is not executable by other users (mode {stat.S_IMODE(mode):04o})"
+    return ""
 
 
 # --- starting ------------------------------------------------------------------------------
@@ -133,7 +361,18 @@ _PROBE_LIMITS = {"cpu_seconds": 30, "memory_bytes": 2 << 30, "file_bytes": 1 << 
 _PROBE = ("import json, os, sys; s = json.loads(sys.argv[-1]); sys.path[:0] = s['path']\n"
           "if s['drop']: os.setgroups([]); os.setgid(s['drop'][1]); os.setuid(s['drop'][0])\n"
           "import numpy\n")
-_SANDBOXED = "assert os.getuid() != 0 and not os.path.exists('/etc/passwd')\n"
+_SANDBOXED = ("import importlib.util\n"
+              "assert os.getuid() != 0 and not os.path.exists('/etc/passwd')\n"
+              "assert importlib.util.find_spec('numpytfmr') is None\n")
+# in mode "user": which of the paths on standard input this user can open or list
+_READ_PROBE = ("got = []\n"
+               "for p in json.loads(sys.stdin.read()):\n"
+               "    try:\n"
+               "        os.listdir(p) if os.path.isdir(p) else os.close(os.open(p, os.O_RDONLY))\n"
+               "        got.append(p)\n"
+               "    except OSError:\n"
+               "        pass\n"
+               "print(json.dumps(got))\n")
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -195,31 +434,159 @@ def allowed_paths(modules=("numpy",)):
     return show, path
 
 
-def _site_folders():
-    """Folders of installed packages this Python knows of, to hide in the sandbox."""
-    import site
+def _stdlib():
+    """The interpreter's standard library folders (never hidden)."""
     import sysconfig
-    found = set(site.getsitepackages() + [site.getusersitepackages()])
-    found.update(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
-    stdlib = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")}
-    found.update(p for p in sys.path if p and os.path.isdir(p))
-    out = set()
-    for p in found:
-        real = os.path.realpath(p)
-        if os.path.isdir(real) and real not in stdlib and not real.startswith(
-                tuple(s + "/lib-dynload" for s in stdlib)) and real != "/":
-            out.add(real)
-    return sorted(out)
+    paths = sysconfig.get_paths()
+    return sorted({os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib")})
 
 
 def _inside(path, roots):
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def _trees(python):
+    """The folders the sandbox shows, read-only: the system's, and the interpreter's
+    installation (its prefix, its own folder, its standard library)."""
+    trees = ["/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.isdir(top) and not os.path.islink(top):
+            trees.append(top)
+    for extra in [os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix),
+                  os.path.dirname(python)] + _stdlib():
+        if not _inside(extra, trees):
+            trees.append(extra)
+    return trees
+
+
+def _shared_library():
+    """libpython, where the interpreter loads it from outside the folders shown (else None)."""
+    import sysconfig
+    name, libdir = sysconfig.get_config_var("INSTSONAME"), sysconfig.get_config_var("LIBDIR")
+    if not (sysconfig.get_config_var("Py_ENABLE_SHARED") and name and libdir):
+        return None
+    path = os.path.realpath(os.path.join(libdir, name))
+    return path if os.path.isfile(path) else None
+
+
+def _package_folders(trees):
+    """Every folder of installed packages in ``trees``: what ``site`` knows of for this
+    interpreter and its base, and what a look finds in the usual places (``lib*/python*/
+    {site,dist}-packages``, under ``local/`` too, conda's environments and package cache)."""
+    import site
+    import sysconfig
+    prefixes = sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
+    found = set(site.getsitepackages(prefixes)) | {site.getusersitepackages()}
+    for p in prefixes:
+        paths = sysconfig.get_paths(vars={"base": p, "platbase": p})
+        found.update(paths[k] for k in ("purelib", "platlib"))
+    patterns = ["lib*/python*/*-packages", "local/lib*/python*/*-packages",
+                "envs/*/lib/python*/site-packages", "pkgs"]
+    for tree in trees:
+        for pattern in patterns:
+            found.update(glob.glob(os.path.join(tree, pattern)))
+    return {os.path.realpath(p) for p in found if p}
+
+
+@functools.lru_cache(maxsize=None)
+def _hidden_folders(python):
+    """The folders to hide in the sandbox: every package folder in the shown trees and every
+    ``sys.path`` entry (PYTHONPATH, a script's folder), but never the interpreter's own
+    folder, its standard library, or a folder above them."""
+    trees = _trees(python)
+    keep = [os.path.dirname(python)] + _stdlib()
+    out = set(_package_folders(trees))
+    for p in sys.path:
+        real = os.path.realpath(p) if p else ""
+        if real and not _inside(real, _stdlib()):
+            out.add(real)
+    return sorted(p for p in out if os.path.isdir(p) and p != "/" and _inside(p, trees)
+                  and not any(_inside(k, [p]) for k in keep))
+
+
+def _ancestors(path):
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+# ==== THE BOUNDARY: starting a submission process ===============================================
+# One function per mode returns the keyword arguments of subprocess.Popen. Nothing else in the
+# grader starts student code (channel.Submission calls launch()).
+
+def launch(mode, python_args, *, uid, limits, protect=(), modules=("numpy",), workdir=None):
+    """The keyword arguments of ``subprocess.Popen`` that start ``python -I -S *python_args``
+    in ``mode``: ``args``, ``env``, ``cwd``, ``preexec_fn`` and, as root, the IDs.
+
+    python_args: what follows ``-I -S`` (``["-c", source, ...]``); child.py reads its last
+        argument as JSON: ``{"path": [...], "drop": [uid, gid] or null}``
+    uid: the child's own user ID (used as root only)
+    protect: (path, why) pairs that must not exist inside the bubblewrap sandbox
+    workdir: the private working folder in modes "user" and "none"
+    """
+    if mode == "bubblewrap":
+        return launch_bubblewrap(python_args, uid=uid, limits=limits, protect=protect,
+                                 modules=modules)
+    if mode == "user":
+        return launch_user(python_args, uid=uid, limits=limits, modules=modules, workdir=workdir)
+    return launch_none(python_args, limits=limits, modules=modules, workdir=workdir)
+
+
+def launch_bubblewrap(python_args, *, uid, limits, protect, modules):
+    """bwrap, then the interpreter. As root, bwrap runs as ``uid`` in a user namespace when that
+    user can reach the interpreter and NumPy; otherwise as root without one, and the child
+    drops to ``uid`` before anything loads."""
+    show, path = allowed_paths(modules)
+    python, root = interpreter(), _is_root()
+    reach = [python, os.path.realpath(sys.base_prefix)] + show + [
+        f for f in (_shared_library(),) if f]
+    as_child = root and _reachable_by_all(reach)
+    drop = root and not as_child
+    if as_child:                # paths the child's user could not reach anyway need no mount
+        protect = [(p, w) for p, w in protect if _reachable_by_all([os.path.dirname(p)])]
+    argv = _bwrap_argv(python, protect, show, drop)
+    if as_child:
+        argv[1:1] = ["--uid", str(uid), "--gid", str(uid)]
+    for k, v in dict(_ENV, HOME=WORK, TMPDIR=WORK).items():
+        argv += ["--setenv", k, v]
+    setup = {"path": path, "drop": [uid, uid] if drop else None}
+    out = {"args": argv + ["--", python, "-I", "-S"] + list(python_args) + [json.dumps(setup)],
+           "env": dict(_ENV), "cwd": "/",
+           "preexec_fn": _limiter(limits, MAX_PROCESSES if root
+                                  else MAX_PROCESSES + _processes_of(os.getuid()))}
+    if as_child:
+        out.update(user=uid, group=uid, extra_groups=[])
+    return out
+
+
+def launch_user(python_args, *, uid, limits, modules, workdir):
+    """The interpreter as ``uid`` (no groups), in its private ``workdir``, in a new session."""
+    _, path = allowed_paths(modules)
+    return {"args": [interpreter(), "-I", "-S"] + list(python_args)
+            + [json.dumps({"path": path, "drop": None})],
+            "env": dict(_ENV, HOME=workdir or "/nonexistent", TMPDIR=workdir or "/tmp"),
+            "cwd": workdir or "/", "start_new_session": True,
+            "preexec_fn": _limiter(limits, MAX_PROCESSES),
+            "user": uid, "group": uid, "extra_groups": []}
+
+
+def launch_none(python_args, *, limits, modules, workdir):
+    """The interpreter as the grader's own user, in a new session (not isolated)."""
+    _, path = allowed_paths(modules)
+    return {"args": [interpreter(), "-I", "-S"] + list(python_args)
+            + [json.dumps({"path": path, "drop": None})],
+            "env": dict(_ENV, HOME=workdir or "/nonexistent", TMPDIR=workdir or "/tmp"),
+            "cwd": workdir or "/", "start_new_session": True,
+            "preexec_fn": _limiter(limits, 0)}
+
+# ==== end of the boundary =======================================================================
+
+
 def _bwrap_argv(python, protect, show, drop):
-    """The bwrap options: a read-only system, the interpreter, NumPy, nothing else."""
-    argv = [shutil.which("bwrap") or "bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+    """The bwrap options: a read-only system, the interpreter's installation, NumPy; every
+    package folder and protected path hidden."""
+    argv = [shutil.which("bwrap") or "bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-net",
+            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+            "--clearenv"]
     if drop:            # root: no user namespace; the child drops to its own user ID itself
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
@@ -230,22 +597,21 @@ def _bwrap_argv(python, protect, show, drop):
              "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--chmod", "1777", "/dev/shm",
              "--size", str(SHM_BYTES), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp",
              "--size", str(TMP_BYTES), "--tmpfs", WORK, "--chmod", "1777", WORK]
-    trees = ["/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            trees.append(top)
-    for extra in (os.path.realpath(sys.base_prefix), os.path.dirname(python)):
-        if not _inside(extra, trees):
-            trees.append(extra)
-    for tree in trees:
+    trees = _trees(python)
+    files = [f for f in (_shared_library(),) if f and not _inside(f, trees)]
+    for tree in trees + files:
         for parent in _ancestors(tree):
             argv += ["--perms", "0755", "--dir", parent]
         argv += ["--ro-bind", tree, tree]
     argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    hide = sorted({p for p in _site_folders() + [os.path.realpath(p) for p, _ in protect]
-                   if _inside(p, trees) and os.path.lexists(p)}, key=len)
+    keep = [python] + _stdlib() + files
+    protected = [os.path.realpath(p) for p, _ in protect]
+    hide = sorted({p for p in list(_hidden_folders(python)) + protected
+                   if _inside(p, trees) and os.path.lexists(p)
+                   and not any(_inside(k, [p]) for k in keep)}, key=len)
     hidden_dirs = []
     for p in hide:
         if os.path.isdir(p):
@@ -261,56 +627,6 @@ def _bwrap_argv(python, protect, show, drop):
         argv += ["--remount-ro", p]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK]
     return argv
-
-
-def _ancestors(path):
-    parts = path.strip("/").split("/")[:-1]
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-
-
-def launch(mode, python_args, *, uid, limits, protect=(), modules=("numpy",), workdir=None):
-    """The keyword arguments of ``subprocess.Popen`` that start ``python -I -S *python_args``
-    in ``mode``: ``args``, ``env``, ``cwd``, ``preexec_fn`` and, in "user" mode, the IDs.
-
-    python_args: what follows ``-I -S`` (``["-c", source, ...]``); child.py reads its last
-        argument as JSON: ``{"path": [...], "drop": [uid, gid] or null}``
-    uid: the child's own user ID (used as root only)
-    protect: (path, why) pairs that must not exist inside the bubblewrap sandbox
-    workdir: the private working folder in modes "user" and "none"
-    """
-    show, path = allowed_paths(modules)
-    root = _is_root()
-    env = dict(_ENV)
-    if mode == "bubblewrap":
-        python = os.path.realpath(sys.executable)
-        # As root, bwrap itself runs as the child's user ID, in a user namespace, when that
-        # user can reach the interpreter and NumPy; where it cannot (an interpreter in root's
-        # home), bwrap runs as root without one and the child drops to its user ID first.
-        as_child = root and _reachable_by_all([python, os.path.realpath(sys.base_prefix)] + show)
-        drop = root and not as_child
-        setup = {"path": path, "drop": [uid, uid] if drop else None}
-        if as_child:
-            protect = [(p, why) for p, why in protect if _reachable_by_all([os.path.dirname(p)])]
-        argv = _bwrap_argv(python, protect, show, drop)
-        if as_child:
-            argv[1:1] = ["--uid", str(uid), "--gid", str(uid)]
-        for k, v in dict(env, HOME=WORK, TMPDIR=WORK).items():
-            argv += ["--setenv", k, v]
-        args = argv + ["--", python, "-I", "-S"] + list(python_args) + [json.dumps(setup)]
-        out = {"args": args, "env": env, "cwd": "/",
-               "preexec_fn": _limiter(limits, processes=MAX_PROCESSES if root
-                                      else MAX_PROCESSES + _processes_of(os.getuid()))}
-        if as_child:
-            out.update(user=uid, group=uid, extra_groups=[])
-        return out
-    setup = {"path": path, "drop": None}
-    env.update(HOME=workdir or "/nonexistent", TMPDIR=workdir or "/tmp")
-    out = {"args": [sys.executable, "-I", "-S"] + list(python_args) + [json.dumps(setup)],
-           "env": env, "cwd": workdir or "/", "start_new_session": True,
-           "preexec_fn": _limiter(limits, processes=MAX_PROCESSES if mode == "user" else 0)}
-    if mode == "user":
-        out.update(user=uid, group=uid, extra_groups=[])
-    return out
 
 
 def _reachable_by_all(paths):
@@ -366,13 +682,60 @@ def kill_user(uid):
     return os.waitstatus_to_exitcode(status) == 0
 
 
-SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+# file systems with nothing a submission could write to, and trees too large to walk
+_PSEUDO = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "debugfs", "tracefs", "securityfs",
+           "bpf", "configfs", "fusectl", "pstore", "binfmt_misc", "autofs", "nsfs"}
 
 
-def remove_files_of(uid, folders=SHARED_TMP):
-    """Remove what user ``uid`` left at the top of the shared temporary folders, without
-    following a link (a folder is walked by descriptors)."""
-    for folder in folders:
+def _pseudo_mounts():
+    out = set()
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                fstype = parts[parts.index("-") + 1]
+                if fstype in _PSEUDO:
+                    out.add(parts[4].encode().decode("unicode_escape"))
+    except (OSError, ValueError, IndexError):
+        out.update({"/proc", "/sys"})
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def world_writable_folders():
+    """Every folder any user may write in and reach (``/tmp``, ``/var/tmp``, ``/dev/shm``,
+    ``/run/lock``, ``/dev/mqueue``...): found by a walk of the filesystem from ``/`` that
+    follows no link, enters only folders other users may search, skips pseudo file systems
+    (/proc, /sys) and opens no folder without subfolders (its link count is 2)."""
+    skip, found, todo = _pseudo_mounts(), [], ["/"]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = os.scandir(folder)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    if not entry.is_dir(follow_symlinks=False) or entry.path in skip:
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not st.st_mode & stat.S_IXOTH:
+                    continue
+                if st.st_mode & stat.S_IWOTH:
+                    found.append(entry.path)
+                if st.st_nlink != 2:
+                    todo.append(entry.path)
+    return tuple(sorted(found))
+
+
+def remove_files_of(uid, folders=None):
+    """Remove what user ``uid`` left in the world-writable ``folders`` (default: all of them,
+    :func:`world_writable_folders`), without following a link (a folder is walked by
+    descriptors)."""
+    for folder in world_writable_folders() if folders is None else folders:
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
@@ -403,51 +766,3 @@ def _remove(name, dir_fd, is_dir):
     finally:
         os.close(fd)
     os.rmdir(name, dir_fd=dir_fd)
-
-
-# --- the build-time check ----------------------------------------------------------------------
-
-def check(requested="auto"):
-    """Start one isolated Python with NumPy, as a submission's would start; return
-    (isolation, None) when it works, else (isolation or None, why not)."""
-    try:
-        isolation = choose(requested)
-    except SandboxUnavailable as exc:
-        return None, str(exc)
-    if isolation.mode == "bubblewrap":
-        return isolation, None                      # choose() ran the very same probe
-    folder = private_folder(isolation.mode, child_uid())
-    try:
-        kw = launch(isolation.mode, ["-c", _PROBE], uid=child_uid(),
-                    limits=_PROBE_LIMITS, workdir=folder)
-        proc = subprocess.run(**kw, capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return isolation, f"Python could not be started ({exc})"
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    if proc.returncode != 0:
-        tail = " ".join(proc.stderr.decode("utf-8", "replace").split())[-300:]
-        return isolation, f"Python with NumPy did not start (exit {proc.returncode}: {tail})"
-    return isolation, None
-
-
-def main(argv=None):
-    """``python -m numpytfmr.grading --check``: exit 0 when submission processes can
-    start here in isolation, 1 (saying why) when none can."""
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m numpytfmr.grading",
-                                description="Check that submission processes start here, and "
-                                            "say how they are isolated.")
-    p.add_argument("--check", action="store_true", help="start one, as grading would")
-    p.add_argument("--isolation", choices=("auto",) + MODES, default="auto")
-    args = p.parse_args(argv)
-    isolation, problem = check(args.isolation)
-    if isolation is not None and not problem and isolation.mode != "none":
-        print(f"numpytfmr sandbox: {isolation.description}"
-              + (f" (bubblewrap: {isolation.reason})" if isolation.reason else ""))
-        return 0
-    why = problem or (f"neither bubblewrap nor a user ID of its own is available "
-                      f"({isolation.reason})")
-    print(f"numpytfmr sandbox: submissions cannot be isolated here: {why}", file=sys.stderr)
-    return 1
-

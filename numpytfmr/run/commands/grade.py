@@ -8,6 +8,7 @@
                                 [--overrides FILE ...] [--export canvas|moodle FILE]
                                 [--similarity FILE] [--allow-module NAME]
     ... [--isolation auto|bubblewrap|user|none | --no-isolation]
+    numpytfmr grade --check [--isolation ...] [--config grading.json]
 
 One submission: exit status 0 when every test passes, 1 when any fails. A class (``--csv``):
 0 when every submission was graded (whatever the scores), 1 when the grader failed on some.
@@ -97,25 +98,40 @@ def _plan(args, protect=()):
     return plan
 
 
-def _isolation(args, whole_class):
-    """The isolation of the run (see numpytfmr/grading/sandbox.py); UsageError when the one asked
-    for cannot work here, or when a class would be graded without any."""
+def _isolation(args, protect, allow_none):
+    """The isolation of the run (see numpytfmr/grading/sandbox.py); UsageError (one line: why, and
+    what to install) when the one asked for cannot work here, or when "auto" finds no mode that
+    keeps ``protect`` from the submissions. ``allow_none``: one submission without a config,
+    graded by a user who is not root, may run unisolated (nothing secret to keep)."""
     from numpytfmr.grading.sandbox import SandboxUnavailable, choose
 
     requested = "none" if args.no_isolation else args.isolation
     try:
-        isolation = choose(requested)
+        isolation = choose(requested, protect, allow_none=allow_none)
     except SandboxUnavailable as exc:
         flag = "--isolation" if requested != "auto" else "NUMPYTFMR_REQUIRE_SANDBOX"
+        if requested == "auto" and os.environ.get("NUMPYTFMR_REQUIRE_SANDBOX", "") in ("", "0"):
+            flag = "--csv" if args.csv else "--isolation auto"
         raise UsageError(f"{flag}: {exc}") from None
-    if whole_class and isolation.mode == "none" and requested != "none":
-        raise UsageError("--csv: the submissions of a class cannot be isolated from each other here "
-                         f"({isolation.reason}); install bubblewrap, or run as root, or give "
-                         "--no-isolation to grade them as your own user anyway")
     if isolation.mode != "bubblewrap" and requested == "auto":
         print(f"numpytfmr grade: warning: {isolation.reason}; isolation: "
               f"{isolation.description}", file=sys.stderr, flush=True)
     return isolation
+
+
+def _check(args):
+    """``grade --check``: start one submission process exactly as grading would."""
+    from numpytfmr.grading.channel import check
+
+    plan = _plan(args)
+    isolation, problem = check("none" if args.no_isolation else args.isolation, plan.protect)
+    if problem or isolation is None or isolation.mode == "none":
+        print("numpytfmr grade: submissions cannot be isolated here: "
+              + (problem or "mode none was asked for"), file=sys.stderr)
+        return 1
+    print(f"numpytfmr grade: isolation: {isolation.description}"
+          + (f" (bubblewrap: {isolation.reason})" if isolation.reason else ""))
+    return 0
 
 
 def _warn_exposed(isolation, plan):
@@ -144,15 +160,22 @@ def cmd_grade(args):
     from numpytfmr.shared.fileio import write_json, write_summary
 
     target = args.submission
+    if args.check:
+        if target is not None:
+            raise UsageError(f"--check takes no SUBMISSION (got {target!r}): it starts a "
+                             "process of its own")
+        return _check(args)
+    if target is None:
+        raise UsageError("SUBMISSION is missing: give a .py file, a .ipynb notebook or a folder "
+                         "(or --check)")
     if not _exists(target):
         raise UsageError(f"{target!r} does not exist"
                          + (" (nothing matches the pattern)" if _is_pattern(target) else "")
                          + "; expected a .py file, a .ipynb notebook or a folder")
     if os.path.isfile(target) and not os.access(target, os.R_OK):
         raise UsageError(f"{target!r} cannot be read (permission denied)")
-    isolation = _isolation(args, whole_class=bool(args.csv))
     if args.csv:
-        return _grade_class(args, target, isolation)
+        return _grade_class(args, target)
     for flag, value in (("--jobs", args.jobs), ("--force", args.force), ("--regrade", args.regrade)):
         if value:
             raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
@@ -163,13 +186,17 @@ def cmd_grade(args):
         if value:
             raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
     from numpytfmr.grading import grade
-    from numpytfmr.grading.classroom import submission_notes
+    from numpytfmr.grading.classroom import children_cpu, submission_notes
+    from numpytfmr.grading.sandbox import submission_user
 
     start = time.monotonic()
     plan = _plan(args)
+    isolation = _isolation(args, plan.protect, allow_none=args.config is None)
+    cpu = children_cpu()
     _warn_exposed(isolation, plan)
     chosen, notes = submission_notes(target, plan)
-    report = grade(chosen, plan=plan, isolation=isolation, log=None)
+    with submission_user(isolation):
+        report = grade(chosen, plan=plan, isolation=isolation, log=None)
     report.warnings[:0] = notes
     print(report.table(details=not args.brief))
     if args.json:
@@ -181,11 +208,12 @@ def cmd_grade(args):
                                      "score": report.score, "max_score": report.max_score,
                                      "passed": report.passed, "isolation": report.isolation,
                                      "sandbox_start_seconds": round(report.start_seconds, 3),
+                                     "cpu_seconds": round(children_cpu() - cpu, 3),
                                      "processes": report.processes})
     return 0 if report.passed else 1
 
 
-def _grade_class(args, target, isolation):
+def _grade_class(args, target):
     from numpytfmr.grading.classroom import (distribution_table, find_submissions, grade_class,
                                              results_folder)
     from numpytfmr.shared.fileio import write_summary
@@ -207,6 +235,7 @@ def _grade_class(args, target, isolation):
                else [(path, whose) for _, path in submissions])
     protect += [(csv_path, "the grades"), (folder, "the grades")]
     plan = _plan(args, protect)
+    isolation = _isolation(args, plan.protect, allow_none=False)
     _warn_exposed(isolation, plan)
     if plan.items is None:
         raise UsageError("--csv grades a class on the same functions for every student: give "
@@ -215,17 +244,25 @@ def _grade_class(args, target, isolation):
     exports = _exports(args, csv_path)
     for line in _course_warnings(course):
         print(f"numpytfmr grade: warning: {line}", file=sys.stderr, flush=True)
+    # without bubblewrap the submissions share the filesystem: what the grader writes while
+    # they run (the CSV, the results) is for its own user alone
+    umask = os.umask(0o077) if isolation.mode != "bubblewrap" else None
     try:
         result = grade_class(submissions, csv_path, plan=plan, jobs=args.jobs, isolation=isolation,
                              force=args.force, regrade=args.regrade,
                              log=lambda line: print(line, flush=True), course=course)
     except FileExistsError as exc:
         raise UsageError(f"--csv: {exc}") from None
+    finally:
+        if umask is not None:
+            os.umask(umask)
     print()
     print(f"{len(result.rows)} submissions in {result.seconds:.1f} s ({result.graded} graded now, "
           f"{result.reused} unchanged since the last run; {result.jobs} jobs)")
-    print(f"isolation: {isolation.description}; starting the isolated processes took "
-          f"{result.start_seconds_per_submission:.2f} s per submission")
+    print(f"isolation: {isolation.description}; per submission: "
+          f"{result.per_submission('seconds'):.2f} s wall time, "
+          f"{result.per_submission('cpu_seconds'):.2f} s CPU time, of which starting the isolated "
+          f"processes took {result.start_seconds_per_submission:.2f} s")
     print(distribution_table(result.distribution, result.max_score))
     print(f"grades: {result.csv}\nresults: {result.results}{os.sep}<student>{os.sep}results.json "
           "and report.txt")
@@ -369,7 +406,7 @@ def add_command(sub):
                     "of the submission's own forward. With --csv, grade every submission in a "
                     "folder (or matching a glob) in parallel, and write one CSV row per student "
                     "and a results.json per student.")
-    p.add_argument("submission", metavar="SUBMISSION",
+    p.add_argument("submission", metavar="SUBMISSION", nargs="?",
                    help="a .py file, a .ipynb notebook, or a folder holding one; with --csv, a "
                         "folder of submissions (files or one folder per student) or a glob "
                         "pattern (quote it)")
@@ -442,5 +479,8 @@ def add_command(sub):
     p.add_argument("--no-isolation", action="store_true",
                    help="the same as --isolation none: needed to grade a class where neither "
                         "bubblewrap nor root is available (reports then say 'not isolated')")
+    p.add_argument("--check", action="store_true",
+                   help="grade nothing: start one submission process exactly as grading would, "
+                        "and say how it is isolated (exit 1 when it cannot be isolated)")
     p.set_defaults(func=cmd_grade)
     return p
