@@ -375,6 +375,9 @@ _READ_PROBE = ("got = []\n"
                "print(json.dumps(got))\n")
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# the machine's OpenBLAS settings go through: on some processors NumPy's OpenBLAS needs them to
+# start, or to compute right
+_ENV.update({k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ})
 
 
 def _limiter(limits, processes):
