@@ -26,7 +26,7 @@ from ..gradcheck import rel_error
 
 __all__ = ["TOLERANCES", "Verdict", "check_value", "describe_shape_problem", "nonfinite_sentence",
            "diagnose_values", "forward_diagnoses", "matching_variants", "scaling_variants",
-           "option_variants"]
+           "option_variants", "close_at"]
 
 # (rtol, atol): an entry is right when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected|
 TOLERANCES = {"float64": (1e-6, 1e-9), "float32": (2e-3, 1e-5)}
@@ -299,7 +299,7 @@ def solved_options(got, expected, forward, args, kwargs, terms=None, tol="float6
                                     dtype=np.float64)
         except Exception:  # noqa: BLE001 -- an option value the reference refuses: no match
             continue
-        if not _close(got, solved, tol):
+        if not close_at(got, solved, tol):
             continue
         label = terms.name_factor(ratio) if terms is not None else ""
         named = f" ({abs(ratio):.4g} = {label})" if label and ratio > 0 else ""
@@ -367,7 +367,8 @@ def diagnose_bool(got, expected):
     return out
 
 
-def _close(got, candidate, tol="float64"):
+def close_at(got, candidate, tol="float64"):
+    """Whether ``got`` equals ``candidate`` at the case's tolerance (same shape, finite)."""
     try:
         c = np.asarray(candidate, dtype=np.float64)
     except (TypeError, ValueError):
@@ -388,7 +389,7 @@ def matching_variants(got, variants, *, limit=2, tol="float64"):
                 candidate = thunk()
         except Exception:  # noqa: BLE001 -- a variant the reference refuses is simply not a match
             continue
-        if _close(got, candidate, tol):
+        if close_at(got, candidate, tol):
             found.append(sentence)
             if len(found) >= limit:
                 break

@@ -42,7 +42,7 @@ from ..registry import bind
 from .cases import (DEFAULTS, DRAWS, RNG_DRAWS, contract_names, input_names, items_from_config,
                     load_config, make_graded_cases, own_draw, resolve, rng_dependence)
 from .channel import ChildFailure, Submission, decode_value, encode_call
-from .compare import (_close, check_value, diagnose_values, forward_diagnoses, matching_variants,
+from .compare import (close_at, check_value, diagnose_values, forward_diagnoses, matching_variants,
                       nonfinite_sentence, option_variants, scaling_variants, solved_options)
 from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
@@ -582,7 +582,7 @@ def recognised_forward(item, gc, got, expected, names, seen_options=None):
     ee = float(np.vdot(e, e))
     if ee > 0:
         c = float(np.vdot(got, e)) / ee
-        if c != 0 and abs(c - 1) > 1e-9 and _close(got, c * e, tol):
+        if c != 0 and abs(c - 1) > 1e-9 and close_at(got, c * e, tol):
             return f"your output is the expected output times {c:.4g} (a scale, or a sign)"
     found = matching_variants(got, near_miss_candidates(item, gc, names, seen_options), limit=1, tol=tol)
     if found:
