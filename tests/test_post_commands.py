@@ -71,8 +71,9 @@ def test_lora_from_a_checkpoint_with_an_explicit_task(lora_run, tmp_path, capsys
 @pytest.mark.parametrize("pairs", ["generated", "synthetic"])
 def test_dpo_command_writes_its_summary(pairs, tmp_path):
     summary = tmp_path / "s.json"
+    samples = ["--samples", "6"] if pairs == "generated" else []   # refused with synthetic
     status = main(["dpo", *TINY_BASE, "--base-steps", "120", "--steps", "4", "--eval-every", "2",
-                   "--n-prompts", "32", "--samples", "6", "--pairs", pairs, "--out",
+                   "--n-prompts", "32", *samples, "--pairs", pairs, "--out",
                    str(tmp_path / "run"), "--summary", str(summary)])
     assert status == 0
     s = json.loads(summary.read_text())

@@ -29,8 +29,9 @@ import numpy as np
 from ..fast import adamw_step_, clip_grad_norm_
 from ..optim import adamw_init, decay_exempt_keys, lr_schedule
 
-__all__ = ["TrainSettings", "step_rng", "train_loop",
-           "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT", "STREAM_TEST"]
+__all__ = ["TrainSettings", "step_rng", "train_loop", "BudgetUsed", "plan_steps",
+           "budget_replanner", "with_steps", "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT",
+           "STREAM_TEST", "REPLAN_SECONDS", "EVALS_PLANNED", "FINISH_EVALS"]
 
 # Independent random streams of a run, all derived from its seed.
 STREAM_INIT, STREAM_DATA, STREAM_DROPOUT, STREAM_TEST = 0, 1, 2, 3
@@ -194,3 +195,75 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
     if replan is not None:
         return params, opt_state, history, s
     return params, opt_state, history
+
+
+# ---------------------------------------------------------------------------------------
+# A wall-clock budget (``--minutes`` of pretrain, lora and dpo)
+# ---------------------------------------------------------------------------------------
+
+REPLAN_SECONDS = 2.0      # how often a budgeted run measures its speed again
+EVALS_PLANNED = 10        # at most this many points on the curve of a budgeted run
+FINISH_EVALS = 2.0        # the final evaluation, the samples and the save, in evaluations
+
+
+class BudgetUsed(KeyboardInterrupt):
+    """Raised inside a step when the wall-clock budget is used. ``train_loop`` treats it
+    as an interruption (it saves the state and re-raises), which is what a budget stop is;
+    the command catches it and goes on to its final evaluation."""
+
+
+def with_steps(settings, steps):
+    """``settings`` with ``steps`` in all and the warmup at most a tenth of them."""
+    values = dict(settings.to_dict(), steps=steps,
+                  warmup_steps=min(settings.warmup_steps, max(steps // 10, 0)))
+    if values["warmup_steps"] >= steps:
+        values["warmup_steps"] = steps - 1
+    return TrainSettings(**values)
+
+
+def plan_steps(settings, step_seconds, eval_seconds, left):
+    """``settings`` with the number of steps that fits in ``left`` seconds (the budget
+    less what the run still has to do after its last step), a step taking
+    ``step_seconds`` and an evaluation ``eval_seconds``: evaluations every
+    ``eval_every`` steps, but at most as many as a tenth of the budget pays for and at
+    most EVALS_PLANNED (``eval_every`` is lowered so that the curve gets its points); the
+    warmup stays at most a tenth of the steps. ``budget_replanner`` corrects the plan as
+    the run goes."""
+    affordable = max(1, min(EVALS_PLANNED, int(0.1 * left / max(eval_seconds, 1e-9))))
+    rough = max(2, int(0.9 * left / step_seconds))          # steps, evaluations aside
+    eval_every = min(settings.eval_every, max(1, rough // affordable))
+    per_step = step_seconds + 1.1 * eval_seconds / eval_every
+    steps = max(2, int(left / per_step))
+    return with_steps(TrainSettings(**dict(settings.to_dict(), eval_every=eval_every)), steps)
+
+
+def budget_replanner(deadline, finish_seconds, first_step, clock=None):
+    """The ``replan`` of ``train_loop`` for a wall-clock budget: every REPLAN_SECONDS, the
+    seconds per step measured so far in this run (evaluations and saves included) give how
+    many more steps fit before ``deadline`` (a time of ``clock``, default
+    ``time.perf_counter``), less ``finish_seconds`` (what comes after the last step: the
+    final evaluation, the save...; None: FINISH_EVALS steps); the total is moved there
+    (never below the step reached). Warmup steps already taken stay."""
+    clock = clock or time.perf_counter
+    t_start = clock()
+    state = {"next": t_start + REPLAN_SECONDS}
+
+    def replan(history, settings):
+        now = clock()
+        done = history["step"] - first_step
+        if now < state["next"] or done < 2:
+            return None
+        state["next"] = now + REPLAN_SECONDS
+        per_step = (now - t_start) / done
+        final = finish_seconds if finish_seconds is not None else FINISH_EVALS * per_step
+        more = int((deadline - now - final) / per_step)
+        steps = max(history["step"] + 1, history["step"] + more)
+        if steps == settings.steps:
+            return None
+        new = with_steps(settings, steps)
+        if history["step"] < settings.warmup_steps:
+            return new
+        # past the warmup: keep it as it was (the schedule's first part is history)
+        return TrainSettings(**dict(new.to_dict(), warmup_steps=min(settings.warmup_steps,
+                                                                    steps - 1)))
+    return replan

@@ -15,7 +15,8 @@ import os
 import time
 
 from numpytfmr.run.cli import UsageError
-from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
+from numpytfmr.run.commands.adapters import (adapter_settings, snapshot, timed, train_adapters,
+                                             unchanged)
 from numpytfmr.run.commands.pretrain import read_text, text_file
 from numpytfmr.run.commands.train import finish, out_dir
 
@@ -166,7 +167,7 @@ def lora_text(args, targets, start, base):
 
     alpha = args.alpha
     before = snapshot(params)
-    first = evaluate_params(params)
+    first, eval_seconds = timed(evaluate_params, params)
     adapters = add_lora(params, config, r=args.rank, targets=targets,
                         rng=step_rng(args.seed, 0, STREAM_INIT))
     counts = lora_parameter_counts(params, adapters)
@@ -177,10 +178,12 @@ def lora_text(args, targets, start, base):
                                     ignore_index=IGNORE)
         return loss, grads, x.size
 
-    adapters, history, lora_seconds = train_adapters(
+    adapters, history, lora_seconds, plan = train_adapters(
         adapters, loss_and_grads, settings, lambda a: evaluate_params(merge_lora(params, a,
                                                                                  alpha=alpha)),
-        args, f"lora {kind}", history=_initial_history(first))
+        args, f"lora {kind}", history=_initial_history(first),
+        budget=(start, eval_seconds, "lora text") if args.minutes else None)
+    settings = plan.pop("settings")
     merged = merge_lora(params, adapters, alpha=alpha)
     last = history["evals"][-1]
     checkpoint = _save(args, base, merged, adapters, {"lora": {
@@ -205,7 +208,7 @@ def lora_text(args, targets, start, base):
         "loss": float(np.mean(history["loss"][-50:])), "seconds": seconds,
         "lora_seconds": lora_seconds, "base_weights_unchanged": unchanged(params, before),
         "base_checkpoint": base["checkpoint"], "checkpoint": checkpoint,
-        "settings": settings.to_dict(), "evals": history["evals"],
+        "settings": settings.to_dict(), **plan, "evals": history["evals"],
         "loss_history": history["loss"]}
     unit = "token" if kind == "text" else "completion token"
     what = "held-out text" if kind == "text" else f"{n_val} held-out rows"
@@ -285,10 +288,12 @@ def dpo_text(args, targets, start, base):
     def evaluate(w):
         return preference_metrics(policy(w), config, held, *ref["held"], beta=beta)
 
-    first = evaluate(trainable)
-    trainable, history, dpo_seconds = train_adapters(
+    first, eval_seconds = timed(evaluate, trainable)
+    trainable, history, dpo_seconds, plan = train_adapters(
         trainable, loss_and_grads, settings, evaluate, args, "dpo" + (" (full)" if full else ""),
-        history=_initial_history(first))
+        history=_initial_history(first),
+        budget=(start, eval_seconds, "dpo text") if args.minutes else None)
+    settings = plan.pop("settings")
     last = history["evals"][-1]
     tuned = policy(trainable)
     checkpoint = _save(args, base, tuned, None if full else trainable, {"dpo": {
@@ -311,7 +316,7 @@ def dpo_text(args, targets, start, base):
         "seconds": seconds, "dpo_seconds": dpo_seconds,
         "base_weights_unchanged": unchanged(params, before),
         "base_checkpoint": base["checkpoint"], "checkpoint": checkpoint,
-        "settings": settings.to_dict(), "evals": history["evals"],
+        "settings": settings.to_dict(), **plan, "evals": history["evals"],
         "loss_history": history["loss"]}
     shown = lambda m: ", ".join(f"{k} {m[k]:.3f}" for k in trl)  # noqa: E731
     lines = [f"held-out pairs ({len(val_rows)}), before: {shown(first)}",
