@@ -77,7 +77,7 @@ def _one_line(text):
 # A library function's ValueError starts with the function's name ("load_tokenizer: ...");
 # on the command line the message names flags and files, so such a name is dropped.
 _FUNCTION_PREFIX = re.compile(r"(?:(?<=^)|(?<=: )|(?<=\())(?:[a-z][a-z0-9]*(?:_[a-z0-9]+)+|"
-                              r"[A-Z][A-Za-z0-9]+(?:\.[a-z_]+)?)(?::| (?=\())\s*")
+                              r"[A-Z][a-z][A-Za-z0-9]*(?:\.[a-z_]+)?)(?::| (?=\())\s*")
 
 
 def user_message(text):
@@ -327,5 +327,9 @@ def main(argv=None):
 
 
 def _usage_error(prog, exc):
-    print(f"{prog}: error: {user_message(exc)}", file=sys.stderr)
+    message = user_message(exc)
+    command = prog.split(" ", 1)[-1]
+    if message.startswith(f"{command}: "):       # a library error headed by the command's name
+        message = message[len(command) + 2:]
+    print(f"{prog}: error: {message}", file=sys.stderr)
     return 2
