@@ -6,7 +6,7 @@ import time
 
 from numpytfmr.run.commands.train import logger
 
-__all__ = ["adapter_settings", "train_adapters", "snapshot", "unchanged", "timed"]
+__all__ = ["adapter_settings", "train_adapters", "snapshot", "unchanged", "timed", "budget_note"]
 
 
 def adapter_settings(args):
@@ -125,6 +125,14 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
                 f"{history['step']} of {settings.steps}")
     plan["settings"] = settings
     return adapters, history, time.perf_counter() - t0, plan
+
+
+def budget_note(args, plan):
+    """`` of a 2-minute budget`` (and whether it stopped the run) for the result line."""
+    if not args.minutes:
+        return ""
+    stopped = "; stopped by the time budget" if plan.get("stopped_by_budget") else ""
+    return f" of a {args.minutes:g}-minute budget{stopped}"
 
 
 def snapshot(params):

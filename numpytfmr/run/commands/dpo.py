@@ -38,8 +38,8 @@ The model runs on the fast path (``numpytfmr.fast.posttrain``: the same numbers 
 import time
 
 from numpytfmr.run.commands import posttext
-from numpytfmr.run.commands.adapters import (adapter_settings, snapshot, timed, train_adapters,
-                                             unchanged)
+from numpytfmr.run.commands.adapters import (adapter_settings, budget_note, snapshot, timed,
+                                             train_adapters, unchanged)
 from numpytfmr.run.commands.lora import (add_adapter_options, add_base_options, add_run_options,
                                          adapter_command, save_adapted, start_adapter_run)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
@@ -252,7 +252,8 @@ def cmd_dpo(args):
              f"{summary['reward_margin']:.3f}; KL from the reference {kl['kl_per_token']:.4f} "
              "nats per token",
              f"trained {counts['lora']:,} of {counts['base']:,} parameters "
-             f"({100 * counts['fraction']:.2f}%) on {n_pairs} pairs; {seconds:.0f} s in all"]
+             f"({100 * counts['fraction']:.2f}%) on {n_pairs} pairs; {seconds:.0f} s in all"
+             f"{budget_note(args, plan)}"]
     if checkpoint is not None:
         lines.append(f"merged model: {checkpoint}")
     finish(args, summary, lines)

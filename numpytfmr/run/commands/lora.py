@@ -28,8 +28,8 @@ import time
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, positive_float,
                                positive_int)
 from numpytfmr.run.commands import posttext
-from numpytfmr.run.commands.adapters import (adapter_settings, snapshot, timed, train_adapters,
-                                             unchanged)
+from numpytfmr.run.commands.adapters import (adapter_settings, budget_note, snapshot, timed,
+                                             train_adapters, unchanged)
 from numpytfmr.run.commands.train import add_run_options as add_out_options
 from numpytfmr.run.commands.train import check_out, finish, logger, out_dir
 
@@ -340,7 +340,7 @@ def cmd_lora(args):
     lines = [f"{base['task']} -> {task}: exact match {100 * exact:.1f}% on held-out prompts "
              f"(base model {100 * target_before:.1f}%), training {counts['lora']:,} of "
              f"{counts['base']:,} parameters ({100 * counts['fraction']:.2f}%), "
-             f"{seconds:.0f} s in all"]
+             f"{seconds:.0f} s in all{budget_note(args, plan)}"]
     if base_task_before is not None:
         lines.append(f"{base['task']}: the frozen base {100 * base_task_before:.1f}% before and "
                      f"{100 * base_task_after:.1f}% after; the adapted model "

@@ -15,8 +15,8 @@ import os
 import time
 
 from numpytfmr.run.cli import UsageError
-from numpytfmr.run.commands.adapters import (adapter_settings, snapshot, timed, train_adapters,
-                                             unchanged)
+from numpytfmr.run.commands.adapters import (adapter_settings, budget_note, snapshot, timed,
+                                             train_adapters, unchanged)
 from numpytfmr.run.commands.pretrain import read_text, text_file
 from numpytfmr.run.commands.train import finish, out_dir
 
@@ -217,7 +217,8 @@ def lora_text(args, targets, start, base):
              f"(base model -> after {history['step']} LoRA steps)",
              f"trained {counts['lora']:,} of {counts['base']:,} parameters "
              f"({100 * counts['fraction']:.2f}%) on {n_train:,} "
-             f"{'tokens' if kind == 'text' else 'rows'}; {seconds:.0f} s in all"]
+             f"{'tokens' if kind == 'text' else 'rows'}; {seconds:.0f} s in all"
+             f"{budget_note(args, plan)}"]
     if truncated:
         lines.append(f"{truncated} sequences were cut to the context window ({T} tokens)")
     if checkpoint is not None:
@@ -323,7 +324,7 @@ def dpo_text(args, targets, start, base):
              f"held-out pairs ({len(val_rows)}), after {history['step']} steps: {shown(last)}",
              f"trained {counts['lora']:,} of {counts['base']:,} parameters "
              f"({100 * counts['fraction']:.2f}%) on {n} pairs against the frozen start model; "
-             f"{seconds:.0f} s in all"]
+             f"{seconds:.0f} s in all{budget_note(args, plan)}"]
     if checkpoint is not None:
         lines.append(f"tuned model: {checkpoint}")
     from numpytfmr.run.plot import run_panels
