@@ -27,13 +27,12 @@ def timed(f, *a, **k):
     return out, time.perf_counter() - t0
 
 
-# What comes after the last step of a budgeted run, in evaluations: the final evaluation
-# and what each command does after it (scoring the saved model, the held-out pairs...).
-FINISH = {"lora text": 2.5, "lora task": 4.0, "dpo text": 2.0, "dpo task": 4.0}
+# What comes after the last step of a budgeted run, in evaluations (the final evaluation,
+# and what each command does after it): see the call sites' ``budget=``.
 PLOT_SECONDS = 1.5          # drawing curves.png (matplotlib) at the end
 
 
-def _plan(args, adapters, loss_and_grads, settings, deadline, finish, eval_seconds, where):
+def _plan(args, adapters, loss_and_grads, settings, deadline, finish, eval_seconds):
     """Two steps on scratch copies (the first warms up, the second is timed) give the
     seconds per step; ``loop.plan_steps`` fits the run in what is left before ``deadline``
     less ``finish`` seconds."""
@@ -62,9 +61,10 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
     """``train_loop`` over the adapters only, with a progress bar unless ``--quiet``;
     ``history``: the training state to start from (e.g. holding the step-0 evaluation).
 
-    budget: None, or ``(start, eval_seconds, where)`` for ``--minutes``: the command began
-    at ``start`` (``time.perf_counter``), an evaluation takes ``eval_seconds``, and
-    ``where`` (a key of FINISH) says what the command does after the last step. The steps
+    budget: None, or ``(start, eval_seconds, finish)`` for ``--minutes``: the command began
+    at ``start`` (``time.perf_counter``), an evaluation takes ``eval_seconds``, and what the
+    command does after the last step (the final evaluation included) takes about
+    ``finish`` evaluations. The steps
     are planned to end the command near ``start + 60 * minutes`` and re-planned as the run
     goes (``loop.budget_replanner``, as ``pretrain``); training stops at the deadline
     whatever the plan said, and the run then ends with its final evaluation.
@@ -80,13 +80,13 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
     plan = {"minutes": None, "planned_steps": None, "stopped_by_budget": False}
     replan, step = None, loss_and_grads
     if budget is not None:
-        start, eval_seconds, where = budget
+        start, eval_seconds, finish_evals = budget
         deadline = start + 60.0 * args.minutes
-        finish = FINISH[where] * eval_seconds
+        finish = finish_evals * eval_seconds
         if plot_available() and (args.plot or args.out not in (None, "none")):
             finish += PLOT_SECONDS
         settings = _plan(args, adapters, loss_and_grads, settings, deadline, finish,
-                         eval_seconds, where)
+                         eval_seconds)
         plan.update(minutes=args.minutes, planned_steps=settings.steps)
         replan = budget_replanner(deadline, finish, (history or {}).get("step", 0))
 

@@ -191,7 +191,8 @@ def cmd_dpo(args):
 
     adapters, history, dpo_seconds, plan = train_adapters(
         adapters, loss_and_grads, settings, evaluate, args, "dpo",
-        budget=(start, eval_seconds, "dpo task") if args.minutes else None)
+        # after the last step: the final evaluation, the merged model's, the held-out pairs, KL
+        budget=(start, eval_seconds, 3.5) if args.minutes else None)
     settings = plan.pop("settings")
 
     # 4. held-out evaluation

@@ -299,7 +299,9 @@ def cmd_lora(args):
 
     adapters, history, lora_seconds, plan = train_adapters(
         adapters, loss_and_grads, settings, evaluate, args, f"lora {task}",
-        budget=(start, eval_seconds, "lora task") if args.minutes else None)
+        # after the last step: the final evaluation, the saved model's, the base task's two
+        budget=(start, eval_seconds, 2.0 + 2.0 * (base_test is not None)) if args.minutes
+        else None)
     settings = plan.pop("settings")
 
     merged = merge_lora(params, adapters, alpha=alpha)

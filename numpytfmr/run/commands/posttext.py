@@ -182,7 +182,9 @@ def lora_text(args, targets, start, base):
         adapters, loss_and_grads, settings, lambda a: evaluate_params(merge_lora(params, a,
                                                                                  alpha=alpha)),
         args, f"lora {kind}", history=_initial_history(first),
-        budget=(start, eval_seconds, "lora text") if args.minutes else None)
+        # after the last step: the final evaluation, and the saved model's
+        budget=(start, eval_seconds, 1.0 + (out_dir(args) is not None)) if args.minutes
+        else None)
     settings = plan.pop("settings")
     merged = merge_lora(params, adapters, alpha=alpha)
     last = history["evals"][-1]
@@ -293,7 +295,8 @@ def dpo_text(args, targets, start, base):
     trainable, history, dpo_seconds, plan = train_adapters(
         trainable, loss_and_grads, settings, evaluate, args, "dpo" + (" (full)" if full else ""),
         history=_initial_history(first),
-        budget=(start, eval_seconds, "dpo text") if args.minutes else None)
+        # after the last step: the final evaluation and the save
+        budget=(start, eval_seconds, 1.5) if args.minutes else None)
     settings = plan.pop("settings")
     last = history["evals"][-1]
     tuned = policy(trainable)
