@@ -182,20 +182,19 @@ def lora_text(args, targets, start, base):
         adapters, loss_and_grads, settings, lambda a: evaluate_params(merge_lora(params, a,
                                                                                  alpha=alpha)),
         args, f"lora {kind}", history=_initial_history(first),
-        # after the last step: the final evaluation, and the saved model's
-        budget=(start, eval_seconds, 1.0 + (out_dir(args) is not None)) if args.minutes
-        else None)
+        # after the last step: the final evaluation and the save
+        budget=(start, eval_seconds, 1.5) if args.minutes else None)
     settings = plan.pop("settings")
     merged = merge_lora(params, adapters, alpha=alpha)
     last = history["evals"][-1]
     checkpoint = _save(args, base, merged, adapters, {"lora": {
         "rank": args.rank, "alpha": alpha, "targets": list(targets), "data": kind,
         "base_checkpoint": base["checkpoint"]}})
-    if checkpoint is not None:                           # score what was saved
-        saved = evaluate_params(load_model(checkpoint, kind="gpt")["params"])
-        if not np.isclose(saved["val_loss"], last["val_loss"], rtol=1e-5):
-            raise ValueError(f"lora: the saved model scores {saved['val_loss']} but the trained "
-                             f"one {last['val_loss']}")
+    if checkpoint is not None:              # what was saved is what was scored, bit for bit
+        saved = load_model(checkpoint, kind="gpt")["params"]
+        if set(saved) != set(merged) or not all(np.array_equal(saved[k], merged[k])
+                                                 for k in merged):
+            raise ValueError(f"lora: the model saved in {checkpoint} is not the one trained")
     seconds = time.perf_counter() - start
     summary = {
         "command": "lora", "data": kind, "data_source": args.text or args.data,
