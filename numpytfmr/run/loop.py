@@ -30,7 +30,7 @@ from ..fast import adamw_step_, clip_grad_norm_
 from ..optim import adamw_init, decay_exempt_keys, lr_schedule
 
 __all__ = ["TrainSettings", "step_rng", "train_loop", "BudgetUsed", "plan_steps",
-           "budget_replanner", "with_steps", "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT",
+           "budget_replanner", "with_steps", "step_seconds", "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT",
            "STREAM_TEST", "REPLAN_SECONDS", "EVALS_PLANNED", "FINISH_EVALS"]
 
 # Independent random streams of a run, all derived from its seed.
@@ -219,6 +219,21 @@ def with_steps(settings, steps):
     if values["warmup_steps"] >= steps:
         values["warmup_steps"] = steps - 1
     return TrainSettings(**values)
+
+
+def step_seconds(params, loss_and_grads, lr):
+    """Seconds of one AdamW step of ``loss_and_grads`` (``f(params, step)``, as for
+    :func:`train_loop`): two steps run on scratch copies of ``params``, the first to warm
+    up, the second timed. What a budget is planned from."""
+    from ..fast import adamw_step
+    scratch = {k: np.array(v, copy=True) for k, v in params.items()}
+    state = adamw_init(scratch)
+    for i in range(2):
+        t0 = time.perf_counter()
+        _, grads, _ = loss_and_grads(scratch, i)
+        scratch, state = adamw_step(scratch, grads, state, lr=lr)
+        seconds = time.perf_counter() - t0
+    return seconds
 
 
 def plan_steps(settings, step_seconds, eval_seconds, left):

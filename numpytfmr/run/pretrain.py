@@ -48,9 +48,8 @@ import time
 import numpy as np
 
 from ..classical import bits_per_byte, ngram_bits_per_byte
-from ..fast import adamw_step, gpt_forward, gpt_loss
+from ..fast import gpt_forward, gpt_loss
 from ..gpt import GPTConfig, init_gpt
-from ..optim import adamw_init
 from ..transformer import next_token
 from .batches import TOKEN_FILE_MAGIC, get_batch, open_tokens, read_token_header
 from .checkpoint import (checkpoint_file, load_model, resume_checkpoint, resumed_settings,
@@ -58,11 +57,11 @@ from .checkpoint import (checkpoint_file, load_model, resume_checkpoint, resumed
 from .corpus import default_corpus, split_text
 from .loop import (EVALS_PLANNED, FINISH_EVALS, REPLAN_SECONDS, STREAM_DROPOUT, STREAM_INIT,  # noqa: F401
                    BudgetUsed, TrainSettings, budget_replanner, plan_steps, step_rng,
-                   train_loop)
+                   step_seconds, train_loop)
 from .models import replace_config
 from .progress import Progress
 from .tokenizers import (DEFAULT_VOCAB_SIZE, TEXT_TOKENIZERS, make_tokenizer, save_tokenizer,
-                         token_byte_lengths, tokenizer_difference, tokenizer_digest,
+                         token_byte_lengths, tokenizer_difference,
                          tokenizer_from_dict, tokenizer_kind)
 
 __all__ = [
@@ -760,17 +759,12 @@ def _planned_settings(settings, params, batch_loss, deadline, eval_seconds, minu
     (``loop.plan_steps``): two steps are run on a scratch copy (the first warms up, the
     second is timed), and the finish (FINISH_EVALS evaluations) is kept aside.
     :func:`_replanner` corrects the plan as the run goes."""
-    state = adamw_init(params)
-    for i in range(2):
-        t0 = time.perf_counter()
-        _, grads, _ = batch_loss(params, i)
-        adamw_step(params, grads, state, lr=settings.lr)
-        step_seconds = time.perf_counter() - t0
+    seconds = step_seconds(params, batch_loss, settings.lr)
     left = deadline - time.perf_counter() - FINISH_EVALS * eval_seconds     # the finish
     if left <= 0:
         raise ValueError(f"pretrain: the budget of {minutes:g} minutes was used before training "
                          "began (reading and tokenizing the text); give more --minutes")
-    return plan_steps(settings, step_seconds, eval_seconds, left)
+    return plan_steps(settings, seconds, eval_seconds, left)
 
 
 def _replanner(deadline, eval_seconds, first_step):

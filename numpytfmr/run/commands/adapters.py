@@ -36,24 +36,16 @@ def _plan(args, adapters, loss_and_grads, settings, deadline, finish, eval_secon
     """Two steps on scratch copies (the first warms up, the second is timed) give the
     seconds per step; ``loop.plan_steps`` fits the run in what is left before ``deadline``
     less ``finish`` seconds."""
-    from numpytfmr.fast import adamw_step
-    from numpytfmr.optim import adamw_init
     from numpytfmr.run.cli import UsageError
-    from numpytfmr.run.loop import plan_steps
-    scratch = {k: v.copy() for k, v in adapters.items()}
-    state = adamw_init(scratch)
-    for i in range(2):
-        t0 = time.perf_counter()
-        _, grads, _ = loss_and_grads(scratch, i)
-        adamw_step(scratch, grads, state, lr=settings.lr)
-        step_seconds = time.perf_counter() - t0
+    from numpytfmr.run.loop import plan_steps, step_seconds
+    seconds = step_seconds(adapters, loss_and_grads, settings.lr)
     left = deadline - time.perf_counter() - finish
-    if left <= 2 * step_seconds:
+    if left <= 2 * seconds:
         raise UsageError(f"--minutes {args.minutes:g}: the budget was used before the "
                          "training began (loading, the data, the evaluation before training"
                          f"{', the base model' if not args.checkpoint else ''}); give more "
                          "minutes")
-    return plan_steps(settings, step_seconds, eval_seconds, left)
+    return plan_steps(settings, seconds, eval_seconds, left)
 
 
 def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, history=None,
