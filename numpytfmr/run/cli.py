@@ -271,8 +271,8 @@ def build_parser():
     parser = Parser(
         prog="numpytfmr", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="The transformer and its training math in plain NumPy: gradient-check "
-        "every op, train small models on built-in tasks, or pretrain a GPT on your own text, "
-        "tune it on your own data and take it on to Hugging Face.",
+        "every op,\ntrain small models on built-in tasks, or pretrain a GPT on your own text, "
+        "tune it\non your own data and take it on to Hugging Face.",
         epilog=TOP_EPILOG)
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
