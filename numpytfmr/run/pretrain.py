@@ -677,8 +677,10 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         grad_arrays["g"] = grads
         return total, grads, x.size
 
+    stop = {"at": deadline}       # training stops here: the deadline less the finish
+
     def loss_and_grads(p, step):
-        if deadline is not None and time.perf_counter() > deadline:
+        if stop["at"] is not None and time.perf_counter() > stop["at"]:
             raise _BudgetUsed
         return batch_loss(p, step)
 
@@ -706,6 +708,8 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
     replan = None
     if minutes is not None:
         replan = _replanner(deadline, eval_seconds, history["step"])
+        if eval_seconds is not None:     # stopped by the budget, the run still ends in time
+            stop["at"] = deadline - FINISH_EVALS * eval_seconds
     begin = history["step"]
     bar = Progress(max(settings.steps - begin, 1),
                    "pretrain" if not begin else f"pretrain from {begin}") if progress else None

@@ -58,8 +58,9 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
     command does after the last step (the final evaluation included) takes about
     ``finish`` evaluations. The steps
     are planned to end the command near ``start + 60 * minutes`` and re-planned as the run
-    goes (``loop.budget_replanner``, as ``pretrain``); training stops at the deadline
-    whatever the plan said, and the run then ends with its final evaluation.
+    goes (``loop.budget_replanner``, as ``pretrain``); training stops when only the finish
+    is left before the deadline, whatever the plan said, and the run then ends with its
+    final evaluation.
 
     Returns ``(adapters, history, seconds, plan)``: ``plan`` holds the settings the run
     ended with, and for a budget ``minutes``, ``planned_steps`` (the first plan) and
@@ -82,8 +83,8 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
         plan.update(minutes=args.minutes, planned_steps=settings.steps)
         replan = budget_replanner(deadline, finish, (history or {}).get("step", 0))
 
-        def step(a, i):
-            if time.perf_counter() > deadline:
+        def step(a, i):            # stopped by the budget, the command still ends in time
+            if time.perf_counter() > deadline - finish:
                 raise BudgetUsed
             return loss_and_grads(a, i)
     last = {}
