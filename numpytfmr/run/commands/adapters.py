@@ -41,10 +41,12 @@ def _plan(args, adapters, loss_and_grads, settings, deadline, finish, eval_secon
     seconds = step_seconds(adapters, loss_and_grads, settings.lr)
     left = deadline - time.perf_counter() - finish
     if left <= 2 * seconds:
+        spent = time.perf_counter() - (deadline - 60.0 * args.minutes)
+        base = "" if args.checkpoint else ", the base model"
         raise UsageError(f"--minutes {args.minutes:g}: the budget was used before the "
-                         "training began (loading, the data, the evaluation before training"
-                         f"{', the base model' if not args.checkpoint else ''}); give more "
-                         "minutes")
+                         f"training began ({spent:.0f} s went to loading, the data{base} and "
+                         "the evaluation before training, and the final evaluation needs "
+                         f"about {finish:.0f} s); give more minutes")
     return plan_steps(settings, seconds, eval_seconds, left)
 
 
