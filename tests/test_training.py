@@ -444,3 +444,20 @@ def test_the_budget_replanner_follows_the_measured_speed_on_its_own_clock():
     clock["t"], history["step"] = 150.0, 20      # slower: 2.5 s a step; the warmup is kept
     late = replan(history, new)
     assert late.steps == 20 + int((160.0 - 150.0 - 4.0) / 2.5) and late.warmup_steps == 5
+
+
+def test_the_replanner_counts_evaluations_apart_from_steps():
+    """Steps of 0.5 s and an evaluation of 30 s after step 14 (every 14 steps): at step 15,
+    with 10 s left, the evaluation is not spread over the steps to come, as if each cost
+    37.5 / 15 = 2.5 s (4 more steps): 13 more fit, the next evaluation (after step 28)
+    being beyond them."""
+    from numpytfmr.run.loop import budget_replanner
+    settings = TrainSettings(steps=30, warmup_steps=2, eval_every=14)
+    plans = {}
+    for seconds in (30.0, None):
+        clock = {"t": 0.0}
+        replan = budget_replanner(deadline=47.5, finish_seconds=0.0, first_step=0,
+                                  clock=lambda: clock["t"], eval_seconds=seconds)
+        clock["t"] = 15 * 0.5 + 30.0
+        plans[seconds] = replan({"step": 15}, settings).steps
+    assert plans == {30.0: 15 + 13, None: 15 + 4}

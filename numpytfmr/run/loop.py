@@ -252,13 +252,33 @@ def plan_steps(settings, step_seconds, eval_seconds, left):
     return with_steps(TrainSettings(**dict(settings.to_dict(), eval_every=eval_every)), steps)
 
 
-def budget_replanner(deadline, finish_seconds, first_step, clock=None):
+def _steps_with_evaluations(step, first_step, every, elapsed, eval_seconds, room):
+    """How many more steps fit in ``room`` seconds, the ``elapsed`` seconds since
+    ``first_step`` having paid for the steps and for the evaluations after every
+    ``every``-th step before this one (this step's is still to come), and each evaluation
+    to come before the last step (whose own is in the finish) taking ``eval_seconds``."""
+    made = (step - 1) // every - first_step // every
+    done = step - first_step
+    training = max(elapsed - made * eval_seconds, 0.1 * elapsed) / done     # per step
+    more = int(room / training)
+    while more > 0 and more * training + ((step + more - 1) // every - (step - 1) // every) \
+            * eval_seconds > room:
+        more -= 1
+    return more
+
+
+def budget_replanner(deadline, finish_seconds, first_step, clock=None, eval_seconds=None):
     """The ``replan`` of ``train_loop`` for a wall-clock budget: every REPLAN_SECONDS, the
     seconds per step measured so far in this run (evaluations and saves included) give how
     many more steps fit before ``deadline`` (a time of ``clock``, default
     ``time.perf_counter``), less ``finish_seconds`` (what comes after the last step: the
     final evaluation, the save...; None: FINISH_EVALS steps); the total is moved there
-    (never below the step reached). Warmup steps already taken stay."""
+    (never below the step reached). Warmup steps already taken stay.
+
+    With ``eval_seconds`` (the time of one evaluation), the evaluations already made are
+    taken out of the measured time and those still to come (one every ``eval_every``
+    steps) put back in, so that a long evaluation near the start of a short run does not
+    count again for every step after it."""
     clock = clock or time.perf_counter
     t_start = clock()
     state = {"next": t_start + REPLAN_SECONDS}
@@ -272,6 +292,9 @@ def budget_replanner(deadline, finish_seconds, first_step, clock=None):
         per_step = (now - t_start) / done
         final = finish_seconds if finish_seconds is not None else FINISH_EVALS * per_step
         more = int((deadline - now - final) / per_step)
+        if eval_seconds is not None:
+            more = _steps_with_evaluations(history["step"], first_step, settings.eval_every,
+                                           now - t_start, eval_seconds, deadline - now - final)
         steps = max(history["step"] + 1, history["step"] + more)
         if steps == settings.steps:
             return None

@@ -83,7 +83,8 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
         settings = _plan(args, adapters, loss_and_grads, settings, deadline, finish,
                          eval_seconds)
         plan.update(minutes=args.minutes, planned_steps=settings.steps)
-        replan = budget_replanner(deadline, finish, (history or {}).get("step", 0))
+        replan = budget_replanner(deadline, finish, (history or {}).get("step", 0),
+                                  eval_seconds=eval_seconds)
 
         def step(a, i):            # stopped by the budget, the command still ends in time
             if time.perf_counter() > deadline - finish:
