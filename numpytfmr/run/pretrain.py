@@ -705,9 +705,15 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         if minutes is not None:
             settings = _planned_settings(settings, params, batch_loss, deadline, eval_seconds,
                                          minutes)
-    replan = None
+    replan, planned = None, {"settings": settings}
     if minutes is not None:
-        replan = _replanner(deadline, eval_seconds, history["step"])
+        replanner = _replanner(deadline, eval_seconds, history["step"])
+
+        def replan(h, s):                    # the plan as it stands, for a stop by the budget
+            new = replanner(h, s)
+            if new is not None:
+                planned["settings"] = new
+            return new
         if eval_seconds is not None:     # stopped by the budget, the run still ends in time
             stop["at"] = deadline - FINISH_EVALS * eval_seconds
     begin = history["step"]
@@ -721,6 +727,7 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
             replan=replan or (lambda h, s: None))
     except _BudgetUsed:
         stopped = True
+        settings = planned["settings"]
         if last:
             params, opt_state, history = last["params"], last["opt_state"], last["history"]
     finally:

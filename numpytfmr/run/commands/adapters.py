@@ -83,8 +83,14 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
         settings = _plan(args, adapters, loss_and_grads, settings, deadline, finish,
                          eval_seconds)
         plan.update(minutes=args.minutes, planned_steps=settings.steps)
-        replan = budget_replanner(deadline, finish, (history or {}).get("step", 0),
-                                  eval_seconds=eval_seconds)
+        replanner = budget_replanner(deadline, finish, (history or {}).get("step", 0),
+                                     eval_seconds=eval_seconds)
+
+        def replan(h, s):                    # the plan as it stands, for a stop by the budget
+            new = replanner(h, s)
+            if new is not None:
+                plan["settings"] = new
+            return new
 
         def step(a, i):            # stopped by the budget, the command still ends in time
             if time.perf_counter() > deadline - finish:
@@ -104,6 +110,7 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
             save=keep if budget is not None else None)
     except BudgetUsed:
         plan["stopped_by_budget"] = True
+        settings = plan.get("settings", settings)
         if last:
             adapters, history = last["adapters"], last["history"]
         else:
