@@ -71,8 +71,9 @@ def test_lora_from_a_checkpoint_with_an_explicit_task(lora_run, tmp_path, capsys
 @pytest.mark.parametrize("pairs", ["generated", "synthetic"])
 def test_dpo_command_writes_its_summary(pairs, tmp_path):
     summary = tmp_path / "s.json"
+    samples = ["--samples", "6"] if pairs == "generated" else []   # refused with synthetic
     status = main(["dpo", *TINY_BASE, "--base-steps", "120", "--steps", "4", "--eval-every", "2",
-                   "--n-prompts", "32", "--samples", "6", "--pairs", pairs, "--out",
+                   "--n-prompts", "32", *samples, "--pairs", pairs, "--out",
                    str(tmp_path / "run"), "--summary", str(summary)])
     assert status == 0
     s = json.loads(summary.read_text())
@@ -195,3 +196,23 @@ def test_dpo_on_every_weight(text_run, tmp_path):
     assert not (out / "adapters.npz").exists()
     base, tuned = load_run(text_run / "run"), load_run(out)
     assert all(not np.array_equal(base.params[k], tuned.params[k]) for k in ("wte", "h0.attn.Wq"))
+
+
+# ---------------------------------------------------------------------------------------
+# --minutes: the steps planned from the measured speed (the planning itself is tested with
+# a clock of its own in test_training.py; here the runs' records, and their end loosely)
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command, data", [("lora", "own.txt"), ("dpo", "prefs.jsonl")])
+def test_a_budgeted_run_records_its_plan(command, data, text_run, tmp_path):
+    flag = "--text" if data.endswith(".txt") else "--data"
+    minutes = 0.15
+    s = _summary(tmp_path, [command, "--checkpoint", str(text_run / "run"), flag,
+                            str(text_run / data), "--minutes", str(minutes), "--batch-size",
+                            "8", "--out", str(tmp_path / "run")])
+    assert s["minutes"] == minutes and s["planned_steps"] >= 2
+    assert s["steps"] >= 1 and s["evals"][-1]["step"] == s["steps"]
+    assert s["steps"] == s["settings"]["steps"] or s["stopped_by_budget"]
+    every = s["settings"]["eval_every"]                # planned for up to 10 points
+    assert 1 <= len(s["evals"]) - 1 <= s["steps"] // every + 1
+    assert s["seconds"] < 60 * minutes + 60           # loosely: it ends near the budget

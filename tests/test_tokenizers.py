@@ -75,3 +75,22 @@ def test_text_chars_fall_back_to_bytes_and_stream():
     assert list(tok.encode_iterable(["ab", "é"])) == ids
     with pytest.raises(ValueError, match="not an id"):
         tok.decode([3 + 256])
+
+
+def test_a_tokenizer_difference_says_what_differs():
+    """Two BPEs of the same kind and size are told apart by their first differing merge;
+    equal tokenizers have no difference; other kinds by their symbols."""
+    from numpytfmr.run.tokenizers import make_tokenizer, tokenizer_difference
+    text = "the cat sat on the mat. " * 40 + "a dog ran far away"
+    a, b = make_tokenizer("bpe", text, 280), make_tokenizer("bpe", text.upper(), 280)
+    assert a.vocab_size == b.vocab_size
+    said = tokenizer_difference(a, b)
+    assert said.startswith(f"bpe, {a.vocab_size} tokens against bpe, {b.vocab_size} tokens: ")
+    assert "the merges differ from merge 1" in said and "0 merges shared" in said
+    assert tokenizer_difference(a, make_tokenizer("bpe", text, 280)) is None
+    fewer = make_tokenizer("bpe", text, 270)                 # the same merges, fewer of them
+    assert f"one has {len(a.merges)} merges, the other {len(fewer.merges)}" in \
+        tokenizer_difference(a, fewer)
+    assert "against byte, 256 tokens" in tokenizer_difference(a, make_tokenizer("byte", ""))
+    chars = tokenizer_difference(make_tokenizer("char", "abc"), make_tokenizer("char", "abd"))
+    assert "only in the first ['c'], only in the second ['d']" in chars

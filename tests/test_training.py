@@ -406,3 +406,58 @@ def test_step_rng_streams_differ():
     assert np.array_equal(a, step_rng(0, 1).integers(0, 1 << 30, 4))
     assert not np.array_equal(a, step_rng(0, 2).integers(0, 1 << 30, 4))
     assert not np.array_equal(a, step_rng(1, 1).integers(0, 1 << 30, 4))
+
+
+# ---------------------------------------------------------------------------------------
+# A wall-clock budget: the plan and its corrections (pretrain, lora and dpo --minutes)
+# ---------------------------------------------------------------------------------------
+
+def test_a_budget_plan_fits_the_steps_and_their_evaluations():
+    """0.1 s a step and 1 s an evaluation in 60 s: the curve gets EVALS_PLANNED points (a
+    tenth of the budget pays for 6 evaluations, so 6), every step and evaluation fit, and
+    the warmup stays at most a tenth of the steps."""
+    from numpytfmr.run.loop import EVALS_PLANNED, plan_steps
+    settings = TrainSettings(steps=1200, warmup_steps=20, eval_every=300)
+    plan = plan_steps(settings, 0.1, 1.0, 60.0)
+    evaluations = plan.steps // plan.eval_every
+    assert plan.steps * 0.1 + evaluations * 1.0 <= 60.0
+    assert plan.steps * 0.1 + (evaluations + 2) * 1.0 > 60.0 * 0.9      # and the most of it
+    assert 1 <= evaluations <= min(EVALS_PLANNED, 6)
+    assert plan.warmup_steps == 20 <= plan.steps // 10
+    short = plan_steps(settings, 1.0, 0.5, 30.0)                        # a tenth of 27 steps
+    assert short.warmup_steps <= short.steps // 10 and short.steps >= 2
+    assert plan_steps(settings, 100.0, 1.0, 1.0).steps == 2             # never fewer than 2
+
+
+def test_the_budget_replanner_follows_the_measured_speed_on_its_own_clock():
+    from numpytfmr.run.loop import REPLAN_SECONDS, budget_replanner
+    clock = {"t": 100.0}
+    replan = budget_replanner(deadline=160.0, finish_seconds=4.0, first_step=0,
+                              clock=lambda: clock["t"])
+    settings = TrainSettings(steps=50, warmup_steps=5, eval_every=10)
+    history = {"step": 0}
+    assert replan(history, settings) is None                 # nothing measured yet
+    clock["t"], history["step"] = 100.0 + REPLAN_SECONDS, 10  # 0.2 s a step
+    new = replan(history, settings)
+    assert new.steps == 10 + int((60.0 - REPLAN_SECONDS - 4.0) / 0.2)
+    assert replan(history, new) is None                       # not again before 2 s
+    clock["t"], history["step"] = 150.0, 20      # slower: 2.5 s a step; the warmup is kept
+    late = replan(history, new)
+    assert late.steps == 20 + int((160.0 - 150.0 - 4.0) / 2.5) and late.warmup_steps == 5
+
+
+def test_the_replanner_counts_evaluations_apart_from_steps():
+    """Steps of 0.5 s and an evaluation of 30 s after step 14 (every 14 steps): at step 15,
+    with 10 s left, the evaluation is not spread over the steps to come, as if each cost
+    37.5 / 15 = 2.5 s (4 more steps): 13 more fit, the next evaluation (after step 28)
+    being beyond them."""
+    from numpytfmr.run.loop import budget_replanner
+    settings = TrainSettings(steps=30, warmup_steps=2, eval_every=14)
+    plans = {}
+    for seconds in (30.0, None):
+        clock = {"t": 0.0}
+        replan = budget_replanner(deadline=47.5, finish_seconds=0.0, first_step=0,
+                                  clock=lambda: clock["t"], eval_seconds=seconds)
+        clock["t"] = 15 * 0.5 + 30.0
+        plans[seconds] = replan({"step": 15}, settings).steps
+    assert plans == {30.0: 15 + 13, None: 15 + 4}

@@ -7,6 +7,7 @@ characters its model never saw and warns about prompts longer than training's.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -467,6 +468,7 @@ def learner(tmp_path_factory):
     (tmp / "prefs.jsonl").write_text("\n".join(json.dumps(r) for r in prefs) + "\n")
     (tmp / "bad-prefs.jsonl").write_text('{"prompt": "a", "chosen": "b"}\n'
                                          '{"prompt": "a", "chosen": "b", "rejected": "c"}\n')
+    (tmp / "tiny.txt").write_text("a", encoding="utf-8")
     return tmp
 
 
@@ -525,7 +527,53 @@ LEARNER_ERRORS = [
     (["dpo", "--checkpoint", "@run", "--full"], "--full"),
     (["lora", "--checkpoint", "@gpt", "--text", "@own.txt"], "task model"),
     (["dpo", "--checkpoint", "@gpt", "--data", "@prefs.jsonl"], "task model"),
+    # flags that do not apply to the data or mode chosen (issue 31)
+    (["dpo", "--checkpoint", "@run", "--data", "@prefs.jsonl", "--pairs", "synthetic"],
+     "--pairs applies to the built-in tasks; with --data"),
+    (["dpo", "--checkpoint", "@run", "--data", "@prefs.jsonl", "--prefer", "sort"],
+     "--prefer applies to the built-in tasks"),
+    (["dpo", "--checkpoint", "@run", "--data", "@prefs.jsonl", "--n-prompts", "8"],
+     "--n-prompts applies to the built-in tasks"),
+    (["dpo", "--checkpoint", "@run", "--data", "@prefs.jsonl", "--samples", "2"],
+     "--samples applies to the built-in tasks"),
+    (["dpo", "--checkpoint", "@run", "--data", "@prefs.jsonl", "--n-test", "8"], "--n-test"),
+    (["lora", "--checkpoint", "@run", "--text", "@own.txt", "--n-test", "8"],
+     "--n-test applies to the built-in tasks; with --text"),
+    (["lora", "--checkpoint", "@run", "--text", "@own.txt", "--max-prompt-len", "3"],
+     "--max-prompt-len applies to the built-in tasks"),
+    (["lora", "--checkpoint", "@run", "--data", "@pc.jsonl", "--base-steps", "3"],
+     "--base-steps"),
+    (["lora", "--checkpoint", "@gpt", "--base-task", "reverse"],
+     "--base-task applies to the base model trained here"),
+    (["dpo", "--checkpoint", "@gpt", "--max-prompt-len", "3"], "--max-prompt-len"),
+    (["dpo", "--checkpoint", "@run", "--data", "@prefs.jsonl", "--full", "--rank", "2"],
+     "--rank sets the LoRA adapters; --full"),
+    (["dpo", "--pairs", "synthetic", "--samples", "2"], "--samples applies to --pairs generated"),
+    (["lora", "--checkpoint", "@run", "--text", "@own.txt", "--minutes", "1", "--steps", "3"],
+     "--minutes and --steps"),
+    (["dpo", "--checkpoint", "@run", "--data", "@prefs.jsonl", "--minutes", "1e-9"],
+     "--minutes 1e-09: the budget was used"),
+    # abbreviations are not flags
+    (["pretrain", "--minute", "1"], "unrecognized arguments: --minute"),
+    (["lora", "--minute", "1"], "unrecognized arguments: --minute"),
+    (["dpo", "--check", "@run"], "unrecognized arguments: --check"),
+    (["train", "--step", "3"], "unrecognized arguments: --step"),
+    # messages name flags and files, and what differs
+    (["pretrain", "--text", "@own.txt", "--init", "@gpt"], "--init"),
+    (["pretrain", "--tokens", "@own.txt"], "not a token file"),
+    (["pretrain", "--text", "@tiny.txt"], "too few to hold out"),
+    (["pretrain", "--tokens", "@own.bin", "--init", "@byte-run"], "merges"),
+    (["pretrain", "--text", "@own.txt", "--init", "@byte-run", "--tokenizer", "@tok.json"],
+     "one has 0 merges"),
     # generate and export
+    (["generate", "--checkpoint", "@run", "--prompt", "x", "--top-p", "0.9"],
+     "--top-p applies to sampling"),
+    (["generate", "--checkpoint", "@gpt", "--prompt", "12", "--seed", "3"],
+     "--seed applies to sampling"),
+    (["generate", "--checkpoint", "@gpt", "--prompt", "12", "--top-k", "2"], "--top-k"),
+    (["generate", "--checkpoint", "@rnn", "--prompt", "i am", "--top-k", "1",
+      "--temperature", "1"], "--top-k"),
+    (["examples", "kv_cache", "--list"], "--list"),
     (["export", "--checkpoint", "@run", "-o", "none"], "--output"),
     (["export", "--checkpoint", "@rnn", "-o", "@hf-rnn"], "--checkpoint"),
     (["export", "--checkpoint", "@missing", "-o", "@hf"], "--checkpoint"),
@@ -548,8 +596,11 @@ def test_every_bad_combination_of_the_learners_flags(argv, message, learner, gpt
     if argv[0] in ("pretrain", "lora", "dpo") and "--out" not in argv:
         argv = argv + ["--out", str(tmp_path / "new-run")]
     assert main(argv) == 2
-    one_line_error(capsys, f"numpytfmr {argv[0]}", message)
+    line = one_line_error(capsys, f"numpytfmr {argv[0]}", message)
     assert sorted(os.listdir(tmp_path)) == before            # nothing written
+    internal = re.findall(r"\b(?:[a-z]+(?:_[a-z]+)+|[A-Z][a-z]\w*\.\w+)(?=[:(])", line)
+    assert not internal, (internal, line)                     # no function names
+    assert ": error: " + argv[0] + ": " not in line
 
 
 def test_export_refuses_a_folder_holding_files(learner, tmp_path, capsys):

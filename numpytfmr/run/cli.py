@@ -40,7 +40,12 @@ class UsageError(ValueError):
 
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are a :class:`UsageError` (one line, no usage
-    block), not a printout and ``sys.exit``; the sub-command parsers are of this class too."""
+    block), not a printout and ``sys.exit``; the sub-command parsers are of this class too.
+    A flag is spelled out in full: no abbreviations (``--minute`` is not ``--minutes``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UsageError(_flag_message(message), prog=self.prog)
@@ -67,6 +72,18 @@ def _flag_message(message):
 
 def _one_line(text):
     return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+# A library function's ValueError starts with the function's name ("load_tokenizer: ...");
+# on the command line the message names flags and files, so such a name is dropped.
+_FUNCTION_PREFIX = re.compile(r"(?:(?<=^)|(?<=: )|(?<=\())(?:[a-z][a-z0-9]*(?:_[a-z0-9]+)+|"
+                              r"[A-Z][a-z][A-Za-z0-9]*(?:\.[a-z_]+)?)(?::| (?=\())\s*")
+
+
+def user_message(text):
+    """``text`` as one line, without the names of internal functions that head the
+    messages of library errors (``train_loop: the loss is nan`` -> ``the loss is nan``)."""
+    return _FUNCTION_PREFIX.sub("", _one_line(text))
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,10 +250,30 @@ COMMANDS = ("train", "pretrain", "tokenize", "generate", "export", "train_seq2se
             "dpo", "examples", "docs", "grade", "make_assignment", "bench")
 
 
+TOP_EPILOG = """\
+your own text, each command feeding the next (docs/learner.md):
+  numpytfmr tokenize --text own.txt --tokenizer bpe --tokenizer-out own-bpe.json -o own.bin
+  numpytfmr pretrain --tokens own.bin --minutes 2 --out runs/own
+  numpytfmr lora --checkpoint runs/own --text more.txt --minutes 1 --out runs/own-lora
+  numpytfmr lora --checkpoint runs/own --data rows.jsonl --out runs/own-rows
+      (rows.jsonl: {"prompt": ..., "completion": ...} lines; the loss is on the completions)
+  numpytfmr dpo --checkpoint runs/own-lora --data prefs.jsonl --minutes 1 --out runs/own-dpo
+      (prefs.jsonl: {"prompt": ..., "chosen": ..., "rejected": ...} lines)
+  numpytfmr generate --checkpoint runs/own-dpo --prompt "The " --max-new-tokens 200
+  numpytfmr export --checkpoint runs/own-dpo -o hf/own
+the built-in tasks: train (then generate --prompt 3142), train-seq2seq, and lora and dpo
+without --text/--data (sort -> sort_desc, prefer ascending answers).
+'numpytfmr COMMAND --help' lists a command's flags; docs/commands.md has them all.
+"""
+
+
 def build_parser():
     parser = Parser(
-        prog="numpytfmr",
-        description="The transformer and its training math in plain NumPy.")
+        prog="numpytfmr", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The transformer and its training math in plain NumPy: gradient-check "
+        "every op,\ntrain small models on built-in tasks, or pretrain a GPT on your own text, "
+        "tune it\non your own data and take it on to Hugging Face.",
+        epilog=TOP_EPILOG)
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -290,5 +327,9 @@ def main(argv=None):
 
 
 def _usage_error(prog, exc):
-    print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+    message = user_message(exc)
+    command = prog.split(" ", 1)[-1]
+    if message.startswith(f"{command}: "):       # a library error headed by the command's name
+        message = message[len(command) + 2:]
+    print(f"{prog}: error: {message}", file=sys.stderr)
     return 2

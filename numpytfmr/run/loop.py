@@ -29,8 +29,9 @@ import numpy as np
 from ..fast import adamw_step_, clip_grad_norm_
 from ..optim import adamw_init, decay_exempt_keys, lr_schedule
 
-__all__ = ["TrainSettings", "step_rng", "train_loop",
-           "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT", "STREAM_TEST"]
+__all__ = ["TrainSettings", "step_rng", "train_loop", "BudgetUsed", "plan_steps",
+           "budget_replanner", "with_steps", "step_seconds", "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT",
+           "STREAM_TEST", "REPLAN_SECONDS", "EVALS_PLANNED", "FINISH_EVALS"]
 
 # Independent random streams of a run, all derived from its seed.
 STREAM_INIT, STREAM_DATA, STREAM_DROPOUT, STREAM_TEST = 0, 1, 2, 3
@@ -194,3 +195,113 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
     if replan is not None:
         return params, opt_state, history, s
     return params, opt_state, history
+
+
+# ---------------------------------------------------------------------------------------
+# A wall-clock budget (``--minutes`` of pretrain, lora and dpo)
+# ---------------------------------------------------------------------------------------
+
+REPLAN_SECONDS = 2.0      # how often a budgeted run measures its speed again
+EVALS_PLANNED = 10        # at most this many points on the curve of a budgeted run
+FINISH_EVALS = 2.0        # the final evaluation, the samples and the save, in evaluations
+
+
+class BudgetUsed(KeyboardInterrupt):
+    """Raised inside a step when the wall-clock budget is used. ``train_loop`` treats it
+    as an interruption (it saves the state and re-raises), which is what a budget stop is;
+    the command catches it and goes on to its final evaluation."""
+
+
+def with_steps(settings, steps):
+    """``settings`` with ``steps`` in all and the warmup at most a tenth of them."""
+    values = dict(settings.to_dict(), steps=steps,
+                  warmup_steps=min(settings.warmup_steps, max(steps // 10, 0)))
+    if values["warmup_steps"] >= steps:
+        values["warmup_steps"] = steps - 1
+    return TrainSettings(**values)
+
+
+def step_seconds(params, loss_and_grads, lr):
+    """Seconds of one AdamW step of ``loss_and_grads`` (``f(params, step)``, as for
+    :func:`train_loop`): two steps run on scratch copies of ``params``, the first to warm
+    up, the second timed. What a budget is planned from."""
+    from ..fast import adamw_step
+    scratch = {k: np.array(v, copy=True) for k, v in params.items()}
+    state = adamw_init(scratch)
+    for i in range(2):
+        t0 = time.perf_counter()
+        _, grads, _ = loss_and_grads(scratch, i)
+        scratch, state = adamw_step(scratch, grads, state, lr=lr)
+        seconds = time.perf_counter() - t0
+    return seconds
+
+
+def plan_steps(settings, step_seconds, eval_seconds, left):
+    """``settings`` with the number of steps that fits in ``left`` seconds (the budget
+    less what the run still has to do after its last step), a step taking
+    ``step_seconds`` and an evaluation ``eval_seconds``: evaluations every
+    ``eval_every`` steps, but at most as many as a tenth of the budget pays for and at
+    most EVALS_PLANNED (``eval_every`` is lowered so that the curve gets its points); the
+    warmup stays at most a tenth of the steps. ``budget_replanner`` corrects the plan as
+    the run goes."""
+    affordable = max(1, min(EVALS_PLANNED, int(0.1 * left / max(eval_seconds, 1e-9))))
+    rough = max(2, int(0.9 * left / step_seconds))          # steps, evaluations aside
+    eval_every = min(settings.eval_every, max(1, rough // affordable))
+    per_step = step_seconds + 1.1 * eval_seconds / eval_every
+    steps = max(2, int(left / per_step))
+    return with_steps(TrainSettings(**dict(settings.to_dict(), eval_every=eval_every)), steps)
+
+
+def _steps_with_evaluations(step, first_step, every, elapsed, eval_seconds, room):
+    """How many more steps fit in ``room`` seconds, the ``elapsed`` seconds since
+    ``first_step`` having paid for the steps and for the evaluations after every
+    ``every``-th step before this one (this step's is still to come), and each evaluation
+    to come before the last step (whose own is in the finish) taking ``eval_seconds``."""
+    made = (step - 1) // every - first_step // every
+    done = step - first_step
+    training = max(elapsed - made * eval_seconds, 0.1 * elapsed) / done     # per step
+    more = int(room / training)
+    while more > 0 and more * training + ((step + more - 1) // every - (step - 1) // every) \
+            * eval_seconds > room:
+        more -= 1
+    return more
+
+
+def budget_replanner(deadline, finish_seconds, first_step, clock=None, eval_seconds=None):
+    """The ``replan`` of ``train_loop`` for a wall-clock budget: every REPLAN_SECONDS, the
+    seconds per step measured so far in this run (evaluations and saves included) give how
+    many more steps fit before ``deadline`` (a time of ``clock``, default
+    ``time.perf_counter``), less ``finish_seconds`` (what comes after the last step: the
+    final evaluation, the save...; None: FINISH_EVALS steps); the total is moved there
+    (never below the step reached). Warmup steps already taken stay.
+
+    With ``eval_seconds`` (the time of one evaluation), the evaluations already made are
+    taken out of the measured time and those still to come (one every ``eval_every``
+    steps) put back in, so that a long evaluation near the start of a short run does not
+    count again for every step after it."""
+    clock = clock or time.perf_counter
+    t_start = clock()
+    state = {"next": t_start + REPLAN_SECONDS}
+
+    def replan(history, settings):
+        now = clock()
+        done = history["step"] - first_step
+        if now < state["next"] or done < 2:
+            return None
+        state["next"] = now + REPLAN_SECONDS
+        per_step = (now - t_start) / done
+        final = finish_seconds if finish_seconds is not None else FINISH_EVALS * per_step
+        more = int((deadline - now - final) / per_step)
+        if eval_seconds is not None:
+            more = _steps_with_evaluations(history["step"], first_step, settings.eval_every,
+                                           now - t_start, eval_seconds, deadline - now - final)
+        steps = max(history["step"] + 1, history["step"] + more)
+        if steps == settings.steps:
+            return None
+        new = with_steps(settings, steps)
+        if history["step"] < settings.warmup_steps:
+            return new
+        # past the warmup: keep it as it was (the schedule's first part is history)
+        return TrainSettings(**dict(new.to_dict(), warmup_steps=min(settings.warmup_steps,
+                                                                    steps - 1)))
+    return replan

@@ -48,20 +48,21 @@ import time
 import numpy as np
 
 from ..classical import bits_per_byte, ngram_bits_per_byte
-from ..fast import adamw_step, gpt_forward, gpt_loss
+from ..fast import gpt_forward, gpt_loss
 from ..gpt import GPTConfig, init_gpt
-from ..optim import adamw_init
 from ..transformer import next_token
-from .batches import get_batch, open_tokens, read_token_header
+from .batches import TOKEN_FILE_MAGIC, get_batch, open_tokens, read_token_header
 from .checkpoint import (checkpoint_file, load_model, resume_checkpoint, resumed_settings,
                          save_checkpoint)
 from .corpus import default_corpus, split_text
-from .loop import STREAM_DROPOUT, STREAM_INIT, TrainSettings, step_rng, train_loop
+from .loop import (EVALS_PLANNED, FINISH_EVALS, REPLAN_SECONDS, STREAM_DROPOUT, STREAM_INIT,  # noqa: F401
+                   BudgetUsed, TrainSettings, budget_replanner, plan_steps, step_rng,
+                   step_seconds, train_loop)
 from .models import replace_config
 from .progress import Progress
 from .tokenizers import (DEFAULT_VOCAB_SIZE, TEXT_TOKENIZERS, make_tokenizer, save_tokenizer,
-                         token_byte_lengths, tokenizer_digest, tokenizer_from_dict,
-                         tokenizer_kind)
+                         token_byte_lengths, tokenizer_difference,
+                         tokenizer_from_dict, tokenizer_kind)
 
 __all__ = [
     "PRETRAIN_DEFAULTS", "PRETRAIN_MODEL", "PRETRAIN_SETTINGS", "TOKENIZERS", "SAMPLE_PROMPTS",
@@ -274,7 +275,7 @@ def load_text_model(path):
     the vocabulary."""
     ck = load_model(path, kind="gpt")
     if not isinstance(ck.get("task"), dict) or ck["task"].get("task") != "text":
-        raise ValueError(f"load_text_model: {ck['path']} is not a checkpoint of a model of text "
+        raise ValueError(f"{ck['path']} is not a checkpoint of a model of text "
                          "(numpytfmr pretrain, or lora/dpo from one): its task is not 'text'")
     return ck
 
@@ -329,6 +330,10 @@ def _texts(text, val_text, source, val_source, record=None):
         raise TypeError("pretrain: text and val_text are the texts themselves; expected str "
                         "(read a file first, and pass its path as source=)")
     if val_text is None:
+        if len(text) < 2:
+            raise ValueError(f"pretrain: the text{f' ({source})' if source else ''} has "
+                             f"{len(text)} characters, too few to hold out a part; give a "
+                             "longer --text, or --val-text FILE")
         train, val = split_text(text)
         val_source = None
     else:
@@ -345,8 +350,14 @@ def read_token_file(path, tokenizer=None, *, what="--tokens"):
     Returns ``(ids, tokenizer)``; a ValueError names ``what`` and says what to pass."""
     try:
         info = read_token_header(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{what} {os.fspath(path)}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"{what} {os.fspath(path)}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        problem = str(exc).split(": ", 1)[-1].split(" (no ")[0]
+        if not _is_token_file(path):
+            problem = ("not a token file (it has no token-file header); make one with "
+                       "numpytfmr tokenize")
+        raise ValueError(f"{what} {os.fspath(path)}: {problem}") from None
     named = None
     if info.tokenizer is not None:
         try:
@@ -358,16 +369,22 @@ def read_token_file(path, tokenizer=None, *, what="--tokens"):
         raise ValueError(f"{what} {os.fspath(path)}: the file does not name its tokenizer (it was "
                          "written without one); pass the tokenizer that made it with "
                          "--tokenizer FILE")
-    if tokenizer is not None and named is not None and \
-            tokenizer_digest(tokenizer) != tokenizer_digest(named):
+    differs = None if tokenizer is None or named is None else \
+        tokenizer_difference(named, tokenizer)
+    if differs is not None:
         raise ValueError(f"{what} {os.fspath(path)}: the file was made by another tokenizer than "
-                         "--tokenizer gives (their vocabularies or merges differ); drop "
-                         "--tokenizer (the header names it) or tokenize the text again")
+                         f"--tokenizer gives ({differs}); drop --tokenizer (the header names "
+                         "it) or tokenize the text again")
     tok = tokenizer if tokenizer is not None else named
     if info.vocab_size > tok.vocab_size:
         raise ValueError(f"{what} {os.fspath(path)}: its ids go up to vocab_size "
                          f"{info.vocab_size}, but the tokenizer has {tok.vocab_size} tokens")
     return open_tokens(path), tok
+
+
+def _is_token_file(path):
+    with open(path, "rb") as f:
+        return f.read(len(TOKEN_FILE_MAGIC)) == TOKEN_FILE_MAGIC
 
 
 class _Data:
@@ -419,12 +436,12 @@ def _init_model(init, tok, model, where):
     except ValueError as exc:
         raise ValueError(f"{where}: init: {exc}") from None
     config = ck["model_config"]
-    if tok is not None and tokenizer_digest(tok) != tokenizer_digest(ck["tokenizer"]):
+    differs = None if tok is None else tokenizer_difference(ck["tokenizer"], tok)
+    if differs is not None:
         raise ValueError(f"{where}: init {os.fspath(init)} was trained with another tokenizer "
-                         f"({tokenizer_kind(ck['tokenizer'])}, {ck['tokenizer'].vocab_size} "
-                         f"tokens) than this run's ({tokenizer_kind(tok)}, {tok.vocab_size} "
-                         "tokens): its embeddings would read the wrong ids; use the run's "
-                         "tokenizer (its tokenizer.json), or tokenize the text with it")
+                         f"than this run's ({differs}): its embeddings would read the wrong "
+                         "ids; use the run's tokenizer (its tokenizer.json), or tokenize the "
+                         "text with it")
     changes = dict(model or {})
     context = changes.pop("context", config.max_len)
     dropout = changes.pop("dropout", None)
@@ -447,10 +464,7 @@ def _init_model(init, tok, model, where):
 # The run
 # ---------------------------------------------------------------------------------------
 
-class _BudgetUsed(KeyboardInterrupt):
-    """Raised inside a step when the wall-clock budget is used. ``train_loop`` treats it
-    as an interruption (it saves the state and re-raises), which is what a budget stop is;
-    :func:`pretrain` catches it and goes on to the final evaluation."""
+_BudgetUsed = BudgetUsed
 
 
 def pretrain(*, text=None, val_text=None, source=None, val_source=None, tokens=None,
@@ -595,8 +609,10 @@ def _stream(tokens, tokenizer, name):
     """A token stream given as ids, or as ``(ids, tokenizer)`` of :func:`read_token_file`."""
     if isinstance(tokens, tuple):
         ids, tok = tokens
-        if tokenizer is not None and tokenizer_digest(tokenizer) != tokenizer_digest(tok):
-            raise ValueError(f"pretrain: {name} were made by another tokenizer than the run's")
+        differs = None if tokenizer is None else tokenizer_difference(tok, tokenizer)
+        if differs is not None:
+            raise ValueError(f"pretrain: {name} were made by another tokenizer than the run's "
+                             f"({differs})")
         return ids, tok
     if tokenizer is None:
         raise ValueError(f"pretrain: {name} are ids without their tokenizer; pass tokenizer= "
@@ -661,8 +677,10 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         grad_arrays["g"] = grads
         return total, grads, x.size
 
+    stop = {"at": deadline}       # training stops here: the deadline less the finish
+
     def loss_and_grads(p, step):
-        if deadline is not None and time.perf_counter() > deadline:
+        if stop["at"] is not None and time.perf_counter() > stop["at"]:
             raise _BudgetUsed
         return batch_loss(p, step)
 
@@ -687,9 +705,17 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         if minutes is not None:
             settings = _planned_settings(settings, params, batch_loss, deadline, eval_seconds,
                                          minutes)
-    replan = None
+    replan, planned = None, {"settings": settings}
     if minutes is not None:
-        replan = _replanner(deadline, eval_seconds, history["step"])
+        replanner = _replanner(deadline, eval_seconds, history["step"])
+
+        def replan(h, s):                    # the plan as it stands, for a stop by the budget
+            new = replanner(h, s)
+            if new is not None:
+                planned["settings"] = new
+            return new
+        if eval_seconds is not None:     # stopped by the budget, the run still ends in time
+            stop["at"] = deadline - FINISH_EVALS * eval_seconds
     begin = history["step"]
     bar = Progress(max(settings.steps - begin, 1),
                    "pretrain" if not begin else f"pretrain from {begin}") if progress else None
@@ -701,6 +727,7 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
             replan=replan or (lambda h, s: None))
     except _BudgetUsed:
         stopped = True
+        settings = planned["settings"]
         if last:
             params, opt_state, history = last["params"], last["opt_state"], last["history"]
     finally:
@@ -739,72 +766,23 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
 
 
 def _planned_settings(settings, params, batch_loss, deadline, eval_seconds, minutes):
-    """``settings`` with the number of steps that fits before ``deadline``: two steps are
-    run on a scratch copy (the first warms up, the second is timed) and the evaluations
-    along the way and the final one are counted in (``eval_every`` lowered so that the
-    curve gets up to EVALS_PLANNED points, for at most a tenth of the budget); the warmup
-    stays at most a tenth. :func:`_replanner` corrects the plan as the run goes."""
-    state = adamw_init(params)
-    for i in range(2):
-        t0 = time.perf_counter()
-        _, grads, _ = batch_loss(params, i)
-        adamw_step(params, grads, state, lr=settings.lr)
-        step_seconds = time.perf_counter() - t0
+    """``settings`` with the number of steps that fits before ``deadline``
+    (``loop.plan_steps``): two steps are run on a scratch copy (the first warms up, the
+    second is timed), and the finish (FINISH_EVALS evaluations) is kept aside.
+    :func:`_replanner` corrects the plan as the run goes."""
+    seconds = step_seconds(params, batch_loss, settings.lr)
     left = deadline - time.perf_counter() - FINISH_EVALS * eval_seconds     # the finish
     if left <= 0:
         raise ValueError(f"pretrain: the budget of {minutes:g} minutes was used before training "
-                         "began (reading and tokenizing the text); give more minutes")
-    # evaluations (and saves) along the curve: every eval_every steps, but at most as many as
-    # a tenth of the budget pays for, and at most EVALS_PLANNED
-    affordable = max(1, min(EVALS_PLANNED, int(0.1 * left / max(eval_seconds, 1e-9))))
-    rough = max(2, int(0.9 * left / step_seconds))          # steps, evaluations aside
-    eval_every = min(settings.eval_every, max(1, rough // affordable))
-    per_step = step_seconds + 1.1 * eval_seconds / eval_every
-    steps = max(2, int(left / per_step))
-    return _with_steps(TrainSettings(**dict(settings.to_dict(), eval_every=eval_every)), steps)
-
-
-def _with_steps(settings, steps):
-    values = dict(settings.to_dict(), steps=steps,
-                  warmup_steps=min(settings.warmup_steps, max(steps // 10, 0)))
-    if values["warmup_steps"] >= steps:
-        values["warmup_steps"] = steps - 1
-    return TrainSettings(**values)
-
-
-REPLAN_SECONDS = 2.0      # how often a budgeted run measures its speed again
-EVALS_PLANNED = 10        # at most this many points on the curve of a budgeted run
-FINISH_EVALS = 2.0        # the final evaluation, the samples and the save, in evaluations
+                         "began (reading and tokenizing the text); give more --minutes")
+    return plan_steps(settings, seconds, eval_seconds, left)
 
 
 def _replanner(deadline, eval_seconds, first_step):
-    """The ``replan`` of ``train_loop`` for a wall-clock budget: every couple of seconds,
-    the seconds per step measured so far in this run (evaluations and saves included)
-    give how many more steps fit before ``deadline``, less the finish (the final evaluation,
-    the samples and the save: FINISH_EVALS times the step-0 evaluation); the
-    total is moved there (never below the step reached). Warmup steps already taken stay."""
-    t_start = time.perf_counter()
-    state = {"next": t_start + REPLAN_SECONDS}
-
-    def replan(history, settings):
-        now = time.perf_counter()
-        done = history["step"] - first_step
-        if now < state["next"] or done < 2:
-            return None
-        state["next"] = now + REPLAN_SECONDS
-        per_step = (now - t_start) / done
-        final = FINISH_EVALS * (eval_seconds if eval_seconds is not None else per_step)
-        more = int((deadline - now - final) / per_step)
-        steps = max(history["step"] + 1, history["step"] + more)
-        if steps == settings.steps:
-            return None
-        new = _with_steps(settings, steps)
-        if history["step"] < settings.warmup_steps:
-            return new
-        # past the warmup: keep it as it was (the schedule's first part is history)
-        return TrainSettings(**dict(new.to_dict(), warmup_steps=min(settings.warmup_steps,
-                                                                    steps - 1)))
-    return replan
+    """``loop.budget_replanner`` with the finish of a pretraining run: the final
+    evaluation, the samples and the save, FINISH_EVALS times the step-0 evaluation."""
+    return budget_replanner(deadline, None if eval_seconds is None else
+                            FINISH_EVALS * eval_seconds, first_step)
 
 
 def _summary(history, settings, final, ngrams, extra, run_settings):

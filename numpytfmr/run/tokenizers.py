@@ -27,7 +27,7 @@ __all__ = [
     "SPECIAL_TOKENS", "PAD_ID", "BOS_ID", "EOS_ID", "SEP_ID", "DEFAULT_SYMBOLS",
     "CharTokenizer", "WordTokenizer", "TextCharTokenizer", "BPETokenizer",
     "TEXT_TOKENIZERS", "DEFAULT_VOCAB_SIZE", "make_tokenizer", "tokenizer_from_dict",
-    "tokenizer_kind", "tokenizer_digest", "save_tokenizer", "load_tokenizer",
+    "tokenizer_difference", "tokenizer_kind", "tokenizer_digest", "save_tokenizer", "load_tokenizer",
     "token_byte_lengths",
 ]
 
@@ -323,6 +323,44 @@ def tokenizer_digest(tokenizer):
     encode alike have the same digest. A token file and a checkpoint record it."""
     d = tokenizer if isinstance(tokenizer, dict) else tokenizer.to_dict()
     return hashlib.sha256(_canonical(d).encode("utf-8")).hexdigest()
+
+
+def _describe(tokenizer):
+    return f"{tokenizer_kind(tokenizer)}, {tokenizer.vocab_size} tokens"
+
+
+def tokenizer_difference(first, second):
+    """What tells two tokenizers apart, in a few words for a message, or None when they
+    encode alike (the same :func:`tokenizer_digest`). Each side is described by kind and
+    size, then what differs: the first differing BPE merge (and how many of the merges
+    are shared), the special tokens, the vocabulary, the characters."""
+    if tokenizer_digest(first) == tokenizer_digest(second):
+        return None
+    a, b = first.to_dict(), second.to_dict()
+    head = f"{_describe(first)} against {_describe(second)}"
+    if a.get("type") != b.get("type"):
+        return head
+    if a["type"] == "bpe":
+        ma, mb = a["merges"], b["merges"]
+        shared = next((i for i, (x, y) in enumerate(zip(ma, mb)) if x != y), min(len(ma), len(mb)))
+        if shared < min(len(ma), len(mb)):
+            return (f"{head}: the merges differ from merge {shared + 1} on "
+                    f"({' + '.join(map(repr, ma[shared]))} against "
+                    f"{' + '.join(map(repr, mb[shared]))}; {shared} merges shared)")
+        if len(ma) != len(mb):
+            return f"{head}: one has {len(ma)} merges, the other {len(mb)} ({shared} shared)"
+        if a["special_tokens"] != b["special_tokens"]:
+            return f"{head}: the special tokens differ ({a['special_tokens']} against " \
+                   f"{b['special_tokens']})"
+        return f"{head}: the same merges, but the vocabularies number their tokens differently"
+    field = {"char": "symbols", "word": "words", "text-char": "chars"}.get(a["type"])
+    if field is not None:
+        only_a = [c for c in a[field] if c not in b[field]][:5]
+        only_b = [c for c in b[field] if c not in a[field]][:5]
+        if only_a or only_b:
+            return f"{head}: {field} only in the first {only_a}, only in the second {only_b}"
+        return f"{head}: the same {field} in another order"
+    return head
 
 
 def save_tokenizer(tokenizer, path):

@@ -63,7 +63,7 @@ def cmd_docs(args):
 if __name__ == "__main__":                      # python -m numpytfmr.run.commands.docs [-o DIR]
     import argparse
 
-    parser = argparse.ArgumentParser(prog="numpytfmr")
+    parser = argparse.ArgumentParser(prog="numpytfmr", allow_abbrev=False)
     add_command(parser.add_subparsers(dest="command", required=True))
     parsed = parser.parse_args(["docs", *sys.argv[1:]])
     sys.exit(parsed.func(parsed))

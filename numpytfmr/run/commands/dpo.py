@@ -38,7 +38,8 @@ The model runs on the fast path (``numpytfmr.fast.posttrain``: the same numbers 
 import time
 
 from numpytfmr.run.commands import posttext
-from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
+from numpytfmr.run.commands.adapters import (adapter_settings, budget_note, snapshot, timed,
+                                             train_adapters, unchanged)
 from numpytfmr.run.commands.lora import (add_adapter_options, add_base_options, add_run_options,
                                          adapter_command, save_adapted, start_adapter_run)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
@@ -142,7 +143,7 @@ def cmd_dpo(args):
     test = _prompt_set(args.n_test, split="test", seed=(args.seed, STREAM_TEST), min_len=min_len,
                        max_len=max_len, prefer=prefer, tokenizer=tok)
     before = snapshot(params)
-    rates_before = _behaviour(params, config, test, prefer, tok)
+    rates_before, eval_seconds = timed(_behaviour, params, config, test, prefer, tok)
 
     # 2. preference pairs
     t0 = time.perf_counter()
@@ -188,8 +189,11 @@ def cmd_dpo(args):
         r = _behaviour(merge_lora(params, a, alpha=alpha), config, test, prefer, tok)
         return {"preferred_rate": r["preferred"], "opposite_rate": r["opposite"]}
 
-    adapters, history, dpo_seconds = train_adapters(adapters, loss_and_grads, settings, evaluate,
-                                                    args, "dpo")
+    adapters, history, dpo_seconds, plan = train_adapters(
+        adapters, loss_and_grads, settings, evaluate, args, "dpo",
+        # after the last step: the final evaluation, the merged model's, the held-out pairs, KL
+        budget=(start, eval_seconds, 3.5) if args.minutes else None)
+    settings = plan.pop("settings")
 
     # 4. held-out evaluation
     merged = merge_lora(params, adapters, alpha=alpha)
@@ -237,7 +241,8 @@ def cmd_dpo(args):
         "seconds": seconds, "base_seconds": base["seconds"], "pair_seconds": pair_seconds,
         "dpo_seconds": dpo_seconds, "base_weights_unchanged": unchanged(params, before),
         "base_exact_match": base["exact_match"], "base_checkpoint": base["checkpoint"],
-        "checkpoint": checkpoint, "settings": settings.to_dict(), "evals": history["evals"],
+        "checkpoint": checkpoint, "settings": settings.to_dict(), **plan,
+        "evals": history["evals"],
         "loss_history": history["loss"]}
     lines = [f"preferred behaviour ({prefer}) on {len(test['prompts'])} held-out prompts: "
              f"{100 * rates_before['preferred']:.1f}% before, "
@@ -248,7 +253,8 @@ def cmd_dpo(args):
              f"{summary['reward_margin']:.3f}; KL from the reference {kl['kl_per_token']:.4f} "
              "nats per token",
              f"trained {counts['lora']:,} of {counts['base']:,} parameters "
-             f"({100 * counts['fraction']:.2f}%) on {n_pairs} pairs; {seconds:.0f} s in all"]
+             f"({100 * counts['fraction']:.2f}%) on {n_pairs} pairs; {seconds:.0f} s in all"
+             f"{budget_note(args, plan)}"]
     if checkpoint is not None:
         lines.append(f"merged model: {checkpoint}")
     finish(args, summary, lines)
@@ -257,29 +263,37 @@ def cmd_dpo(args):
 
 def add_command(sub):
     p = sub.add_parser(
-        "dpo", help="DPO with LoRA adapters: make a sort-either model prefer ascending answers",
-        description="Direct Preference Optimization (003 §9.2) of a GPT through LoRA adapters, "
-        "against the frozen base as reference, on preference pairs built from the base "
-        "model's own samples. Reports the rate of preferred greedy answers before and after, "
-        "preference accuracy, reward margin and the KL divergence from the reference.")
+        "dpo", help="DPO: tune a model of text on your preference pairs (--data), or make a "
+        "sort-either task model prefer ascending answers",
+        description="Direct Preference Optimization (003 §9.2), against the frozen start model "
+        "as reference. On a model of text (--checkpoint of pretrain, lora or dpo) with --data "
+        "FILE.jsonl of {\"prompt\", \"chosen\", \"rejected\"} rows (TRL's preference format): "
+        "LoRA adapters, or every weight with --full; held-out TRL rewards before and after. "
+        "Without --data, on the built-in task: a sort-either model (trained here, or "
+        "--checkpoint of train) learns to prefer ascending answers from pairs built from its "
+        "own samples; reports the preferred rate, preference accuracy, reward margin and KL "
+        "divergence from the reference.")
     add_base_options(p, task="sort_either", steps=1000)
-    g = p.add_argument_group("preferences")
-    g.add_argument("--prefer", choices=tuple(OPPOSITE), default="sort",
+    g = p.add_argument_group("preferences of the built-in task (without --data)")
+    g.add_argument("--prefer", choices=tuple(OPPOSITE),
                    help="the preferred behaviour: ascending (sort, default) or descending "
                    "(sort_desc) answers")
-    g.add_argument("--pairs", choices=("generated", "synthetic"), default="generated",
+    g.add_argument("--pairs", choices=("generated", "synthetic"),
                    help="pairs from the base model's samples labelled by the verifier "
-                   "(default), or written out by make_preference_pairs")
-    g.add_argument("--n-prompts", type=positive_int, default=1024, metavar="N",
+                   "(generated, default), or written out (synthetic)")
+    g.add_argument("--n-prompts", type=positive_int, metavar="N",
                    help="training prompts (default 1024)")
-    g.add_argument("--samples", type=positive_int, default=4, metavar="K",
-                   help="completions sampled per prompt (default 4)")
+    g.add_argument("--samples", type=positive_int, metavar="K",
+                   help="completions sampled per prompt, with --pairs generated (default 4)")
+    p.set_defaults(task_defaults={"prefer": "sort", "pairs": "generated", "n_prompts": 1024,
+                                  "samples": 4})
+    g = p.add_argument_group("DPO")
     g.add_argument("--beta", type=positive_float, default=1.0,
                    help="DPO's beta, the strength of the pull towards the reference (default 1.0)")
     g.add_argument("--nll-weight", type=nonnegative_float, default=1.0, metavar="W",
                    help="add W times the chosen answers' NLL per token (DPO + NLL, as TRL's "
-                   "rpo_alpha; default 1; 0 = plain DPO, which here also learns to prefer "
-                   "ascending answers but lets some of them go wrong)")
+                   "rpo_alpha; default 1; 0 = plain DPO, which on the sort task also learns to "
+                   "prefer ascending answers but lets some of them go wrong)")
     posttext.add_data_options(p, "dpo")
     add_adapter_options(p, DPO_DEFAULTS)
     add_run_options(p, "runs/dpo")

@@ -29,6 +29,9 @@ def cmd_examples(args):
     if unknown:
         raise UsageError(f"unknown example {', '.join(map(repr, unknown))}; valid names: "
                          f"{', '.join(valid)}")
+    if args.list and args.names:
+        raise UsageError("--list lists every example; drop the names, or drop --list to run "
+                         f"{', '.join(args.names)}")
     if args.list:
         width = max(len(n) for n in valid)
         for name in valid:

@@ -26,8 +26,24 @@ from numpytfmr.run.cli import UsageError, checkpoint_path, nonnegative_float, no
 
 def cmd_generate(args):
     from numpytfmr.run.blas import blas_threads
+    _check_sampling(args)
     with blas_threads(1):
         return _generate(args)
+
+
+def _check_sampling(args):
+    """--top-k, --top-p and --seed choose how to sample: refused with greedy decoding
+    (--temperature 0, the default), where they would change nothing. Then the seed's
+    default."""
+    if args.temperature == 0:
+        given = [flag for flag, value in (("--top-k", args.top_k), ("--top-p", args.top_p),
+                                          ("--seed", args.seed)) if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} applies to sampling; with --temperature 0 (the "
+                             "default) decoding is greedy: give --temperature above 0, or drop "
+                             f"{given[0]}")
+    if args.seed is None:
+        args.seed = 0
 
 
 def _warn(message):
@@ -164,7 +180,7 @@ def _generate(args):
         print(text)
         return 0
     given = [flag for flag, on in (("--temperature", args.temperature != 0),
-                                   ("--top-k", args.top_k not in (None, 1)),
+                                   ("--top-k", args.top_k is not None),
                                    ("--raw", args.raw)) if on]
     if given:
         raise UsageError(f"{', '.join(given)}: the checkpoint holds a {ck['kind']!r} translation "
@@ -203,10 +219,12 @@ def add_command(sub):
     p.add_argument("--temperature", type=nonnegative_float, default=0.0,
                    help="sampling temperature; 0 (default) = greedy decoding")
     p.add_argument("--top-k", type=positive_int, default=None, metavar="K",
-                   help="sample among the K most likely tokens (1 = greedy)")
+                   help="with --temperature above 0: sample among the K most likely tokens "
+                   "(1 = greedy)")
     p.add_argument("--top-p", type=_top_p, default=None, metavar="P",
-                   help="nucleus sampling: sample among the most likely tokens whose "
-                   "probabilities sum to at least P (text checkpoints of numpytfmr pretrain)")
+                   help="with --temperature above 0, nucleus sampling: sample among the most "
+                   "likely tokens whose probabilities sum to at least P (text checkpoints of "
+                   "numpytfmr pretrain)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
                    help="stop after N tokens (default: until <eos> or the end of the context); "
                    "a model of text goes on past its context window, reading the last max_len "
@@ -214,6 +232,6 @@ def add_command(sub):
     p.add_argument("--no-cache", action="store_true",
                    help="recompute the whole sequence at every step instead of using the KV cache "
                    "(same output, slower)")
-    p.add_argument("--seed", type=nonnegative_int, default=0,
-                   help="seed of the sampling (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=None,
+                   help="seed of the sampling, with --temperature above 0 (default 0)")
     p.set_defaults(func=cmd_generate)

@@ -28,7 +28,8 @@ import time
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, positive_float,
                                positive_int)
 from numpytfmr.run.commands import posttext
-from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
+from numpytfmr.run.commands.adapters import (adapter_settings, budget_note, snapshot, timed,
+                                             train_adapters, unchanged)
 from numpytfmr.run.commands.train import add_run_options as add_out_options
 from numpytfmr.run.commands.train import check_out, finish, logger, out_dir
 
@@ -44,47 +45,105 @@ LORA_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wk,Wv,Wo", "steps": 120
 # ---------------------------------------------------------------------------------------
 
 def add_base_options(p, *, task, steps):
-    """--checkpoint, or the base model the command trains itself."""
+    """--checkpoint, or the base model the command trains itself. The options of the
+    built-in tasks default to None, so that one given where it does not apply is refused
+    (:func:`check_flags`); their defaults are filled in afterwards."""
     g = p.add_argument_group("base model")
     g.add_argument("--checkpoint", type=checkpoint_path, metavar="PATH",
                    help="a GPT checkpoint (directory or its checkpoint.json): of 'numpytfmr "
-                   "train' (a task model), or of 'numpytfmr pretrain' (a model of text, tuned "
-                   "on --text or --data); default: train a small task model first")
-    g.add_argument("--base-task", default=task, metavar="TASK",
-                   help=f"task of the base model trained without --checkpoint (default {task})")
-    g.add_argument("--base-steps", type=positive_int, default=steps, metavar="N",
+                   "pretrain' (a model of text, tuned on --text or --data), or of 'numpytfmr "
+                   "train' (a task model); default: train a small task model first")
+    g.add_argument("--base-task", metavar="TASK",
+                   help=f"task of the base model trained here, without --checkpoint "
+                   f"(default {task})")
+    g.add_argument("--base-steps", type=positive_int, metavar="N",
                    help=f"training steps of that base model (default {steps})")
-    g.add_argument("--max-prompt-len", type=positive_int, default=BASE_DEFAULTS["max_len"],
-                   metavar="N",
+    g.add_argument("--max-prompt-len", type=positive_int, metavar="N",
                    help="longest prompt of the base model trained here (default "
-                   f"{BASE_DEFAULTS['max_len']}); with --checkpoint, the checkpoint's")
+                   f"{BASE_DEFAULTS['max_len']}); a checkpoint keeps its own")
+    p.set_defaults(base_defaults={"base_task": task, "base_steps": steps,
+                                  "max_prompt_len": BASE_DEFAULTS["max_len"]})
 
 
 def add_adapter_options(p, d):
+    """The adapters and their training; defaults ``d``, filled in after the checks (the
+    values stay None unless given)."""
     g = p.add_argument_group("LoRA")
-    g.add_argument("--rank", type=positive_int, default=d["rank"], metavar="R",
+    g.add_argument("--rank", type=positive_int, metavar="R",
                    help=f"rank r of each adapter (default {d['rank']})")
-    g.add_argument("--alpha", type=positive_float, default=d["alpha"],
+    g.add_argument("--alpha", type=positive_float,
                    help=f"LoRA alpha; the update is (alpha / r) A B (default {d['alpha']:g})")
-    g.add_argument("--targets", default=d["targets"], metavar="NAMES",
+    g.add_argument("--targets", metavar="NAMES",
                    help="comma-separated projections to adapt in every block, among Wq, Wk, Wv, "
                    f"Wo, W1, W2 (default {d['targets']})")
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=positive_int, default=d["steps"], metavar="N",
+    g.add_argument("--minutes", type=positive_float, metavar="M",
+                   help="wall-clock budget of the whole command: the steps are planned from "
+                   "the measured speed and re-planned as the run goes, so that it ends near M "
+                   "minutes (instead of --steps)")
+    g.add_argument("--steps", type=positive_int, metavar="N",
                    help=f"AdamW updates of the adapters (default {d['steps']})")
-    g.add_argument("--lr", type=positive_float, default=d["lr"],
-                   help=f"peak learning rate (default {d['lr']:g})")
-    g.add_argument("--batch-size", type=positive_int, default=d["batch_size"], metavar="B",
+    g.add_argument("--lr", type=positive_float, help=f"peak learning rate (default {d['lr']:g})")
+    g.add_argument("--batch-size", type=positive_int, metavar="B",
                    help=f"examples (or preference pairs) per update (default {d['batch_size']})")
-    g.add_argument("--warmup", dest="warmup_steps", type=nonnegative_int,
-                   default=d["warmup_steps"], metavar="N",
-                   help=f"warmup steps (default {d['warmup_steps']})")
-    g.add_argument("--eval-every", type=positive_int, default=d["eval_every"], metavar="N",
+    g.add_argument("--warmup", dest="warmup_steps", type=nonnegative_int, metavar="N",
+                   help=f"warmup steps (default {d['warmup_steps']}, at most a tenth of a "
+                   "budgeted run)")
+    g.add_argument("--eval-every", type=positive_int, metavar="N",
                    help=f"evaluate every N steps (default {d['eval_every']})")
-    g.add_argument("--n-test", type=positive_int, default=BASE_DEFAULTS["n_test"], metavar="N",
-                   help=f"held-out prompts of the evaluation (default {BASE_DEFAULTS['n_test']})")
-    g.add_argument("--seed", type=nonnegative_int, default=0,
-                   help="seed of everything random (default 0)")
+    g.add_argument("--n-test", type=positive_int, metavar="N",
+                   help="held-out prompts of the built-in task's evaluation (default "
+                   f"{BASE_DEFAULTS['n_test']}); one's own data holds out its last tenth or "
+                   "--val-text/--val-data")
+    g.add_argument("--seed", type=nonnegative_int, help="seed of everything random (default 0)")
+    p.set_defaults(adapter_defaults=dict(d, n_test=BASE_DEFAULTS["n_test"], seed=0))
+
+
+# The options of the built-in tasks, refused with one's own data; per command.
+TASK_FLAGS = {"lora": ("base_task", "base_steps", "max_prompt_len", "n_test", "task"),
+              "dpo": ("base_task", "base_steps", "max_prompt_len", "n_test", "prefer", "pairs",
+                      "n_prompts", "samples")}
+BASE_FLAGS = ("base_task", "base_steps", "max_prompt_len")
+
+
+def _flag(name):
+    return "--" + {"warmup_steps": "warmup"}.get(name, name).replace("_", "-")
+
+
+def check_flags(args, where):
+    """Refuse, before any work, a flag that does not apply to the data or mode chosen:
+    the built-in tasks' options with one's own data (--text, --data), the base model's
+    with --checkpoint, the adapters' with --full, --samples with --pairs synthetic,
+    --minutes with --steps. Then fill in the defaults of the flags not given."""
+    own = getattr(args, "text", None) or getattr(args, "data", None)
+    given = lambda names: [n for n in names if getattr(args, n, None) is not None]  # noqa: E731
+    if args.minutes is not None and args.steps is not None:
+        raise UsageError("--minutes and --steps both set the length of the run; give one")
+    if own:
+        data = "--text" if getattr(args, "text", None) else "--data"
+        bad = given(TASK_FLAGS[where])
+        if bad:
+            raise UsageError(f"{_flag(bad[0])} applies to the built-in tasks; with {data} (one's "
+                             f"own data) it does nothing: drop {_flag(bad[0])}")
+    elif args.checkpoint:
+        bad = given(BASE_FLAGS)
+        if bad:
+            raise UsageError(f"{_flag(bad[0])} applies to the base model trained here; with "
+                             f"--checkpoint the base model is loaded: drop {_flag(bad[0])}")
+    if getattr(args, "full", False):
+        bad = given(("rank", "alpha", "targets"))
+        if bad:
+            raise UsageError(f"{_flag(bad[0])} sets the LoRA adapters; --full trains every "
+                             f"weight without adapters: drop {_flag(bad[0])} or --full")
+    if getattr(args, "pairs", None) == "synthetic" and args.samples is not None:
+        raise UsageError("--samples applies to --pairs generated (pairs from the base model's "
+                         "samples); --pairs synthetic writes the pairs out")
+    for name, value in {**args.base_defaults, **args.adapter_defaults,
+                        **getattr(args, "task_defaults", {})}.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    if args.minutes is not None:
+        args.steps = None                  # planned from the budget
 
 
 def add_run_options(p, out):
@@ -162,10 +221,11 @@ def start_adapter_run(args, where):
     before any work (the targets, an --out that would replace a previous run without
     --force, one's own data without a model to tune), and load or train the base model
     (the BLAS threads are set by ``adapter_command``). Returns (targets, start time, base)."""
-    targets = parse_targets(args.targets)
-    posttext.check_data_flags(args, where)
-    check_out(args, where)
     start = time.perf_counter()
+    posttext.check_data_flags(args, where)
+    check_flags(args, where)
+    targets = parse_targets(args.targets)
+    check_out(args, where)
     return targets, start, base_model(args, where=where)
 
 
@@ -214,7 +274,8 @@ def cmd_lora(args):
                               rng=np.random.default_rng((args.seed, STREAM_TEST)), split="test",
                               min_len=min_len, max_len=max_len, unique=True, tokenizer=tok)
     before = snapshot(params)
-    target_before = evaluate_gpt(params, config, test)["exact_match"]
+    first, eval_seconds = timed(evaluate_gpt, params, config, test)
+    target_before = first["exact_match"]
     base_task_before = None
     if base_test is not None:
         base_task_before = evaluate_gpt(params, config, base_test)["exact_match"]
@@ -236,8 +297,12 @@ def cmd_lora(args):
     def evaluate(a):
         return evaluate_gpt(merge_lora(params, a, alpha=alpha), config, test)
 
-    adapters, history, lora_seconds = train_adapters(adapters, loss_and_grads, settings, evaluate,
-                                                     args, f"lora {task}")
+    adapters, history, lora_seconds, plan = train_adapters(
+        adapters, loss_and_grads, settings, evaluate, args, f"lora {task}",
+        # after the last step: the final evaluation, the saved model's, the base task's two
+        budget=(start, eval_seconds, 2.0 + 2.0 * (base_test is not None)) if args.minutes
+        else None)
+    settings = plan.pop("settings")
 
     merged = merge_lora(params, adapters, alpha=alpha)
     exact = history["evals"][-1]["exact_match"]
@@ -272,12 +337,12 @@ def cmd_lora(args):
         "base_weights_unchanged": unchanged(params, before),
         "unmerge_max_abs_error": unmerge_error,
         "base_checkpoint": base["checkpoint"], "checkpoint": checkpoint,
-        "settings": settings.to_dict(), "evals": history["evals"],
+        "settings": settings.to_dict(), **plan, "evals": history["evals"],
         "loss_history": history["loss"]}
     lines = [f"{base['task']} -> {task}: exact match {100 * exact:.1f}% on held-out prompts "
              f"(base model {100 * target_before:.1f}%), training {counts['lora']:,} of "
              f"{counts['base']:,} parameters ({100 * counts['fraction']:.2f}%), "
-             f"{seconds:.0f} s in all"]
+             f"{seconds:.0f} s in all{budget_note(args, plan)}"]
     if base_task_before is not None:
         lines.append(f"{base['task']}: the frozen base {100 * base_task_before:.1f}% before and "
                      f"{100 * base_task_after:.1f}% after; the adapted model "
@@ -291,10 +356,15 @@ def cmd_lora(args):
 def add_command(sub):
     from numpytfmr.run.data import TASKS
     p = sub.add_parser(
-        "lora", help="adapt a trained GPT to a related task with LoRA (default: sort -> sort_desc)",
+        "lora", help="LoRA: tune a model of text on your text (--text) or prompt/completion "
+        "rows (--data), or adapt a task model to a related task",
         description="Freeze a trained GPT and train low-rank adapters W' = W + (alpha/r) A B on "
-        "chosen projections for a related task; report held-out exact match and the share of "
-        "parameters trained, and save the merged model.")
+        "chosen projections, then save the merged model. On a model of text (--checkpoint of "
+        "pretrain, lora or dpo): continued language modelling of --text FILE, or --data "
+        "FILE.jsonl of {\"prompt\", \"completion\"} rows (TRL's prompt-completion format, "
+        "the loss on the completions); held-out bits per byte before and after. Without "
+        "them, on the built-in tasks: a task model (trained here, or --checkpoint of train) "
+        "learns a related task (sort -> sort_desc); held-out exact match.")
     add_base_options(p, task="sort", steps=BASE_DEFAULTS["steps"])
     g = p.add_argument_group("target")
     g.add_argument("--task", choices=[t for t in TASKS if t not in ("sort_either", "dyck")],

@@ -15,7 +15,8 @@ import os
 import time
 
 from numpytfmr.run.cli import UsageError
-from numpytfmr.run.commands.adapters import adapter_settings, snapshot, train_adapters, unchanged
+from numpytfmr.run.commands.adapters import (adapter_settings, budget_note, snapshot, timed,
+                                             train_adapters, unchanged)
 from numpytfmr.run.commands.pretrain import read_text, text_file
 from numpytfmr.run.commands.train import finish, out_dir
 
@@ -166,7 +167,7 @@ def lora_text(args, targets, start, base):
 
     alpha = args.alpha
     before = snapshot(params)
-    first = evaluate_params(params)
+    first, eval_seconds = timed(evaluate_params, params)
     adapters = add_lora(params, config, r=args.rank, targets=targets,
                         rng=step_rng(args.seed, 0, STREAM_INIT))
     counts = lora_parameter_counts(params, adapters)
@@ -177,20 +178,23 @@ def lora_text(args, targets, start, base):
                                     ignore_index=IGNORE)
         return loss, grads, x.size
 
-    adapters, history, lora_seconds = train_adapters(
+    adapters, history, lora_seconds, plan = train_adapters(
         adapters, loss_and_grads, settings, lambda a: evaluate_params(merge_lora(params, a,
                                                                                  alpha=alpha)),
-        args, f"lora {kind}", history=_initial_history(first))
+        args, f"lora {kind}", history=_initial_history(first),
+        # after the last step: the final evaluation and the save
+        budget=(start, eval_seconds, 1.5) if args.minutes else None)
+    settings = plan.pop("settings")
     merged = merge_lora(params, adapters, alpha=alpha)
     last = history["evals"][-1]
     checkpoint = _save(args, base, merged, adapters, {"lora": {
         "rank": args.rank, "alpha": alpha, "targets": list(targets), "data": kind,
         "base_checkpoint": base["checkpoint"]}})
-    if checkpoint is not None:                           # score what was saved
-        saved = evaluate_params(load_model(checkpoint, kind="gpt")["params"])
-        if not np.isclose(saved["val_loss"], last["val_loss"], rtol=1e-5):
-            raise ValueError(f"lora: the saved model scores {saved['val_loss']} but the trained "
-                             f"one {last['val_loss']}")
+    if checkpoint is not None:              # what was saved is what was scored, bit for bit
+        saved = load_model(checkpoint, kind="gpt")["params"]
+        if set(saved) != set(merged) or not all(np.array_equal(saved[k], merged[k])
+                                                 for k in merged):
+            raise ValueError(f"lora: the model saved in {checkpoint} is not the one trained")
     seconds = time.perf_counter() - start
     summary = {
         "command": "lora", "data": kind, "data_source": args.text or args.data,
@@ -205,7 +209,7 @@ def lora_text(args, targets, start, base):
         "loss": float(np.mean(history["loss"][-50:])), "seconds": seconds,
         "lora_seconds": lora_seconds, "base_weights_unchanged": unchanged(params, before),
         "base_checkpoint": base["checkpoint"], "checkpoint": checkpoint,
-        "settings": settings.to_dict(), "evals": history["evals"],
+        "settings": settings.to_dict(), **plan, "evals": history["evals"],
         "loss_history": history["loss"]}
     unit = "token" if kind == "text" else "completion token"
     what = "held-out text" if kind == "text" else f"{n_val} held-out rows"
@@ -214,7 +218,8 @@ def lora_text(args, targets, start, base):
              f"(base model -> after {history['step']} LoRA steps)",
              f"trained {counts['lora']:,} of {counts['base']:,} parameters "
              f"({100 * counts['fraction']:.2f}%) on {n_train:,} "
-             f"{'tokens' if kind == 'text' else 'rows'}; {seconds:.0f} s in all"]
+             f"{'tokens' if kind == 'text' else 'rows'}; {seconds:.0f} s in all"
+             f"{budget_note(args, plan)}"]
     if truncated:
         lines.append(f"{truncated} sequences were cut to the context window ({T} tokens)")
     if checkpoint is not None:
@@ -285,10 +290,13 @@ def dpo_text(args, targets, start, base):
     def evaluate(w):
         return preference_metrics(policy(w), config, held, *ref["held"], beta=beta)
 
-    first = evaluate(trainable)
-    trainable, history, dpo_seconds = train_adapters(
+    first, eval_seconds = timed(evaluate, trainable)
+    trainable, history, dpo_seconds, plan = train_adapters(
         trainable, loss_and_grads, settings, evaluate, args, "dpo" + (" (full)" if full else ""),
-        history=_initial_history(first))
+        history=_initial_history(first),
+        # after the last step: the final evaluation and the save
+        budget=(start, eval_seconds, 1.5) if args.minutes else None)
+    settings = plan.pop("settings")
     last = history["evals"][-1]
     tuned = policy(trainable)
     checkpoint = _save(args, base, tuned, None if full else trainable, {"dpo": {
@@ -311,14 +319,14 @@ def dpo_text(args, targets, start, base):
         "seconds": seconds, "dpo_seconds": dpo_seconds,
         "base_weights_unchanged": unchanged(params, before),
         "base_checkpoint": base["checkpoint"], "checkpoint": checkpoint,
-        "settings": settings.to_dict(), "evals": history["evals"],
+        "settings": settings.to_dict(), **plan, "evals": history["evals"],
         "loss_history": history["loss"]}
     shown = lambda m: ", ".join(f"{k} {m[k]:.3f}" for k in trl)  # noqa: E731
     lines = [f"held-out pairs ({len(val_rows)}), before: {shown(first)}",
              f"held-out pairs ({len(val_rows)}), after {history['step']} steps: {shown(last)}",
              f"trained {counts['lora']:,} of {counts['base']:,} parameters "
              f"({100 * counts['fraction']:.2f}%) on {n} pairs against the frozen start model; "
-             f"{seconds:.0f} s in all"]
+             f"{seconds:.0f} s in all{budget_note(args, plan)}"]
     if checkpoint is not None:
         lines.append(f"tuned model: {checkpoint}")
     from numpytfmr.run.plot import run_panels

@@ -137,22 +137,25 @@ def _tokenizer(args):
 
 
 def _init_tokenizer(args, tok):
-    """Refuse --init whose tokenizer is not the run's (``tok``: from --tokenizer or
-    --tokens, None when it comes from --init)."""
-    from numpytfmr.run.pretrain import load_text_model
-    from numpytfmr.run.tokenizers import tokenizer_digest, tokenizer_kind
+    """Refuse --init that holds no model of text, or whose tokenizer is not the run's
+    (``tok``: from --tokenizer or --tokens, None when it comes from --init)."""
+    from numpytfmr.run.pretrain import is_text_checkpoint, load_text_model
+    from numpytfmr.run.tokenizers import tokenizer_difference
+    if not is_text_checkpoint(args.init):
+        raise UsageError(f"--init {args.init} holds no model of text; expected a run of "
+                         "numpytfmr pretrain (or of lora/dpo from one)")
     try:
         ck = load_text_model(args.init)
     except ValueError as exc:
-        raise UsageError(f"--init: {exc}") from None
-    if tok is not None and tokenizer_digest(tok) != tokenizer_digest(ck["tokenizer"]):
-        theirs, ours = ck["tokenizer"], tok
-        flag = "--tokens" if args.tokens else "--tokenizer"
-        raise UsageError(f"--init {args.init} was trained with another tokenizer "
-                         f"({tokenizer_kind(theirs)}, {theirs.vocab_size} tokens) than {flag} "
-                         f"gives ({tokenizer_kind(ours)}, {ours.vocab_size} tokens); use the "
-                         f"run's own tokenizer ({os.path.join(args.init, 'tokenizer.json')}), "
-                         "or tokenize the text with it")
+        raise UsageError(f"--init {args.init}: {exc}") from None
+    if tok is not None:
+        differs = tokenizer_difference(ck["tokenizer"], tok)
+        if differs is not None:
+            flag = f"--tokens {args.tokens}" if args.tokens else f"--tokenizer {args.tokenizer}"
+            raise UsageError(f"--init {args.init} was trained with another tokenizer than {flag} "
+                             f"gives ({differs}); use the run's own tokenizer "
+                             f"({os.path.join(args.init, 'tokenizer.json')}), or tokenize the "
+                             "text with it")
 
 
 def cmd_pretrain(args):
