@@ -12,6 +12,11 @@ visible tests: the values (with the grader's tolerances), the shapes and dtypes,
 back (a pair (out, cache) from a forward, one gradient per input from a backward), inputs,
 caches and dout left unchanged. Where a backward is wrong, it is also checked against finite
 differences of your own forward, which tells whether the forward or the backward is at fault.
+As in the grader, such a backward keeps its points only where your forward is recognisably the
+op: on that case a near miss the grader can name (the expected output times a constant, a
+known slip, a factor from the shapes, an option left out or with another value, dropout or LoRA
+scaled wrongly), or right on more than half of the function's visible cases; each credit
+("credited: ...", "not credited: ...") and each slip's deduction is named in the output.
 Random ops (dropout) are judged against your own draw: the mask is read off your output and its
 statistics tested, and the backward is checked against finite differences of your forward
 (the same seed gives the same mask).
@@ -338,12 +343,13 @@ def _close(got, candidate, tol):
     return bool(np.all(np.abs(got - c) <= atol * scale + rtol * np.abs(c)))
 
 
-def recognised(case, arrays, got, tol):
+def recognised(case, arrays, got, tol, sentences=()):
     """The near miss of the op that gives the wrong output ``got`` on ``case``, in words, or ""
     (the grader's rule): the expected output times a constant; one of the named variants stored
     for the case (a known slip, one input times a factor from the shapes, an option left out,
-    scaled, flipped or changed); a numeric option with another value (the output taken as affine
-    in the option, from its output at twice the value)."""
+    scaled, flipped or changed; ``sentences``: check_data's ``near_sentences``, which they
+    index); a numeric option with another value (the output taken as affine in the option, from
+    its output at twice the value)."""
     kind, arr, _ = kind_of(got)
     if kind not in ("array", "scalar", "pyscalar"):
         return ""
@@ -360,7 +366,7 @@ def recognised(case, arrays, got, tol):
         rows = arrays[case["near_out"]]
         for sentence, row in case["near"]:
             if _close(g, rows[row], tol):
-                return sentence
+                return sentences[sentence]
     for key, value, row in case.get("moved", []):
         d = (arrays[case["moved_out"]][row] - e).reshape(-1)
         dd = float(np.dot(d, d))
@@ -666,7 +672,7 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
                 if verdict is None:
                     verdict = check_value(out, arrays[case["out"]], "out", tol) + (False, "")
                     if not verdict[0] and verdict[1].endswith("wrong values"):
-                        near = recognised(case, arrays, out, tol)
+                        near = recognised(case, arrays, out, tol, item.get("sentences", ()))
                         if near:
                             verdict[2].append(f"  diagnosis: {near}")
                 ok, short, lines, own_draw, near_draw = verdict
@@ -905,6 +911,8 @@ def _read_data(data_dir):
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read check_data.json / check_data.npz in {data_dir!r}: {exc}") from None
+    for item in data.get("items", []):           # the near misses' sentences, shared by the cases
+        item["sentences"] = data.get("near_sentences", [])
     return data, arrays
 
 

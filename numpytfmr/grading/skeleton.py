@@ -205,10 +205,11 @@ def _draw(item, gc, out):
 _MAX_NEAR_ENTRIES = 4096     # outputs larger than this store no near-miss variants
 
 
-def _near_misses(item, gc, names, seen, out, arrays, key):
+def _near_misses(item, gc, names, seen, out, arrays, key, sentences):
     """What the self-check needs for the own-forward credit's near misses on a visible case
     (grader.recognised_forward), in float64: the named variants' outputs (``near``: [[sentence,
-    row]], in the grader's order, the rows of the array ``near_out``: one per distinct output)
+    row]], in the grader's order, the rows of the array ``near_out``: one per distinct output;
+    a sentence is its index in ``sentences``, {sentence: index}, which the cases share)
     and each numeric option's output at twice its value (``moved``: [[option, value, row]], the
     rows of ``moved_out``)."""
     from .grader import near_miss_candidates
@@ -229,7 +230,7 @@ def _near_misses(item, gc, names, seen, out, arrays, key):
         row = seen_rows.setdefault(v.tobytes(), len(rows))
         if row == len(rows):
             rows.append(v)
-        near.append([sentence, row])
+        near.append([sentences.setdefault(sentence, len(sentences)), row])
     moved, moved_rows = [], []
     for name, value in kwargs.items():
         if name in ("rng", "axis") or isinstance(value, (bool, np.bool_)) or \
@@ -260,7 +261,7 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
     gradients. Hidden cases are never included (``hidden_seed``: the grader's, which decides
     which cases are hidden), only their number per item (``hidden_cases``); neither is any code
     of the reference."""
-    arrays, out_items, skipped = {}, [], []
+    arrays, out_items, skipped, sentences = {}, [], [], {}
     for n, item in enumerate(items):
         names = input_names(item.spec)
         cases, n_hidden = [], 0
@@ -301,7 +302,7 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
                 arrays[f"{key}.out"], arrays[f"{key}.dout"] = out, dout
                 entry.update(out=f"{key}.out", dout=f"{key}.dout", draw=_draw(item, gc, out),
                              grads=[])
-                entry.update(_near_misses(item, gc, names, seen, out, arrays, key))
+                entry.update(_near_misses(item, gc, names, seen, out, arrays, key, sentences))
                 for i, g in enumerate(grads):
                     if g is None:
                         entry["grads"].append(None)
@@ -314,7 +315,8 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
             cases.append(entry)
         out_items.append({"name": item.name, "kind": item.kind, "functions": list(item.functions),
                           "inputs": names, "cases": cases, "hidden_cases": n_hidden})
-    return {"format": 1, "seed": int(seed), "items": out_items, "skipped": skipped}, arrays
+    return {"format": 1, "seed": int(seed), "items": out_items, "skipped": skipped,
+            "near_sentences": list(sentences)}, arrays
 
 
 def _npz_bytes(arrays):
