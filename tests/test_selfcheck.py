@@ -443,3 +443,19 @@ def test_mask_statistics_cases_made_visible_are_judged_as_the_grader_judges_them
         case = [c for c in verdicts["functions"][t.function]["cases"] if c["label"] == t.label]
         assert len(case) == 1 and case[0]["passed"] == t.passed, (t.function, t.label, t.output(), case)
         assert round(t.max_score * case[0]["share"], 2) == t.score
+
+
+@pytest.mark.parametrize("value", [1.25, np.float64(1.25), np.array(1.25)], ids=["float", "np.float64", "array"])
+def test_a_float64_value_for_a_float32_case_is_a_slip_that_costs_the_deduction(value):
+    """A Python float, an np.float64 scalar or a float64 array with the right value for a
+    float32 case passes, named, less the slip deduction (the grader's rule)."""
+    from numpytfmr.grading import selfcheck
+    ok, short, lines = selfcheck.check_value(value, np.array(1.25, dtype=np.float32), "out", "float32")
+    assert ok and len(lines) == 1 and lines[0].startswith(selfcheck.SLIP)
+    if isinstance(value, float) and type(value) is float:
+        assert "returned a Python float" in lines[0]
+    case = selfcheck._case_result(selfcheck._with_slips("c", ok, short, lines, []), 0.1)
+    assert case["passed"] and case["share"] == pytest.approx(0.9)
+    assert case["lines"] == [f"slip (costs 10% of this test's points): {lines[0][len(selfcheck.SLIP):]}"]
+    wrong = selfcheck.check_value(1.5, np.array(1.25, dtype=np.float32), "out", "float32")
+    assert not wrong[0]
