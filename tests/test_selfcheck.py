@@ -126,7 +126,13 @@ SUBMISSIONS = [(BASE,), (BASE, "selfcheck/dropout_unscaled.py"),
                ("correct.py",), ("correct.py", "bugs/attention_no_scale.py"),
                ("correct.py", "bugs/layernorm_unbiased.py"), ("correct.py", "bugs/causal_off_by_one.py"),
                ("correct.py", "bugs/lora_alpha.py"), ("independent/homework.py",),
-               ("independent/dropout_binomial.py",), ("independent/lora_other_draw.py",)]
+               ("independent/dropout_binomial.py",), ("independent/lora_other_draw.py",),
+               # forward-only bugs whose backward keeps its points, and a trivial pair that must
+               # earn nothing (issue #32, item 6)
+               ("independent/homework.py", "forward_bugs/attention_scale_dk.py"),
+               ("independent/homework.py", "forward_bugs/lora_rank_din.py"),
+               ("independent/homework.py", "forward_bugs/dropout_keep_p.py"),
+               ("gaming/trivial_pair.py",)]
 
 
 @pytest.mark.parametrize("parts", SUBMISSIONS, ids=lambda p: "+".join(pathlib.Path(x).stem for x in p))
@@ -143,11 +149,15 @@ def test_check_py_gives_the_graders_visible_verdicts(assignment, tmp_path, parts
     checked = {f: r["passed"] for f, r in verdicts["functions"].items()}
     assert checked == graded, proc.stdout
     assert proc.returncode == (0 if all(checked.values()) else 1)
-    # case by case too, under the grader's labels
+    # case by case too, under the grader's labels, with the grader's points (a slip's deduction)
     for t in report.tests:
         if not t.hidden:
             case = [c for c in verdicts["functions"][t.function]["cases"] if c["label"] == t.label]
-            assert len(case) == 1 and case[0]["passed"] == t.passed, (t.function, t.label)
+            assert len(case) == 1 and case[0]["passed"] == t.passed, (t.function, t.label, t.output())
+            assert round(t.max_score * case[0]["share"], 2) == t.score, (t.function, t.label)
+            # a credit is named by both, in the grader's words
+            if t.credit:
+                assert any(line == f"credited: {t.credit}" for line in case[0]["lines"]), case[0]
 
 
 def test_check_py_says_what_is_wrong_with_the_students_own_functions(assignment, tmp_path):
@@ -344,3 +354,108 @@ def test_where_no_second_python_starts_check_runs_in_its_own_process_and_says_so
     assert result["notes"] and "no time limit" in result["notes"][0] and "no fork here" in result["notes"][0]
     assert result["functions"]["softmax_forward"]["passed"] and result["functions"]["relu_forward"]["passed"] is None
     assert selfcheck.table(result).splitlines()[1].startswith("note: no time limit")
+
+
+# --- the own-forward credit, as the grader gives it (issue #32, items 6 and 7) -----------------
+
+def test_check_py_does_not_credit_a_trivial_pair(assignment, tmp_path):
+    """gaming/trivial_pair.py: every forward is out = x + sum(others), every backward its exact
+    gradient. check.py says so for each backward and credits none of them."""
+    _, paths = assignment
+    proc, verdicts = _check(paths, _submission(tmp_path, "gaming/trivial_pair.py"), tmp_path)
+    assert proc.returncode == 1
+    assert "credited: " not in proc.stdout.replace("not credited: ", "")
+    refused = {f for f, r in verdicts["functions"].items() for c in r["cases"]
+               if any(line.startswith("not credited: ") for line in c["lines"])}
+    assert {"softmax_backward", "layernorm_backward", "attention_backward"} <= refused, refused
+    assert "is not recognisably softmax on this case" in proc.stdout
+    for f in refused:
+        cases = verdicts["functions"][f]["cases"]
+        # only what is right by itself passes (dropout's identity case)
+        assert sum(c["passed"] for c in cases) <= 1 and not verdicts["functions"][f]["passed"]
+
+
+def test_check_py_names_a_forward_bug_and_credits_its_backward(assignment, tmp_path):
+    _, paths = assignment
+    path = _submission(tmp_path, "independent/homework.py", "forward_bugs/dropout_keep_p.py")
+    proc, verdicts = _check(paths, path, tmp_path, "--only", "dropout")
+    assert verdicts["functions"]["dropout_backward"]["passed"], proc.stdout
+    assert not verdicts["functions"]["dropout_forward"]["passed"]
+    assert ("credited: dropout_backward is the gradient of your own dropout_forward (checked by "
+            "finite differences), and your dropout_forward is dropout with one mistake the grader "
+            "names: dropout that scales the kept entries by 3.33333 = 1/p") in proc.stdout
+
+
+def test_check_py_recognises_the_near_misses_the_grader_recognises(assignment):
+    """check.py's recognition (stored variants, a scale, a solved option) against the grader's
+    recognised_forward, on outputs of each kind and on unrelated ones."""
+    from numpytfmr.grading import selfcheck
+    from numpytfmr.grading.cases import input_names
+    from numpytfmr.grading.grader import near_miss_candidates, recognised_forward
+    from numpytfmr.registry import bind
+    _, paths = assignment
+    data, arrays = selfcheck._read_data(pathlib.Path(paths["check"]).parent)
+    tried = named = 0
+    for entry in data["items"]:
+        if entry["kind"] != "op" or entry["name"] in ("dropout",):
+            continue
+        item = resolve(entry["name"])
+        visible = [gc for gc in make_graded_cases(item, seed=0, hidden_seed=4242) if not gc.hidden]
+        for case, gc in zip(entry["cases"], visible):
+            assert case["label"] == gc.label
+            names = input_names(item.spec)[:len(gc.case.args)]
+            names += [f"input {i}" for i in range(len(names), len(gc.case.args))]
+            expected = np.asarray(bind(item.spec.forward, gc.case.kwargs)(*gc.case.args)[0])
+            outputs = [-0.5 * expected, expected + 1.0, np.tanh(expected)]
+            outputs += [np.asarray(thunk(), dtype=expected.dtype) for _, thunk in
+                        near_miss_candidates(item, gc, names)[:40:7]]
+            for key, value in gc.case.kwargs.items():
+                if isinstance(value, float) and value and key not in ("rng",):
+                    outputs.append(np.asarray(bind(item.spec.forward, dict(gc.case.kwargs, **{
+                        key: 1.7 * value}))(*gc.case.args)[0]))
+            for got in outputs:
+                if got.shape != expected.shape or not np.isfinite(got).all():
+                    continue
+                tried += 1
+                theirs = recognised_forward(item, gc, got, expected, names)
+                ours = selfcheck.recognised(case, arrays, got, gc.dtype, entry["sentences"])
+                assert ours == theirs, (entry["name"], gc.label, theirs, ours)
+                named += bool(ours)
+    assert tried > 100 and named > 50, (tried, named)
+
+
+@pytest.mark.parametrize("parts", [("independent/homework.py", "forward_bugs/dropout_keep_p.py"),
+                                   ("independent/homework.py", "forward_bugs/lora_rank_din.py"),
+                                   ("independent/homework.py",)], ids=lambda p: pathlib.Path(p[-1]).stem)
+def test_mask_statistics_cases_made_visible_are_judged_as_the_grader_judges_them(tmp_path, parts):
+    """The mask-statistics cases of dropout and LoRA (check=True, more than 1000 input entries:
+    checked along random directions) when an instructor makes every case visible."""
+    paths = make_assignment(["dropout", "lora_linear"], tmp_path / "hw", hidden_seed=7,
+                            hidden={"dropout": "none", "lora_linear": "none"})
+    data = json.loads(pathlib.Path(paths["check_data"]).read_text())
+    stats = [c for i in data["items"] for c in i["cases"] if "statistics of the mask" in c["label"]]
+    assert len(stats) == 2 and all(c["check"] for c in stats)
+    path = _submission(tmp_path, *parts)
+    report = grade(path, config=paths["config"])
+    proc, verdicts = _check(paths, path, tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    for t in report.tests:
+        case = [c for c in verdicts["functions"][t.function]["cases"] if c["label"] == t.label]
+        assert len(case) == 1 and case[0]["passed"] == t.passed, (t.function, t.label, t.output(), case)
+        assert round(t.max_score * case[0]["share"], 2) == t.score
+
+
+@pytest.mark.parametrize("value", [1.25, np.float64(1.25), np.array(1.25)], ids=["float", "np.float64", "array"])
+def test_a_float64_value_for_a_float32_case_is_a_slip_that_costs_the_deduction(value):
+    """A Python float, an np.float64 scalar or a float64 array with the right value for a
+    float32 case passes, named, less the slip deduction (the grader's rule)."""
+    from numpytfmr.grading import selfcheck
+    ok, short, lines = selfcheck.check_value(value, np.array(1.25, dtype=np.float32), "out", "float32")
+    assert ok and len(lines) == 1 and lines[0].startswith(selfcheck.SLIP)
+    if isinstance(value, float) and type(value) is float:
+        assert "returned a Python float" in lines[0]
+    case = selfcheck._case_result(selfcheck._with_slips("c", ok, short, lines, []), 0.1)
+    assert case["passed"] and case["share"] == pytest.approx(0.9)
+    assert case["lines"] == [f"slip (costs 10% of this test's points): {lines[0][len(selfcheck.SLIP):]}"]
+    wrong = selfcheck.check_value(1.5, np.array(1.25, dtype=np.float32), "out", "float32")
+    assert not wrong[0]

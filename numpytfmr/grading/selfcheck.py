@@ -12,6 +12,11 @@ visible tests: the values (with the grader's tolerances), the shapes and dtypes,
 back (a pair (out, cache) from a forward, one gradient per input from a backward), inputs,
 caches and dout left unchanged. Where a backward is wrong, it is also checked against finite
 differences of your own forward, which tells whether the forward or the backward is at fault.
+As in the grader, such a backward keeps its points only where your forward is recognisably the
+op: on that case a near miss the grader can name (the expected output times a constant, a
+known slip, a factor from the shapes, an option left out or with another value, dropout or LoRA
+scaled wrongly), or right on more than half of the function's visible cases; each credit
+("credited: ...", "not credited: ...") and each slip's deduction is named in the output.
 Random ops (dropout) are judged against your own draw: the mask is read off your output and its
 statistics tested, and the backward is checked against finite differences of your forward
 (the same seed gives the same mask).
@@ -46,6 +51,8 @@ RNG_DRAWS = 6            # more draws of a random case's mask, from other genera
 SLIP = "slip (right values, but it costs part of the points): "
 FD_STEP = 1e-3           # finite-difference step (five-point stencil)
 FD_MAX_ENTRIES = 4000    # inputs larger than this are checked on a sample of their entries
+FULL_CHECK_ENTRIES = 1000  # float input entries above which the check goes along random directions
+FD_DIRECTIONS = 8        # random directions (and as many single entries) per input, in that mode
 
 
 class UsageError(Exception):
@@ -223,7 +230,10 @@ def check_value(v, expected, what, tol="float64", none_reason=""):
         return False, f"{what}: returned a scalar", [f"{what}: returned a scalar; expected {want}"]
     if got.shape != exp.shape:
         return False, f"{what}: wrong shape", [f"{what}: shape {got.shape}; expected {exp.shape}"]
-    problems = [] if got.dtype == exp.dtype else [f"{what}: dtype {got.dtype}; expected {exp.dtype}"]
+    problems = [] if got.dtype == exp.dtype else [
+        f"{what}: returned a Python {type(v).__name__} (that is {got.dtype}); expected a value of "
+        f"dtype {exp.dtype} (e.g. np.asarray(value, dtype=x.dtype))" if kind == "pyscalar" else
+        f"{what}: dtype {got.dtype}; expected {exp.dtype}"]
     if exp.dtype.kind in "biu":
         wrong = got.astype(np.float64) != exp.astype(np.float64)
     else:
@@ -236,8 +246,10 @@ def check_value(v, expected, what, tol="float64", none_reason=""):
             wrong &= ~(~finite & (g == e))
             wrong |= np.isnan(g) & ~np.isnan(e)
     if not wrong.any():
-        if problems and kind == "array" and exp.dtype == np.float32 and got.dtype == np.float64:
-            return True, "", [SLIP + problems[0] + " (float32 inputs give float32 results)"]
+        if problems and exp.dtype == np.float32 and got.dtype == np.float64:
+            # right values in float64 (an array, np.float64 or a Python float): a slip
+            return True, "", [SLIP + problems[0] + ("" if kind == "pyscalar" else
+                                                    " (float32 inputs give float32 results)")]
         return not problems, "" if not problems else f"{what}: wrong dtype", problems
     idx = tuple(int(i) for i in np.argwhere(wrong)[0]) if exp.ndim else ()
     lines = problems + [f"{what}: {int(wrong.sum())} of {wrong.size} entries differ (shape {exp.shape})",
@@ -272,12 +284,18 @@ def _dropout_mask(args, kw, got, tol):
     return kept | (x == 0)
 
 
-def _lora_mask(args, kw, got, tol):
-    """Per row, the dropout mask of the branch input that gives ``out``; None when none does."""
+def _lora_scale(kw, A):
+    """The LoRA branch's scale s: alpha/r, or alpha/sqrt(r) with rank_stabilized."""
+    r = A.shape[1]
+    return kw["alpha"] / (math.sqrt(r) if kw.get("rank_stabilized") else r)
+
+
+def _lora_mask(args, kw, got, tol, s=None):
+    """Per row, the dropout mask of the branch input that gives ``out`` (with the branch scale
+    ``s``; default: the right one); None when none does."""
     x, W, A, B = (np.asarray(a, dtype=np.float64) for a in args[:4])
     b = np.asarray(args[4], dtype=np.float64) if len(args) > 4 and args[4] is not None else 0.0
-    r = A.shape[1]
-    s = kw["alpha"] / (math.sqrt(r) if kw.get("rank_stabilized") else r)
+    s = _lora_scale(kw, A) if s is None else s
     X = x.reshape(-1, x.shape[-1])
     Y = np.asarray(got, dtype=np.float64).reshape(X.shape[0], -1)
     if X.shape[1] > 14:
@@ -314,9 +332,117 @@ def _rng_dependence(masks, known, p):
                    "  draw the mask from the rng argument (keep = rng.random(x.shape) < 1 - p)"]
 
 
+# --- a wrong forward that is recognisably the op: a near miss the grader can name ---------------
+
+def _close(got, candidate, tol):
+    c = np.asarray(candidate, dtype=np.float64)
+    if c.shape != got.shape or not np.isfinite(c).all() or not np.isfinite(got).all():
+        return False
+    rtol, atol = TOLERANCES[tol]
+    scale = max(1.0, float(np.max(np.abs(c))) if c.size else 1.0)
+    return bool(np.all(np.abs(got - c) <= atol * scale + rtol * np.abs(c)))
+
+
+def recognised(case, arrays, got, tol, sentences=()):
+    """The near miss of the op that gives the wrong output ``got`` on ``case``, in words, or ""
+    (the grader's rule): the expected output times a constant; one of the named variants stored
+    for the case (a known slip, one input times a factor from the shapes, an option left out,
+    scaled, flipped or changed; ``sentences``: check_data's ``near_sentences``, which they
+    index); a numeric option with another value (the output taken as affine in the option, from
+    its output at twice the value)."""
+    kind, arr, _ = kind_of(got)
+    if kind not in ("array", "scalar", "pyscalar"):
+        return ""
+    g = arr.astype(np.float64)
+    e = np.asarray(arrays[case["out"]], dtype=np.float64)
+    if g.shape != e.shape or not g.size or not np.isfinite(g).all() or not np.isfinite(e).all():
+        return ""
+    ee = float(np.vdot(e, e))
+    if ee > 0:
+        c = float(np.vdot(g, e)) / ee
+        if c != 0 and abs(c - 1) > 1e-9 and _close(g, c * e, tol):
+            return f"your output is the expected output times {c:.4g} (a scale, or a sign)"
+    if case.get("near"):
+        rows = arrays[case["near_out"]]
+        for sentence, row in case["near"]:
+            if _close(g, rows[row], tol):
+                return sentences[sentence]
+    for key, value, row in case.get("moved", []):
+        d = (arrays[case["moved_out"]][row] - e).reshape(-1)
+        dd = float(np.dot(d, d))
+        if not np.isfinite(dd) or dd == 0.0:
+            continue
+        t = float(np.dot((g - e).reshape(-1), d)) / dd
+        ratio = 1.0 + t
+        if abs(t) < 1e-6 or ratio == 0.0 or not _close(g, e + t * d.reshape(e.shape), tol):
+            continue
+        return (f"your output equals the expected output with {key} = {ratio * value:.4g} "
+                f"instead of {value:.4g}, i.e. {key} multiplied by {ratio:.4g}: the factor {key} "
+                "enters the formula with is wrong")
+    return ""
+
+
+def _dropout_near_miss(args, kw, got, tol):
+    """Dropout whose kept entries are all scaled by one wrong factor: the sentence, or ""."""
+    x = np.asarray(args[0], dtype=np.float64)
+    p = float(kw["p"])
+    known = x != 0
+    used = (got != 0) & known
+    if not used.any() or used.sum() == known.sum():   # drops nothing: not dropout at all
+        return ""
+    ratio = got[used] / x[used]
+    if not np.allclose(ratio, ratio[0], rtol=max(TOLERANCES[tol][0], 1e-6), atol=0):
+        return ""
+    c = float(ratio[0])
+    named = {1.0: "no scaling", 1.0 / p: "1/p", 1.0 - p: "1 - p", p: "p"}
+    label = next((f" = {n}" for v, n in named.items() if math.isclose(c, v, rel_tol=1e-6)), "")
+    return (f"dropout that scales the kept entries by {c:.6g}{label} instead of 1/(1-p) = "
+            f"{1 / (1 - p):.6g}")
+
+
+def _lora_near_miss(args, kw, got, tol):
+    """LoRA whose branch is scaled by a wrong constant s' (for one dropout mask): the sentence
+    naming s' in the case's terms, or ""."""
+    x, W, A, B = (np.asarray(a, dtype=np.float64) for a in args[:4])
+    b = args[4] if len(args) > 4 and args[4] is not None else None
+    p = float(kw["dropout"])
+    d_in = x.shape[-1]
+    if d_in > 14:
+        return ""
+    X = x.reshape(-1, d_in)
+    base = X @ W + (0.0 if b is None else np.asarray(b, dtype=np.float64))
+    R = np.asarray(got, dtype=np.float64).reshape(base.shape) - base
+    i = int(np.argmax(np.abs(R).max(axis=1)))
+    if not np.any(R[i]):
+        return ""
+    M = ((np.arange(2 ** d_in)[:, None] >> np.arange(d_in)) & 1).astype(bool)
+    G = (M * X[i]) @ (A @ B) / (1.0 - p)                          # the branch per mask, s' = 1
+    gg = np.einsum("md,md->m", G, G)
+    fit = np.where(gg > 0, G @ R[i] / np.where(gg > 0, gg, 1.0), 0.0)
+    resid = np.abs(fit[:, None] * G - R[i]).max(axis=1)
+    s = _lora_scale(kw, A)
+    for k in np.argsort(resid)[:8]:
+        c = float(fit[k])
+        if c == 0.0 or resid[k] > 1e-3 * np.abs(R[i]).max() or \
+                math.isclose(c, s, rel_tol=TOLERANCES[tol][0]):
+            continue
+        if _lora_mask(args, kw, got, tol, s=c) is None:
+            continue
+        alpha, r = kw["alpha"], A.shape[1]
+        named = {alpha / d_in: f"alpha/d_in (d_in = A.shape[0] = {d_in})",
+                 alpha / math.sqrt(r): "alpha/sqrt(r)", alpha / r: "alpha/r", alpha: "alpha",
+                 1.0 / r: "1/r", 1.0: "1 (no scale)", alpha * r: "alpha r",
+                 alpha / B.shape[1]: f"alpha/d_out (d_out = B.shape[1] = {B.shape[1]})"}
+        label = next((f" = {n}" for v, n in named.items() if math.isclose(c, v, rel_tol=1e-6)), "")
+        right = "alpha/sqrt(r)" if kw.get("rank_stabilized") else "alpha/r"
+        return (f"LoRA with its branch scaled by {c:.6g}{label} instead of s = {right} = {s:.6g} "
+                f"(r = A.shape[1] = {r})")
+    return ""
+
+
 def judge_draw(draw, args, kw, got, tol, redraw=None):
-    """(ok, short, lines, mask_read) for a random forward judged against its own draw, or None
-    when the output is not an array of the right shape (then compared as any other).
+    """(ok, short, lines, mask_read, near_miss) for a random forward judged against its own draw,
+    or None when the output is not an array of the right shape (then compared as any other).
     ``redraw(seed)``: the forward's output under another generator, for the larger cases."""
     kind, arr, _ = kind_of(got)
     if kind != "array" or arr.shape != tuple(draw["shape"]) or not np.isfinite(arr).all():
@@ -324,17 +450,22 @@ def judge_draw(draw, args, kw, got, tol, redraw=None):
     reader = _dropout_mask if draw["op"] == "dropout" else _lora_mask
     mask = reader(args, kw, arr.astype(np.float64), tol)
     if mask is None:
+        try:
+            near = (_dropout_near_miss if draw["op"] == "dropout" else _lora_near_miss)(
+                args, kw, arr.astype(np.float64), tol)
+        except Exception:  # noqa: BLE001 -- looking for a near miss never fails the check
+            near = ""
         return False, "out: no dropout mask gives it", [
             "out: no dropout mask explains your output (dropped entries are 0, kept ones are "
             "scaled by 1/(1-p)); your backward is compared with the expected gradients of one "
-            "particular draw"], False
+            "particular draw"] + ([f"  diagnosis: your output is {near}"] if near else []), False, near
     known = np.asarray(args[0]) != 0
     n, k, q = int(known.sum()), int((mask & known).sum()), 1.0 - draw["p"]
     low, high = _binomial_tails(n, k, q)
     if min(low, high) < DRAW_ALPHA / 2:
         return False, "mask statistics", [
             f"mask: your forward keeps {k} of {n} entries ({k / max(n, 1):.3f}); each entry must "
-            f"be kept with probability 1 - p = {q:g}"], True
+            f"be kept with probability 1 - p = {q:g}"], True, ""
     if redraw is not None and n >= 200 and type(kw.get("rng")) is int:
         masks = [mask]
         for j in range(1, RNG_DRAWS + 1):
@@ -342,12 +473,12 @@ def judge_draw(draw, args, kw, got, tol, redraw=None):
             m = reader(args, kw, arr.astype(np.float64), tol) if kind == "array" \
                 and arr.shape == mask.shape else None
             if m is None:
-                return True, "", [], True
+                return True, "", [], True, ""
             masks.append(m)
         ok, lines = _rng_dependence(masks, known, draw["p"])
         if not ok:
-            return False, "mask ignores rng", lines, True
-    return True, "", [], True
+            return False, "mask ignores rng", lines, True, ""
+    return True, "", [], True, ""
 
 
 # --- finite differences of the student's own forward ----------------------------------------------
@@ -376,6 +507,39 @@ def finite_differences(forward, args, kw, dout, p, rng):
     return idx, num
 
 
+def directional_check(forward, args, kw, dout, p, grad, name, rng, rtol, atol):
+    """(ok, lines): the gradient of input ``p`` along FD_DIRECTIONS random unit directions u
+    (sum(grad * u)) and at as many entries spread over it, against finite differences of the
+    forward along the same directions."""
+    x = args[p]
+    dirs = [u / np.linalg.norm(u) for u in (rng.standard_normal(x.shape) for _ in range(FD_DIRECTIONS))]
+    for j in np.linspace(0, x.size - 1, min(FD_DIRECTIONS, x.size)).astype(int):
+        e = np.zeros(x.shape)
+        e.reshape(-1)[j] = 1.0
+        dirs.append(e)
+
+    def f(xp):
+        call = list(args)
+        call[p] = xp
+        out = forward(*[_copy(a) for a in call], **fresh_kwargs(kw))[0]
+        return float(np.sum(np.asarray(out, dtype=np.float64) * dout))
+    num, ana = np.zeros(len(dirs)), np.zeros(len(dirs))
+    g = grad.astype(np.float64)
+    for m, u in enumerate(dirs):
+        _beat()
+        values = [f(x + step * FD_STEP * u) for step in (-2, -1, 1, 2)]
+        num[m] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * FD_STEP)
+        ana[m] = float(np.sum(g * u))
+    scale = max(1.0, float(np.max(np.abs(num))))
+    bad = np.abs(ana - num) > atol * scale + rtol * np.abs(num)
+    if not bad.any():
+        return True, []
+    m = int(np.argmax(bad))
+    return False, [f"d{name}: along {int(bad.sum())} of {len(dirs)} directions (random ones, then "
+                   f"single entries) your gradient differs from finite differences of your forward; "
+                   f"first: yours {ana[m]:.6g}, finite differences {num[m]:.6g}"]
+
+
 def own_forward_check(forward, args, kw, dout, grads, names):
     """(consistent, lines): the backward's gradients against finite differences of the forward.
     float32 inputs are differentiated in float64 (the same draw for random ops), and compared
@@ -387,11 +551,18 @@ def own_forward_check(forward, args, kw, dout, grads, names):
             for a in args]
     dout = np.asarray(dout, dtype=np.float64)
     rtol, atol = (2e-3, 1e-3) if single else (1e-4, 1e-5)
+    size = sum(a.size for a in args if isinstance(a, np.ndarray) and a.dtype == np.float64)
     for p, (a, g) in enumerate(zip(args, grads)):
         if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.size):
             continue
         kind, garr, _ = kind_of(g)
         if kind != "array" or garr.shape != a.shape:
+            continue
+        if size > FULL_CHECK_ENTRIES:             # a large case, as the grader checks it
+            good, more = directional_check(forward, args, kw, dout, p, garr, names[p], rng,
+                                           rtol, atol)
+            ok = ok and good
+            lines += more
             continue
         idx, num = finite_differences(forward, args, kw, dout, p, rng)
         ana = garr.astype(np.float64).reshape(-1)[idx]
@@ -477,7 +648,7 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
         kw = {k: decode(v, arrays) for k, v in case["kwargs"].items()}
         dout = arrays[case["dout"]]
         grads = [None if g is None else arrays[g] for g in case["grads"]]
-        fwd_ok, cache, out, own_draw = False, None, None, False
+        fwd_ok, cache, out, own_draw, near = False, None, None, False, ""
         if fwd is None or not callable(fwd):
             results.add(fwd_name, (label, False, "not defined", [f"{fwd_name} is not defined"]))
         else:
@@ -499,8 +670,13 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
                 verdict = (judge_draw(case["draw"], args, kw, out, tol, redraw)
                            if case.get("draw") else None)
                 if verdict is None:
-                    verdict = check_value(out, arrays[case["out"]], "out", tol) + (False,)
-                ok, short, lines, own_draw = verdict
+                    verdict = check_value(out, arrays[case["out"]], "out", tol) + (False, "")
+                    if not verdict[0] and verdict[1].endswith("wrong values"):
+                        near = recognised(case, arrays, out, tol, item.get("sentences", ()))
+                        if near:
+                            verdict[2].append(f"  diagnosis: {near}")
+                ok, short, lines, own_draw, near_draw = verdict
+                near = near or near_draw
                 fwd_ok = ok
                 results.add(fwd_name, _with_slips(label, ok, short, lines, flags))
         if bwd_name in skip:
@@ -532,23 +708,69 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
                          "before modifying it")
         ok, short, lines, items = _check_grads(value, grads, args, names, bwd_name, tol, own_draw,
                                                fwd, kw, dout)
-        passed = ok
-        if not passed and items is not None and case["check"] and not own_draw:
+        claim = None
+        if not ok and items is not None and case["check"] and not own_draw:
             consistent, extra = own_forward_check(fwd, args, kw, dout, items, names)
             head = f"check of {bwd_name} against finite differences of your own {fwd_name}"
             if consistent:
                 lines.append(f"{head}: PASSED -- your backward is consistent with your forward"
                              + ("" if fwd_ok else f", so the mismatch comes from {fwd_name}: fix the "
                                 "forward first"))
-                if not fwd_ok and _nontrivial(items, grads):
-                    passed, short = True, "consistent with your own forward"
-                    lines.insert(0, f"credited: {bwd_name} is the gradient of your own {fwd_name}, "
-                                    "so it keeps its points; the forward's own check says what is wrong")
             else:
                 lines += [f"{head}: FAILED -- your backward does not match your forward:"]
                 lines += ["  " + line for line in extra]
-        results.add(bwd_name, _with_slips(label, passed, short, lines, flags))
+            # the own-forward credit is decided once every visible forward verdict is known
+            # (settle_claims): what it needs is kept with the verdict
+            claim = {"consistent": consistent, "fwd_passed": fwd_ok, "near": near,
+                     "nontrivial": _nontrivial(items, grads), "short": short,
+                     "lines": list(lines), "flags": flags}
+        verdict = _with_slips(label, ok, short, lines, flags)
+        results.add(bwd_name, verdict + (claim,) if claim else verdict)
     return results
+
+
+NOT_COUNTED = ("not run", "not defined", "submission not loaded")
+
+
+def settle_claims(item, verdicts):
+    """The own-forward credit, as the grader decides it: a backward that failed against the
+    expected gradients but agrees with finite differences of the student's own forward (wrong on
+    that case), nonzero wherever the expected gradient is, keeps its points only where that
+    forward is recognisably the op -- a near miss the grader can name on the case, or the
+    expected output on more than half of the function's visible cases. ``verdicts``: {function:
+    [verdict per case]}, changed in place."""
+    fwd, bwd = item["functions"]
+    counted = [v for v in verdicts.get(fwd, []) if v is not None and v[2] not in NOT_COUNTED]
+    passed, graded = sum(bool(v[1]) for v in counted), len(counted)
+    for k, v in enumerate(verdicts.get(bwd, [])):
+        if v is None or len(v) < 5 or not v[4]:
+            continue
+        label, claim = v[0], v[4]
+        if not claim["consistent"] or claim["fwd_passed"]:
+            verdicts[bwd][k] = tuple(v[:4])
+            continue
+        why = None
+        if claim["near"]:
+            why = f"your {fwd} is {item['name']} with one mistake the grader names: {claim['near']}"
+        elif graded and 2 * passed > graded:
+            why = f"your {fwd} matches the reference on {passed} of {graded} cases (most of them)"
+        if why is not None and claim["nontrivial"]:
+            credit = (f"{bwd} is the gradient of your own {fwd} (checked by finite differences), "
+                      f"and {why}: so it keeps its points; {fwd}'s own test costs the mistake")
+            label, ok, short, lines = _with_slips(
+                label, True, "consistent with your own forward",
+                ["For reference, against the correct gradient:"] + claim["lines"], claim["flags"])
+            verdicts[bwd][k] = (label, ok, short, [f"credited: {credit}"] + lines)
+            continue
+        reason = ("it is nonzero only where the correct gradient is zero: a forward and a "
+                  "backward that both ignore an input earn nothing for it"
+                  if why is not None else
+                  f"your {fwd} is not recognisably {item['name']} on this case: no near miss "
+                  f"the grader can name (a scale, a factor, an option, a known slip) gives its "
+                  f"output, and it matches the reference on {passed} of {graded} cases")
+        verdicts[bwd][k] = _with_slips(label, False, claim["short"], claim["lines"] + [
+            f"not credited: {bwd} agrees with your own {fwd}, but {reason}; so it is graded "
+            "against the correct gradient"], claim["flags"])
 
 
 def _with_slips(label, passed, short, lines, flags):
@@ -689,6 +911,8 @@ def _read_data(data_dir):
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read check_data.json / check_data.npz in {data_dir!r}: {exc}") from None
+    for item in data.get("items", []):           # the near misses' sentences, shared by the cases
+        item["sentences"] = data.get("near_sentences", [])
     return data, arrays
 
 
@@ -820,8 +1044,8 @@ def run_items(homework, data_dir, data, indices, timeout):
             if "loaded" in m:
                 problems = m["loaded"]
             elif "verdict" in m:
-                label, ok, short, lines = m["verdict"]
-                results[m["item"]][m["function"]][m["case"]] = (label, bool(ok), short, lines)
+                label, ok, short, lines, *claim = m["verdict"]
+                results[m["item"]][m["function"]][m["case"]] = (label, bool(ok), short, lines, *claim)
         if ended == "done":
             break
         if at is None:                       # loading the homework did not finish
@@ -887,6 +1111,10 @@ def run(homework, data_dir, only=(), timeout=None, separate=True):
     if results is None and to_run:
         module, problems = load_homework(homework)
         results = {i: _check_item(module, problems, data["items"][i], arrays) for i in to_run}
+    for i in to_run:
+        if data["items"][i]["kind"] == "op":
+            settle_claims(data["items"][i], results[i])
+    deduction = float(data.get("slip_deduction", 0.1))
     functions = {}
     for index, wanted in chosen.items():
         item = data["items"][index]
@@ -894,14 +1122,28 @@ def run(homework, data_dir, only=(), timeout=None, separate=True):
             if not item["cases"]:
                 functions[f] = {"passed": None, "cases": [], "hidden": int(item.get("hidden_cases", 0))}
                 continue
-            cases = [{"label": lab, "passed": bool(ok), "short": short, "lines": lines}
-                     for lab, ok, short, lines in results[index][f]]
+            cases = [_case_result(v, deduction) for v in results[index][f]]
             functions[f] = {"passed": all(c["passed"] for c in cases), "cases": cases,
                             "hidden": int(item.get("hidden_cases", 0))}
     skipped = [f"{', '.join(s['functions'])} on case '{s['label']}'" for s in data.get("skipped", [])]
     return {"assignment": data.get("assignment"), "homework": homework, "load_problems": problems,
             "functions": functions, "not_checked_here": skipped, "timeout": timeout,
             "notes": notes}
+
+
+def _case_result(verdict, deduction):
+    """One case's verdict as check.py reports it: each slip named with what it costs, and
+    ``share``, the part of the test's points the grader gives (1, less the slip deduction, or 0)."""
+    label, ok, short, lines = verdict[:4]
+    slips = [line[len(SLIP):] for line in lines if line.startswith(SLIP)]
+    lines = [line for line in lines if not line.startswith(SLIP)]
+    share = (1.0 - deduction if slips else 1.0) if ok else 0.0
+    if ok and slips:
+        short = f"{short}, -{deduction:.0%}" if deduction else short
+        lines = lines + [f"slip (costs {deduction:.0%} of this test's points): {s}" for s in slips]
+    else:
+        lines = lines + [SLIP + s for s in slips]
+    return {"label": label, "passed": bool(ok), "short": short, "lines": lines, "share": share}
 
 
 def table(result, details=True):

@@ -202,18 +202,78 @@ def _draw(item, gc, out):
     return {"op": item.name, "p": p, "shape": list(np.shape(out))}
 
 
+_MAX_NEAR_ENTRIES = 4096     # outputs larger than this store no near-miss variants
+
+
+def _near_misses(item, gc, names, seen, out, arrays, key, sentences):
+    """What the self-check needs for the own-forward credit's near misses on a visible case
+    (grader.recognised_forward), in float64: the named variants' outputs (``near``: [[sentence,
+    row]], in the grader's order, the rows of the array ``near_out``: one per distinct output;
+    a sentence is its index in ``sentences``, {sentence: index}, which the cases share)
+    and each numeric option's output at twice its value (``moved``: [[option, value, row]], the
+    rows of ``moved_out``)."""
+    from .grader import near_miss_candidates
+    out = np.asarray(out)
+    if out.dtype.kind != "f" or not 0 < out.size <= _MAX_NEAR_ENTRIES:
+        return {}
+    args, kwargs = gc.case.args, gc.case.kwargs
+    names = list(names[:len(args)]) + [f"input {i}" for i in range(len(names), len(args))]
+    near, rows, seen_rows = [], [], {}
+    for sentence, thunk in near_miss_candidates(item, gc, names, seen):
+        try:
+            with np.errstate(all="ignore"):
+                v = np.asarray(thunk(), dtype=np.float64)
+        except Exception:  # noqa: BLE001 -- a variant the reference refuses matches nothing
+            continue
+        if v.shape != out.shape or not np.isfinite(v).all():
+            continue
+        row = seen_rows.setdefault(v.tobytes(), len(rows))
+        if row == len(rows):
+            rows.append(v)
+        near.append([sentences.setdefault(sentence, len(sentences)), row])
+    moved, moved_rows = [], []
+    for name, value in kwargs.items():
+        if name in ("rng", "axis") or isinstance(value, (bool, np.bool_)) or \
+                not isinstance(value, (int, float, np.integer, np.floating)) or value == 0:
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                m = np.asarray(bind(item.spec.forward, dict(kwargs, **{name: 2.0 * value}))(*args)[0],
+                               dtype=np.float64)
+        except Exception:  # noqa: BLE001 -- an option value the reference refuses
+            continue
+        if m.shape == out.shape and np.isfinite(m).all():
+            moved.append([name, float(value), len(moved_rows)])
+            moved_rows.append(m)
+    entry = {}
+    if near:
+        arrays[f"{key}.near"] = np.stack(rows)
+        entry.update(near=near, near_out=f"{key}.near")
+    if moved:
+        arrays[f"{key}.moved"] = np.stack(moved_rows)
+        entry.update(moved=moved, moved_out=f"{key}.moved")
+    return entry
+
+
 def check_data(items, *, seed, hidden_seed=None, float32_case=True):
     """The self-check's data: (a JSON-able dict, {key: array}) holding, for every visible case
     of ``items``, its inputs and options, the upstream gradient and the expected output and
     gradients. Hidden cases are never included (``hidden_seed``: the grader's, which decides
     which cases are hidden), only their number per item (``hidden_cases``); neither is any code
     of the reference."""
-    arrays, out_items, skipped = {}, [], []
+    arrays, out_items, skipped, sentences = {}, [], [], {}
     for n, item in enumerate(items):
         names = input_names(item.spec)
         cases, n_hidden = [], 0
-        for k, gc in enumerate(make_graded_cases(item, seed=seed, hidden_seed=hidden_seed,
-                                                 float32_case=float32_case)):
+        graded = make_graded_cases(item, seed=seed, hidden_seed=hidden_seed, float32_case=float32_case)
+        # the string options the grader's near misses try: those of the visible cases (a value
+        # only a hidden case uses is not named here)
+        seen = {}
+        for gc in graded:
+            for k2, v in gc.case.kwargs.items():
+                if isinstance(v, str) and not gc.hidden:
+                    seen.setdefault(k2, set()).add(v)
+        for k, gc in enumerate(graded):
             if gc.hidden:
                 n_hidden += 1
                 continue
@@ -242,6 +302,7 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
                 arrays[f"{key}.out"], arrays[f"{key}.dout"] = out, dout
                 entry.update(out=f"{key}.out", dout=f"{key}.dout", draw=_draw(item, gc, out),
                              grads=[])
+                entry.update(_near_misses(item, gc, names, seen, out, arrays, key, sentences))
                 for i, g in enumerate(grads):
                     if g is None:
                         entry["grads"].append(None)
@@ -254,7 +315,8 @@ def check_data(items, *, seed, hidden_seed=None, float32_case=True):
             cases.append(entry)
         out_items.append({"name": item.name, "kind": item.kind, "functions": list(item.functions),
                           "inputs": names, "cases": cases, "hidden_cases": n_hidden})
-    return {"format": 1, "seed": int(seed), "items": out_items, "skipped": skipped}, arrays
+    return {"format": 1, "seed": int(seed), "items": out_items, "skipped": skipped,
+            "near_sentences": list(sentences)}, arrays
 
 
 def _npz_bytes(arrays):
@@ -438,6 +500,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     data, arrays = check_data(items, seed=int(seed), hidden_seed=int(hidden_seed), float32_case=True)
     data["assignment"] = name
     data["timeout"] = timeout               # check.py's limit for each call of a function
+    data["slip_deduction"] = float(config.get("slip_deduction", DEFAULTS["slip_deduction"]))
 
     student = os.path.join(out_dir, "student")
     os.makedirs(auto, exist_ok=True)
