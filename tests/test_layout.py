@@ -501,3 +501,65 @@ def test_shared_imports_nothing_of_the_package(module):
     found = [(line, m) for line, m in _imported_modules(module)
              if not m.startswith(f"{PACKAGE}.shared")]
     assert not found, f"{module} imports " + ", ".join(f"{m} (line {line})" for line, m in found)
+
+
+# --- no loop between folders -----------------------------------------------------------------
+# The same edges as above (module-level and function-level imports), read one level up: each
+# subpackage is one folder (``checking``, ``registry``, ``run``, ...), and each top-level module
+# is a node of its own (``numpytfmr.gradcheck``, ``numpytfmr.norms``, ...). A circle among these
+# nodes is a loop between folders even when no two modules import each other: ``gradcheck`` ->
+# ``checking/`` -> ``registry/`` -> ``gradcheck`` was one.
+
+def folder_of(module):
+    """``numpytfmr.run.commands.lora`` -> ``run``; a top-level module is its own node."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (_PKG_DIR / parts[1]).is_dir()) \
+        else module
+
+
+def folder_graph(graph):
+    """``{folder: set of the folders its modules import}`` of a module graph."""
+    out = {}
+    for module, edges in graph.items():
+        mine = folder_of(module)
+        out.setdefault(mine, set()).update(folder_of(m) for m in edges)
+        out[mine].discard(mine)
+    return out
+
+
+def _folder_loops(graph):
+    loops = []
+    for component in cycles(folder_graph(graph)):
+        inside = set(component)
+        edges = sorted(f"{a} -> {b}" for a, bs in graph.items() for b in bs
+                       if folder_of(a) in inside and folder_of(b) in inside
+                       and folder_of(a) != folder_of(b))
+        loops.append(f"{' <-> '.join(component)} (through {'; '.join(edges)})")
+    return loops
+
+
+def test_folder_graph_groups_modules_by_folder():
+    graph = {"numpytfmr.gradcheck": {"numpytfmr.checking.compare"},
+             "numpytfmr.checking.recognise": {"numpytfmr.registry"},
+             "numpytfmr.checking.compare": set(),
+             "numpytfmr.registry": set(),
+             "numpytfmr.registry.check": {"numpytfmr.gradcheck"},
+             "numpytfmr.norms": set()}
+    assert folder_graph(graph) == {"numpytfmr.gradcheck": {"checking"}, "checking": {"registry"},
+                                   "registry": {"numpytfmr.gradcheck"}, "numpytfmr.norms": set()}
+    # no two modules import each other, and still the three folders go round
+    assert cycles(graph) == []
+    assert cycles(folder_graph(graph)) == [["checking", "numpytfmr.gradcheck", "registry"]]
+    assert "registry.check -> numpytfmr.gradcheck" in _folder_loops(graph)[0]
+    del graph["numpytfmr.registry.check"]
+    assert _folder_loops(graph) == []
+
+
+def test_the_folder_graph_sees_function_level_imports():
+    # checking/ looks ops up in the registry inside functions only
+    assert "registry" in folder_graph(import_graph())["checking"]
+
+
+def test_no_loop_between_folders():
+    found = _folder_loops(import_graph())
+    assert not found, "folders that import each other in a loop: " + "; ".join(found)
