@@ -187,7 +187,9 @@ def output_dir(text):
 
 # Modules of numpytfmr/run/commands/, in the order ``--help`` lists them. Each defines
 # ``add_command(sub)``, which adds its sub-parser and sets ``func`` (a function of the
-# parsed arguments returning the exit status). They import heavy modules lazily.
+# parsed arguments returning the exit status). They import heavy modules lazily, and no
+# command imports another: what they share is in run/options.py (flags), run/outputs.py
+# (the run folder, the end of a run) and run/adapters.py (lora and dpo).
 COMMANDS = ("check", "train", "pretrain", "tokenize", "generate", "export", "train_seq2seq", "lora",
             "dpo", "examples", "docs", "grade", "make_assignment", "bench")
 
