@@ -2,9 +2,9 @@
 
 :func:`check_op` is the driver: it gradient-checks every case of one registered op. The
 command, the parametrised tests (tests/test_registry.py) and anyone checking an op by hand
-call it. It lives here, above both the registry and the gradient checker, so that neither
-of those folders imports the other's caller (the checker recognises ops through the
-registry; the registry lists the reference ops).
+call it. It lives here, above both the gradient checker and the registry: the checker
+(``gradcheck.py``, ``checking/``) recognises ops through the registry, so a driver inside
+``registry/`` that calls the checker would close a loop between the folders.
 """
 import time
 
