@@ -15,7 +15,7 @@ from numpytfmr.checking.catalogue import catalogue_diagnoses
 from numpytfmr.checking.evidence import Case as CheckCase
 from numpytfmr.gradcheck import check_gradients
 from numpytfmr.registry import Mistake, bind, registry
-from numpytfmr.registry.check import input_names
+from numpytfmr.registry import input_names
 
 VARIANTS = [(name, m) for name, spec in registry().items() for m in spec.mistakes]
 _FAMILIES = ("attention", "mha", "layernorm", "rmsnorm", "gelu", "relu", "silu", "softmax",

@@ -579,7 +579,7 @@ BUGS = [
 def _case(op, index):
     """(forward, inputs maker, names) of a registered op's case (float64)."""
     from numpytfmr.registry import registry
-    from numpytfmr.registry.check import input_names
+    from numpytfmr.registry import input_names
     spec = registry()[op]
     case = spec.make_cases(np.random.default_rng(0), np.float64)[index]
     return bind(spec.forward, case.kwargs), (lambda rng: case.args), \

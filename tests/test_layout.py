@@ -501,3 +501,130 @@ def test_shared_imports_nothing_of_the_package(module):
     found = [(line, m) for line, m in _imported_modules(module)
              if not m.startswith(f"{PACKAGE}.shared")]
     assert not found, f"{module} imports " + ", ".join(f"{m} (line {line})" for line, m in found)
+
+
+# --- no loop between folders -----------------------------------------------------------------
+# The same edges as above (module-level and function-level imports), read one level up: each
+# subpackage is one folder (``checking``, ``registry``, ``run``, ...), and each top-level module
+# is a node of its own (``numpytfmr.gradcheck``, ``numpytfmr.norms``, ...). A circle among these
+# nodes is a loop between folders even when no two modules import each other: ``gradcheck`` ->
+# ``checking/`` -> ``registry/`` -> ``gradcheck`` was one.
+
+def folder_of(module):
+    """``numpytfmr.run.commands.lora`` -> ``run``; a top-level module is its own node."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (_PKG_DIR / parts[1]).is_dir()) \
+        else module
+
+
+def folder_graph(graph):
+    """``{folder: set of the folders its modules import}`` of a module graph."""
+    out = {}
+    for module, edges in graph.items():
+        mine = folder_of(module)
+        out.setdefault(mine, set()).update(folder_of(m) for m in edges)
+        out[mine].discard(mine)
+    return out
+
+
+def _folder_loops(graph):
+    loops = []
+    for component in cycles(folder_graph(graph)):
+        inside = set(component)
+        edges = sorted(f"{a} -> {b}" for a, bs in graph.items() for b in bs
+                       if folder_of(a) in inside and folder_of(b) in inside
+                       and folder_of(a) != folder_of(b))
+        loops.append(f"{' <-> '.join(component)} (through {'; '.join(edges)})")
+    return loops
+
+
+def test_folder_graph_groups_modules_by_folder():
+    graph = {"numpytfmr.gradcheck": {"numpytfmr.checking.compare"},
+             "numpytfmr.checking.recognise": {"numpytfmr.registry"},
+             "numpytfmr.checking.compare": set(),
+             "numpytfmr.registry": set(),
+             "numpytfmr.registry.check": {"numpytfmr.gradcheck"},
+             "numpytfmr.norms": set()}
+    assert folder_graph(graph) == {"numpytfmr.gradcheck": {"checking"}, "checking": {"registry"},
+                                   "registry": {"numpytfmr.gradcheck"}, "numpytfmr.norms": set()}
+    # no two modules import each other, and still the three folders go round
+    assert cycles(graph) == []
+    assert cycles(folder_graph(graph)) == [["checking", "numpytfmr.gradcheck", "registry"]]
+    assert "registry.check -> numpytfmr.gradcheck" in _folder_loops(graph)[0]
+    del graph["numpytfmr.registry.check"]
+    assert _folder_loops(graph) == []
+
+
+def test_the_folder_graph_sees_function_level_imports():
+    # checking/ looks ops up in the registry inside functions only
+    assert "registry" in folder_graph(import_graph())["checking"]
+
+
+def test_no_loop_between_folders():
+    found = _folder_loops(import_graph())
+    assert not found, "folders that import each other in a loop: " + "; ".join(found)
+
+
+# --- commands stand alone ----------------------------------------------------------------------
+# Each module of numpytfmr/run/commands/ defines one command (its flags and its run) and takes
+# what it shares with other commands from the named modules of helpers in run/ (options.py,
+# outputs.py, adapters.py, ...), never from another command: read with ``ast``, module-level
+# and function-level imports, relative or absolute, and import_module calls with a literal name.
+
+COMMANDS_PACKAGE = f"{PACKAGE}.run.commands"
+COMMAND_MODULES = sorted(m for m in ALL_MODULES if m.startswith("run/commands/")
+                         and not m.endswith("__init__.py"))
+
+
+def commands_imported(relpath, imported=None):
+    """The other command modules (``numpytfmr.run.commands.x``) that ``relpath`` imports;
+    ``imported``: its ``(line, module)`` list (default: read from the file)."""
+    me = _dotted(relpath)
+    found = set()
+    for line, m in (_imported_modules(relpath) if imported is None else imported):
+        if m.startswith(COMMANDS_PACKAGE + "."):
+            command = ".".join(m.split(".")[:4])        # numpytfmr.run.commands.<module>
+            if command != me and figures.module_path(str(PKG_DIR), command):
+                found.add((line, command))
+    return sorted(found)
+
+
+def test_the_command_reader_sees_an_import_of_another_command():
+    assert len(COMMAND_MODULES) >= 10 and "run/commands/lora.py" in COMMAND_MODULES
+    me = "run/commands/dpo.py"
+    imports = lambda source: [  # noqa: E731
+        (line, m) for line, m in _imports_of_source(me, source)]
+    assert commands_imported(me, imports("from numpytfmr.run.commands.lora import x\n")) == \
+        [(1, f"{COMMANDS_PACKAGE}.lora")]
+    assert commands_imported(me, imports("from . import train\n")) == \
+        [(1, f"{COMMANDS_PACKAGE}.train")]
+    assert commands_imported(me, imports("from .train import finish\n")) == \
+        [(1, f"{COMMANDS_PACKAGE}.train")]
+    inside = "def f():\n    from numpytfmr.run.commands import pretrain\n    return pretrain\n"
+    assert commands_imported(me, imports(inside)) == [(2, f"{COMMANDS_PACKAGE}.pretrain")]
+    assert commands_imported(me, imports("import importlib\n"
+                                         "importlib.import_module('numpytfmr.run.commands.lora')\n")) \
+        == [(2, f"{COMMANDS_PACKAGE}.lora")]
+    # helpers, the command line's types and its own module are allowed
+    assert commands_imported(me, imports("from numpytfmr.run.options import add_run_options\n"
+                                         "from numpytfmr.run.cli import UsageError\n"
+                                         "from numpytfmr.run.commands.dpo import cmd_dpo\n")) == []
+
+
+def _imports_of_source(relpath, source):
+    """``_imported_modules`` of ``source`` as if it were the file ``relpath``."""
+    original = _parse
+    try:
+        globals()["_parse"] = lambda _: ast.parse(source)
+        return _imported_modules(relpath)
+    finally:
+        globals()["_parse"] = original
+
+
+@pytest.mark.parametrize("module", COMMAND_MODULES)
+def test_a_command_imports_no_other_command(module):
+    found = commands_imported(module)
+    assert not found, (f"{module} imports another command: " + ", ".join(
+        f"{m} (line {line})" for line, m in found)
+        + "; what commands share belongs in a module of helpers in numpytfmr/run/ "
+        "(options.py for flags, outputs.py for the run folder and the end of a run)")

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from numpytfmr.registry.check import check_op
+from numpytfmr.run.commands.check import check_op
 from numpytfmr.registry import bind, registry
 
 OPS = list(registry())

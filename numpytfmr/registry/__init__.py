@@ -9,7 +9,9 @@ A :class:`Case` holds plain data only (arrays, numbers, strings), so it can be w
 to an ``.npz`` and replayed in another process. An integer under the key ``"rng"`` in
 ``kwargs`` is a seed: :func:`bind` turns it into a fresh ``np.random.Generator`` on
 every call, which makes a random forward (dropout) repeatable. The driver that
-gradient-checks every case of an op is ``registry/check.py`` (:func:`check_op`).
+gradient-checks every case of an op is ``check_op`` in ``run/commands/check.py`` (the
+``check`` command's module): the gradient checker recognises ops through this registry, so
+the registry does not import the checker.
 
 Each op also declares its catalogue of known wrong backwards (:class:`Mistake`): the
 formulas students write instead of the right one (softmax's diagonal-only Jacobian,

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import sys
-import time
 
 __all__ = ["main", "build_parser", "UsageError", "Parser", "positive_int", "nonnegative_int",
            "positive_float", "nonnegative_float", "checkpoint_path", "output_file",
@@ -70,7 +69,7 @@ def _flag_message(message):
     return f"{flag} {rest}" if rest.startswith("is ") else f"{flag}: {rest}"
 
 
-def _one_line(text):
+def one_line(text):
     return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
@@ -83,7 +82,7 @@ _FUNCTION_PREFIX = re.compile(r"(?:(?<=^)|(?<=: )|(?<=\())(?:[a-z][a-z0-9]*(?:_[
 def user_message(text):
     """``text`` as one line, without the names of internal functions that head the
     messages of library errors (``train_loop: the loss is nan`` -> ``the loss is nan``)."""
-    return _FUNCTION_PREFIX.sub("", _one_line(text))
+    return _FUNCTION_PREFIX.sub("", one_line(text))
 
 
 # ---------------------------------------------------------------------------------------
@@ -186,67 +185,12 @@ def output_dir(text):
     return path
 
 
-def _row_verdict(rows):
-    verdicts = {r.verdict for r in rows}
-    for v in ("FAIL", "INCONCLUSIVE", "PASS"):
-        if v in verdicts:
-            return v
-    return rows[0].verdict
-
-
-def cmd_check(args):
-    from numpytfmr.checking.report import format_rel_error
-    from numpytfmr.registry import get, registry
-    from numpytfmr.registry.check import check_op
-
-    try:
-        specs = [get(name) for name in args.op] if args.op else list(registry().values())
-    except (KeyError, ValueError) as exc:
-        raise UsageError(f"--op: {_one_line(exc.args[0] if exc.args else exc)}") from None
-    start = time.perf_counter()
-    table, failures = [], []
-    for spec in specs:
-        results = check_op(spec, seed=args.seed, mode=args.mode)
-        per_input = {}
-        for case, res in results:
-            for row in res.rows:
-                per_input.setdefault((row.position, row.name), []).append(row)
-            if not res.passed:
-                failures.append((spec.name, case, res))
-        for (_, name), rows in sorted(per_input.items()):
-            errs = [r.max_rel_error for r in rows if r.max_rel_error is not None]
-            err = max(errs) if errs else None
-            verdict = _row_verdict(rows)
-            if verdict in ("NO GRADIENT", "NOT FLOAT"):
-                continue
-            table.append((spec.name, name, len(rows), err, verdict))
-        for case, res in results:
-            for check, ok, message in res.structural:
-                if not ok:
-                    table.append((spec.name, f"[{check}]", 1, None, "FAIL"))
-    width_op = max([len("op")] + [len(r[0]) for r in table])
-    width_in = max([len("input")] + [len(r[1]) for r in table])
-    print(f"{'op':<{width_op}}  {'input':<{width_in}}  cases  max rel error  verdict")
-    for op, name, n, err, verdict in table:
-        e = format_rel_error(err)
-        print(f"{op:<{width_op}}  {name:<{width_in}}  {n:>5}  {e:>13}  {verdict}")
-    for op, case, res in failures:
-        print(f"\n--- {op}: case {case.label or '(unnamed)'} failed ---\n{res}")
-    if any(err == 0.0 for *_, err, _ in table):
-        print("(< noise: every difference is within the rounding error of the finite differences)")
-    seconds = time.perf_counter() - start
-    n_ops = len(specs)
-    if failures:
-        print(f"\n{len(failures)} failing case(s) in {n_ops} ops ({seconds:.1f} s, seed {args.seed})")
-        return 1
-    print(f"\nall {n_ops} ops pass ({seconds:.1f} s, mode {args.mode or 'per op'}, seed {args.seed})")
-    return 0
-
-
 # Modules of numpytfmr/run/commands/, in the order ``--help`` lists them. Each defines
 # ``add_command(sub)``, which adds its sub-parser and sets ``func`` (a function of the
-# parsed arguments returning the exit status). They import heavy modules lazily.
-COMMANDS = ("train", "pretrain", "tokenize", "generate", "export", "train_seq2seq", "lora",
+# parsed arguments returning the exit status). They import heavy modules lazily, and no
+# command imports another: what they share is in run/options.py (flags), run/outputs.py
+# (the run folder, the end of a run) and run/adapters.py (lora and dpo).
+COMMANDS = ("check", "train", "pretrain", "tokenize", "generate", "export", "train_seq2seq", "lora",
             "dpo", "examples", "docs", "grade", "make_assignment", "bench")
 
 
@@ -276,15 +220,6 @@ def build_parser():
         epilog=TOP_EPILOG)
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser("check", help="gradient-check every registered op against finite differences")
-    p.add_argument("--op", action="append", metavar="NAME",
-                   help="check only this op (repeatable); default: every registered op")
-    p.add_argument("--mode", choices=("full", "directional"), default=None,
-                   help="compare every element, or directional derivatives (default: the op's own)")
-    p.add_argument("--seed", type=nonnegative_int, default=0,
-                   help="seed of the random inputs and upstream gradients (default 0)")
-    p.set_defaults(func=cmd_check)
 
     for name in COMMANDS:
         module = f"numpytfmr.run.commands.{name}"

@@ -13,6 +13,8 @@ figures. The builder lives in ``numpytfmr.site``; its libraries are the ``docs``
 import os
 import sys
 
+from numpytfmr.run.options import add_force
+
 
 def add_command(sub):
     p = sub.add_parser(
@@ -24,8 +26,7 @@ def add_command(sub):
     p.add_argument("-o", "--output", default="site", metavar="DIR",
                    help="the folder to write the site into (default: site); an existing folder "
                         "must be empty or hold an earlier site")
-    p.add_argument("--force", action="store_true",
-                   help="write into DIR even though it holds other files (they are left alone)")
+    add_force(p, "write into DIR even though it holds other files (they are left alone)")
     p.add_argument("--no-execute", dest="execute", action="store_false",
                    help="do not run the notebooks (their pages then show code without outputs); "
                         "by default they run once, when nbclient is installed, and their outputs "

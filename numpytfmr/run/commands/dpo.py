@@ -37,13 +37,14 @@ The model runs on the fast path (``numpytfmr.fast.posttrain``: the same numbers 
 """
 import time
 
-from numpytfmr.run.commands import posttext
-from numpytfmr.run.commands.adapters import (adapter_settings, budget_note, snapshot, timed,
-                                             train_adapters, unchanged)
-from numpytfmr.run.commands.lora import (add_adapter_options, add_base_options, add_run_options,
-                                         adapter_command, save_adapted, start_adapter_run)
+from numpytfmr.run import tune_text
+from numpytfmr.run.adapters import (adapter_command, adapter_settings, budget_note,
+                                    save_adapted, snapshot, start_adapter_run, timed,
+                                    train_adapters, unchanged)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
-from numpytfmr.run.commands.train import finish, out_dir
+from numpytfmr.run.options import (add_adapter_options, add_adapter_run_options,
+                                   add_base_options, add_data_options, check_base_kind)
+from numpytfmr.run.outputs import finish, out_dir
 
 DPO_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wv", "steps": 200, "lr": 1e-3,
                 "batch_size": 64, "warmup_steps": 10, "eval_every": 50}
@@ -135,8 +136,8 @@ def cmd_dpo(args):
 
     where = "dpo"
     targets, start, base = start_adapter_run(args, where)
-    if posttext.check_base_kind(args, base, where):
-        return posttext.dpo_text(args, targets, start, base)
+    if check_base_kind(args, base, where):
+        return tune_text.dpo_text(args, targets, start, base)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     prefer, max_len = args.prefer, base["max_len"]
     min_len = max(2, base["min_len"])          # one digit has no order to prefer
@@ -294,7 +295,7 @@ def add_command(sub):
                    help="add W times the chosen answers' NLL per token (DPO + NLL, as TRL's "
                    "rpo_alpha; default 1; 0 = plain DPO, which on the sort task also learns to "
                    "prefer ascending answers but lets some of them go wrong)")
-    posttext.add_data_options(p, "dpo")
+    add_data_options(p, "dpo")
     add_adapter_options(p, DPO_DEFAULTS)
-    add_run_options(p, "runs/dpo")
+    add_adapter_run_options(p, "runs/dpo")
     p.set_defaults(func=cmd_dpo)

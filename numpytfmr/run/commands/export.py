@@ -15,6 +15,7 @@ import os
 import warnings
 
 from numpytfmr.run.cli import UsageError, checkpoint_path, output_dir
+from numpytfmr.run.options import add_force
 
 
 def add_command(sub):
@@ -29,8 +30,7 @@ def add_command(sub):
                    help="the folder to write (new or empty, unless --force)")
     p.add_argument("--dtype", choices=("float32", "float64"), default=None,
                    help="dtype of the weights written (default: the run's)")
-    p.add_argument("--force", action="store_true",
-                   help="replace --output and everything in it")
+    add_force(p, "replace --output and everything in it")
     p.set_defaults(func=cmd_export)
 
 

@@ -23,6 +23,7 @@ import sys
 import time
 
 from numpytfmr.run.cli import UsageError, nonnegative_int, output_file, positive_float, positive_int
+from numpytfmr.run.options import add_force, add_summary
 
 MIN_MEMORY_MB = 256
 
@@ -433,11 +434,9 @@ def add_command(sub):
     p.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help=f"with --csv: submissions graded at once (default: the number of CPUs, "
                         f"{os.cpu_count() or 1} here)")
-    p.add_argument("--summary", type=output_file, metavar="FILE",
-                   help="write a JSON summary: seconds, submissions, and with --csv the score "
-                        "distribution")
-    p.add_argument("--force", action="store_true",
-                   help="with --csv: replace a file at the CSV's path that grade did not write")
+    add_summary(p, "write a JSON summary: seconds, submissions, and with --csv the score "
+                "distribution")
+    add_force(p, "with --csv: replace a file at the CSV's path that grade did not write")
     p.add_argument("--regrade", action="store_true",
                    help="with --csv: grade every submission again, even those unchanged since the "
                         "last run")

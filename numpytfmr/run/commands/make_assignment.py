@@ -1,6 +1,8 @@
 """``numpytfmr make-assignment NAMES... -o DIR``: a homework skeleton and its autograder."""
 import os
 
+from numpytfmr.run.options import add_force
+
 
 def _weights(values):
     weights = {}
@@ -127,9 +129,8 @@ def add_command(sub):
                         "the choice. Keyword options with a default and trailing inputs that "
                         "default to None can be dropped; dropping LoRA's dropout drops rng and "
                         "train with it")
-    p.add_argument("--force", action="store_true",
-                   help="write into an existing, non-empty folder (its skeleton, notebook and "
-                        "autograder are replaced; the hidden seed of its grading.json is kept)")
+    add_force(p, "write into an existing, non-empty folder (its skeleton, notebook and "
+              "autograder are replaced; the hidden seed of its grading.json is kept)")
     p.add_argument("--new-seed", action="store_true",
                    help="with --force: draw a new hidden seed instead of keeping the existing one")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per case (default 10)")

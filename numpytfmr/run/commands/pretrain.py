@@ -25,23 +25,13 @@ import argparse
 import os
 
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, output_file,
-                               positive_float, positive_int)
-from numpytfmr.run.commands.train import (add_training_options, check_out, finish, logger,
-                                          out_dir, resume_hint, settings_from_args)
+                               positive_int)
+from numpytfmr.run.options import (add_minutes, add_training_options, read_text,
+                                   settings_from_args, text_file)
+from numpytfmr.run.outputs import check_out, finish, logger, out_dir, resume_hint
 
 SHAPE_FLAGS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "positional", "norm",
                "activation", "context")
-
-
-def text_file(text):
-    """A readable file (``--text``, ``--val-text``, ``--tokens``, ``--val-tokens``)."""
-    path = os.path.expanduser(text)
-    if not os.path.isfile(path):
-        raise argparse.ArgumentTypeError(f"is {text!r}, which is not a file; expected an "
-                                         "existing file")
-    if not os.access(path, os.R_OK):
-        raise argparse.ArgumentTypeError(f"is {text!r}, which is not readable")
-    return path
 
 
 def tokenizer_arg(text):
@@ -67,15 +57,6 @@ def dropout_rate(text):
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"is {text!r}; expected a number in [0, 1)")
     return value
-
-
-def read_text(path, flag):
-    """The UTF-8 text of ``path``; a UsageError naming ``flag`` when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{flag} {path}: cannot be read as UTF-8 text ({exc})") from None
 
 
 def _is_file(spec):
@@ -298,10 +279,9 @@ def add_command(sub):
                    help=f"dropout rate on the embeddings and every sublayer output in training "
                    f"(default {m['dropout']:g})")
     g = p.add_argument_group("length of the run")
-    g.add_argument("--minutes", type=positive_float, metavar="M",
-                   help=f"wall-clock budget (default {d['minutes']:g} for a new run without "
-                   "--steps): the steps are planned from the measured speed and re-planned as "
-                   "the run goes, so that it ends near M minutes")
+    add_minutes(g, f"wall-clock budget (default {d['minutes']:g} for a new run without "
+                "--steps): the steps are planned from the measured speed and re-planned as "
+                "the run goes, so that it ends near M minutes")
     g.add_argument("--grad-accum", type=positive_int, metavar="N",
                    help="micro-batches of --batch-size windows per update (default 1): an "
                    "update averages N batches' gradients")

@@ -17,6 +17,7 @@ import os
 import time
 
 from numpytfmr.run.cli import UsageError, output_file, positive_int
+from numpytfmr.run.options import add_force
 
 
 def text_file(text):
@@ -67,7 +68,7 @@ def add_command(sub):
                         "--tokenizer and later tokenize runs)")
     p.add_argument("-o", "--output", required=True, type=output_file, metavar="FILE",
                    help="the token file to write")
-    p.add_argument("--force", action="store_true", help="replace --output if it exists")
+    add_force(p, "replace --output if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_tokenize)
 

@@ -14,8 +14,9 @@ directory that already holds a run is continued with ``--resume`` or replaced wi
 import argparse
 
 from numpytfmr.run.cli import UsageError, positive_int
-from .train import (TRAIN_DEFAULTS, add_training_options, check_out, finish, logger,
-                    model_config, out_dir, resume_hint, settings_from_args)
+from numpytfmr.run.options import (TRAIN_DEFAULTS, add_training_options, model_config,
+                                   settings_from_args)
+from numpytfmr.run.outputs import check_out, finish, logger, out_dir, resume_hint
 
 SEQ2SEQ_TRAIN_DEFAULTS = dict(TRAIN_DEFAULTS, steps=500, eval_every=100)
 MODELS = {"transformer": "encdec", "rnn": "rnn"}

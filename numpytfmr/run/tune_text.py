@@ -1,5 +1,6 @@
-"""``numpytfmr lora`` and ``numpytfmr dpo`` on a model of text (a checkpoint of ``numpytfmr
-pretrain``) with one's own data; the functions are in ``numpytfmr.run.posttext``.
+"""What ``numpytfmr lora`` and ``numpytfmr dpo`` run on a model of text (a checkpoint of
+``numpytfmr pretrain``) with one's own data; the functions are in ``numpytfmr.run.posttext``,
+the data flags (``--text``, ``--data``, ...) and their checks in ``run/options.py``.
 
     numpytfmr lora --checkpoint runs/pretrain --text my.txt --out runs/lora-text
     numpytfmr lora --checkpoint runs/pretrain --data pc.jsonl --out runs/lora-pc
@@ -14,80 +15,10 @@ with ``adapters.npz`` (LoRA) and ``tokenizer.json`` beside it.
 import os
 import time
 
-from numpytfmr.run.cli import UsageError
-from numpytfmr.run.commands.adapters import (adapter_settings, budget_note, snapshot, timed,
-                                             train_adapters, unchanged)
-from numpytfmr.run.commands.pretrain import read_text, text_file
-from numpytfmr.run.commands.train import finish, out_dir
-
-TEXT_DATA_FLAGS = ("text", "val_text", "data", "val_data")
-
-
-def add_data_options(p, command):
-    g = p.add_argument_group("one's own data (with --checkpoint of a model of text)")
-    if command == "lora":
-        g.add_argument("--text", type=text_file, metavar="FILE",
-                       help="continue language modelling on this UTF-8 text")
-        g.add_argument("--val-text", type=text_file, metavar="FILE",
-                       help="held-out text (default: the last tenth of --text)")
-        rows = "{\"prompt\": ..., \"completion\": ...} rows (TRL's prompt-completion format; " \
-               "the loss is on the completion tokens only)"
-    else:
-        rows = "{\"prompt\": ..., \"chosen\": ..., \"rejected\": ...} rows (TRL's preference " \
-               "format)"
-        g.add_argument("--full", action="store_true",
-                       help="train every weight instead of LoRA adapters (the reference stays "
-                       "the frozen start model)")
-    g.add_argument("--data", type=text_file, metavar="FILE.jsonl", help=f"JSON lines: {rows}")
-    g.add_argument("--val-data", type=text_file, metavar="FILE.jsonl",
-                   help="held-out rows (default: the last tenth of --data)")
-
-
-def _given(args, names):
-    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None)]
-
-
-def check_data_flags(args, where):
-    """Combinations refused before any work: own data without --checkpoint, two kinds of
-    data, a held-out file without its training file."""
-    data = _given(args, TEXT_DATA_FLAGS)
-    if getattr(args, "full", False) and not getattr(args, "data", None):
-        raise UsageError("--full trains every weight on --data FILE.jsonl (preference rows of a "
-                         "model of text); pass --data, or drop --full")
-    if not data:
-        return
-    if not args.checkpoint:
-        raise UsageError(f"{data[0]}: tuning on one's own data needs the model: pass --checkpoint "
-                         "RUN (a run of numpytfmr pretrain)")
-    if getattr(args, "text", None) and args.data:
-        raise UsageError("--text and --data are two kinds of data; give one (--text FILE: "
-                         "continued language modelling, --data FILE.jsonl: prompt-completion rows)")
-    for held, main_flag in (("val_text", "text"), ("val_data", "data")):
-        if getattr(args, held, None) and not getattr(args, main_flag, None):
-            raise UsageError(f"--{held.replace('_', '-')} goes with --{main_flag} FILE (the "
-                             "training data)")
-
-
-def check_base_kind(args, base, where):
-    """True when the base is a model of text (then --text or --data is needed); a task
-    model with one's own data, or a model of text without, is refused."""
-    record = base.get("record") or {}
-    is_text = record.get("task") == "text"
-    data = _given(args, TEXT_DATA_FLAGS)
-    if is_text and not data:
-        need = "--text FILE or --data FILE.jsonl" if where == "lora" else "--data FILE.jsonl"
-        raise UsageError(f"--checkpoint {args.checkpoint} holds a model of text (numpytfmr "
-                         f"pretrain); pass {need} with your own data (the built-in tasks apply "
-                         "to task models of numpytfmr train)")
-    if is_text and getattr(args, "task", None):
-        raise UsageError(f"--task applies to task models; --checkpoint {args.checkpoint} holds a "
-                         "model of text: drop --task")
-    if not is_text and data:
-        raise UsageError(f"{data[0]}: --checkpoint {args.checkpoint} holds a task model "
-                         f"({base['task']!r}), not a model of text; pass a run of numpytfmr "
-                         f"pretrain, or drop {data[0]} to tune on the built-in tasks")
-    return is_text
-
+from numpytfmr.run.adapters import (adapter_settings, budget_note, snapshot, timed,
+                                    train_adapters, unchanged)
+from numpytfmr.run.options import read_text
+from numpytfmr.run.outputs import finish, out_dir
 
 def _save(args, base, params, adapters, extra):
     """The tuned model as a checkpoint of text, with adapters.npz (LoRA) and tokenizer.json;

@@ -2,11 +2,15 @@
 text alike: the optimisation settings of the adapters, their training loop with a progress
 bar and an optional wall-clock budget (``--minutes``), and the check that the frozen
 weights stayed frozen."""
+import functools
 import time
 
-from numpytfmr.run.commands.train import logger
+from numpytfmr.run.cli import UsageError
+from numpytfmr.run.options import BASE_DEFAULTS, check_data_flags, check_flags, parse_targets
+from numpytfmr.run.outputs import check_out, logger, out_dir
 
-__all__ = ["adapter_settings", "train_adapters", "snapshot", "unchanged", "timed", "budget_note"]
+__all__ = ["adapter_settings", "train_adapters", "snapshot", "unchanged", "timed", "budget_note",
+           "base_model", "save_adapted", "start_adapter_run", "adapter_command"]
 
 
 def adapter_settings(args):
@@ -147,3 +151,82 @@ def unchanged(params, before):
     import numpy as np
     return all(np.array_equal(params[k], before[k]) and params[k].dtype == before[k].dtype
                for k in before) and set(params) == set(before)
+
+
+def base_model(args, *, where):
+    """The base GPT: loaded from --checkpoint, or trained here on --base-task.
+
+    Returns a dict: "params", "config", "tokenizer", "task", "min_len", "max_len",
+    "checkpoint" (path or None), "seconds" (training time, 0 when loaded), "exact_match"
+    (the base's held-out exact match on its own task when trained here, else None).
+    """
+    from numpytfmr.run.checkpoint import checkpoint_file, load_model
+    from numpytfmr.run.loop import TrainSettings
+    from numpytfmr.run.models import default_gpt_config
+    from numpytfmr.run.tasks import train_gpt
+    if args.checkpoint:
+        try:
+            ck = load_model(args.checkpoint, kind="gpt")
+        except ValueError as exc:
+            raise UsageError(f"--checkpoint: {exc}") from None
+        task = ck.get("task") if isinstance(ck.get("task"), dict) else {}
+        return {"params": ck["params"], "config": ck["model_config"], "tokenizer": ck["tokenizer"],
+                "task": task.get("task"), "min_len": task.get("min_prompt_len", 1),
+                "max_len": task.get("max_prompt_len", args.max_prompt_len),
+                "checkpoint": ck["path"], "seconds": 0.0, "exact_match": None, "record": task}
+    from numpytfmr.run.data import TASKS, CharTokenizer
+    if args.base_task not in TASKS or args.base_task == "dyck":
+        raise UsageError(f"--base-task is {args.base_task!r}; expected one of "
+                         f"{', '.join(t for t in TASKS if t != 'dyck')}")
+    out = out_dir(args)
+    base_out = None if out is None else f"{out}/base"
+    steps = args.base_steps
+    settings = TrainSettings(steps=steps, warmup_steps=min(100, steps // 10), seed=args.seed,
+                             eval_every=steps)
+    config = default_gpt_config(CharTokenizer().vocab_size, args.max_prompt_len)
+    params, summary = train_gpt(config=config, settings=settings, task=args.base_task,
+                                min_len=BASE_DEFAULTS["min_len"], max_len=args.max_prompt_len,
+                                n_test=args.n_test, out=base_out, progress=not args.quiet,
+                                log=logger(args))
+    return {"params": params, "config": config, "tokenizer": CharTokenizer(),
+            "task": args.base_task, "min_len": BASE_DEFAULTS["min_len"],
+            "max_len": args.max_prompt_len,
+            "checkpoint": None if base_out is None else checkpoint_file(base_out),
+            "seconds": summary["seconds"], "exact_match": summary["exact_match"]}
+
+
+def save_adapted(out, base, merged, adapters, meta):
+    """The merged model as a GPT checkpoint (``numpytfmr generate`` runs it) plus the
+    adapters alone in ``adapters.npz``; returns the checkpoint.json path."""
+    import os
+
+    from numpytfmr.shared import fileio
+    from numpytfmr.run.checkpoint import save_checkpoint
+    path = save_checkpoint(out, kind="gpt", config=base["config"].to_dict(), params=merged,
+                           meta={"tokenizer": base["tokenizer"].to_dict(), **meta})
+    fileio.save_arrays(os.path.join(out, "adapters.npz"), adapters)
+    return path
+
+
+def start_adapter_run(args, where):
+    """The start shared by ``lora`` and ``dpo``: check what the argument types cannot see
+    before any work (the targets, an --out that would replace a previous run without
+    --force, one's own data without a model to tune), and load or train the base model
+    (the BLAS threads are set by ``adapter_command``). Returns (targets, start time, base)."""
+    start = time.perf_counter()
+    check_data_flags(args, where)
+    check_flags(args, where)
+    targets = parse_targets(args.targets)
+    check_out(args, where)
+    return targets, start, base_model(args, where=where)
+
+
+def adapter_command(run):
+    """The command ``run(args)`` with ``--threads`` BLAS threads (``blas_threads``), as
+    they were afterwards."""
+    @functools.wraps(run)
+    def command(args):
+        from numpytfmr.run.blas import blas_threads
+        with blas_threads(args.threads):
+            return run(args)
+    return command

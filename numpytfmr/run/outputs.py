@@ -1,0 +1,105 @@
+"""What the commands that train share about their output: the run folder (``--out``,
+refused when it holds work, unless ``--force`` or ``--resume``), the evaluation lines on
+stderr, the hint to resume after Ctrl-C, and the end of a run (its curves, its result
+lines and ``--summary``). The flags themselves are declared in ``run/options.py``.
+"""
+from contextlib import contextmanager
+import os
+import sys
+
+from numpytfmr.run.cli import UsageError
+
+
+def out_dir(args):
+    return None if args.out in (None, "", "none") else args.out
+
+
+def check_out(args, command):
+    """Refuse, before any work, a run that would lose work or find nothing: ``--resume``
+    without a checkpoint in ``--out``, and a new run into a directory that already holds
+    files, unless ``--force``. Returns the directory (None for ``--out none``)."""
+    out = out_dir(args)
+    resume = getattr(args, "resume", False)
+    if getattr(args, "plot", None):
+        from numpytfmr.run.plot import plot_available
+        if not plot_available():
+            raise UsageError(f"--plot {args.plot}: matplotlib is not installed; install it "
+                             "(pip install 'numpytfmr[plot]') or drop --plot")
+        if os.path.exists(args.plot) and not args.force:
+            raise UsageError(f"--plot {args.plot} already exists; pass --force to replace it, "
+                             "or name another file")
+    if resume and args.force:
+        raise UsageError("--resume continues the run in --out and --force replaces it; "
+                         "give one of them")
+    if out is None:
+        if resume:
+            raise UsageError("--resume needs the run's directory --out DIR")
+        return None
+    if resume:
+        if not os.path.isfile(os.path.join(out, "checkpoint.json")):
+            raise UsageError(f"--resume: no checkpoint in {out} (--out) to continue; expected "
+                             f"a directory written by numpytfmr {command}")
+        from numpytfmr.run.checkpoint import load_checkpoint
+        try:
+            load_checkpoint(out)
+        except ValueError as exc:
+            raise UsageError(f"--resume: {exc}") from None
+        return out
+    if os.path.isdir(out) and os.listdir(out) and not args.force:
+        what = ("a checkpoint" if os.path.exists(os.path.join(out, "checkpoint.json"))
+                else "files")
+        options = "--resume to continue that run, " if hasattr(args, "resume") else ""
+        raise UsageError(f"--out {out} already holds {what}; pass {options}--force to replace "
+                         "it, or choose another --out")
+    return out
+
+
+def logger(args):
+    """One line per evaluation on stderr (where the progress bar is), or nothing."""
+    if args.quiet:
+        return None
+
+    def log(line):
+        prefix = "\r\033[K" if sys.stderr.isatty() else ""   # clear a redrawn bar first
+        print(prefix + line, file=sys.stderr, flush=True)
+    return log
+
+
+def finish(args, summary, lines, panels=None, title=None):
+    """Draw the run's curves (``panels``, default ``plot.run_panels(summary)``) into
+    ``--plot`` or the run folder's curves.png, print the result lines and write
+    ``--summary`` (which records the picture's path as ``"plot"``)."""
+    from numpytfmr.shared import fileio
+    from numpytfmr.run.plot import CURVES_FILE, plot_available, run_panels, save_curves
+    out = out_dir(args)
+    path = getattr(args, "plot", None) or (os.path.join(out, CURVES_FILE) if out else None)
+    summary["plot"] = None
+    if path is not None and plot_available():
+        save_curves(path, run_panels(summary) if panels is None else panels, title)
+        summary["plot"] = path
+        lines = list(lines) + [f"curves: {path}"]
+    elif path is not None:
+        lines = list(lines) + ["curves: not drawn, matplotlib is not installed "
+                               "(pip install 'numpytfmr[plot]')"]
+    for line in lines:
+        print(line)
+    if args.summary:
+        fileio.write_summary(args.summary, summary)
+
+
+@contextmanager
+def resume_hint(args, command):
+    """On Ctrl-C, say where the run was saved and how to continue it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        out = out_dir(args)
+        if out is not None and os.path.exists(os.path.join(out, "checkpoint.json")):
+            from numpytfmr.run.checkpoint import load_checkpoint
+            try:
+                step = load_checkpoint(out)["state"]["step"]
+                print(f"\nsaved step {step} in {out}; continue with: numpytfmr {command} "
+                      f"--resume --out {out}", file=sys.stderr)
+            except (ValueError, KeyError, TypeError):
+                pass
+        raise
