@@ -37,11 +37,11 @@ import numpy as np
 
 from ..positional import rope_frequencies
 from ..transformer import check_sampling, next_token, token_count, token_id
-from . import checks
-from .kernels import (FRESH, Workspace, activation, causal_bias_t, causal_softmax_t, column_sums,
-                      cross_entropy_fused, layernorm, layernorm_backward_into, rmsnorm,
-                      rmsnorm_backward_into, rope_rotate, scatter_add_rows, silu,
-                      softmax_backward_t)
+from . import checks, parallel
+from .kernels import (FRESH, Workspace, activation, add_rows, causal_bias_t, causal_softmax_t,
+                      column_sums, cross_entropy_fused, layernorm, layernorm_backward_into,
+                      multiply_rows, rmsnorm, rmsnorm_backward_into, rope_rotate,
+                      scatter_add_rows, silu, softmax_backward_t)
 
 __all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "loss_workspace", "Workspace"]
 
@@ -127,13 +127,14 @@ def _fused_qkv(p, pre, c, ws=FRESH):
     return W, b
 
 
-def _norm(x, p, key, c, ws=FRESH):
-    """N(x) with the weights under ``key``: returns h and the backward's pieces."""
+def _norm(x, p, key, c, ws=FRESH, residual=None, bias=None):
+    """N(x) with the weights under ``key``: returns h and the backward's pieces. With
+    ``residual``: N(x += residual (+ bias)), the residual stream updated in the same pass."""
     if c.norm_type == "layernorm":
         h, xhat, r = layernorm(x, p[key + ".gamma"], p.get(key + ".beta"), c.norm_eps, ws,
-                               key + ".")
+                               key + ".", residual, bias)
     else:
-        h, xhat, r = rmsnorm(x, p[key + ".gamma"], c.norm_eps, ws, key + ".")
+        h, xhat, r = rmsnorm(x, p[key + ".gamma"], c.norm_eps, ws, key + ".", residual, bias)
     return h, (key, xhat, r)
 
 
@@ -206,7 +207,15 @@ def query_blocks(T):
     return list(zip(edges[:-1], edges[1:]))
 
 
-def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
+def _small_products(L, T, G):
+    """Whether every per-head product of the attention (n_k x d_head x query columns) is
+    small enough for BLAS to run it in the calling thread (``parallel.SMALL_PRODUCT``):
+    then pairs of sequences go to different workers."""
+    cols = max(b - a for a, b in query_blocks(T)) * G
+    return (L.n_past + T) * L.dh * cols <= parallel.SMALL_PRODUCT
+
+
+def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH, out_bias=True):
     """Masked multi-head (GQA) self-attention of the normed rows h (N, d).
 
     The queries come out of the fused projection already scaled (``_fused_qkv``). Rotated
@@ -214,7 +223,10 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
     heads that share a key/value head are stacked as the T G rows of one matrix (row
     t G + g), so every product is one batched product over (B, Hkv); otherwise the
     products read them in place, a strided view of the projection.
-    Returns out (N, d) and the cache {Qs, K, V, At (per query block), concat, ...}."""
+    Pairs of sequences (``BATCH_CHUNK``) run on the workers (``parallel.each``) while the
+    per-head products stay small (``_small_products``).
+    Returns out (N, d) (without the bias bo unless ``out_bias``) and the cache {Qs, K, V,
+    At (per query block), concat, ...}."""
     B, T, Hkv, G, dh, hd, kvd = L.B, L.T, L.Hkv, L.G, L.dh, L.hd, L.kvd
     dt = h.dtype
     Wqkv, bqkv = p.get(pre + "Wqkv"), p.get(pre + "bqkv")        # fused once by generate
@@ -222,7 +234,7 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
         Wqkv, bqkv = _fused_qkv(p, pre, c, ws)
     qkv = np.matmul(h, Wqkv, out=ws.take(pre + "qkv", (L.N, hd + 2 * kvd), dt))
     if c.bias:
-        qkv += bqkv
+        add_rows(qkv, bqkv)
     Q = qkv[:, :hd].reshape(B, T, Hkv, G, dh)                    # Q / sqrt(d_head)
     K = qkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh)
     V = qkv[:, hd + kvd:].reshape(B, T, Hkv, dh)
@@ -260,11 +272,14 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
         out_m = concat.reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
     else:
         out_m = ws.take(pre + "out_m", (B, Hkv, T * G, dh), dt)
-    blocks = []          # blocks[j][i]: chunk j's A^T of query block i (buffer, 4-d view)
-    for j, s in enumerate(batch_chunks(B)):   # a few sequences at a time: scores in cache
+    chunks, qbs = batch_chunks(B), query_blocks(T)
+    # blocks[j][i]: chunk j's A^T of query block i (buffer, 4-d view)
+    blocks = [[None] * len(qbs) for _ in chunks]
+
+    def chunk(j, w):          # a few sequences at a time: their scores stay in cache
+        s = chunks[j]
         nb = s.stop - s.start
-        blocks.append([])
-        for i, (a, b) in enumerate(query_blocks(T)):
+        for i, (a, b) in enumerate(qbs):
             n_k = L.n_past + b                                   # keys these queries may see
             St, St4 = scores_buffer(ws, f"{pre}St{i}.{j}", n_k, nb, Hkv, (b - a) * G, dt)
             np.matmul(K_all[s, :, :n_k], Qm[s, :, a * G:b * G].swapaxes(-1, -2), out=St4)
@@ -272,12 +287,13 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
             causal_softmax_t(St, causal_bias_t(b - a, G, nb * Hkv, St.shape[1], dt)
                              if b - a > 1 else None)
             np.matmul(St4.swapaxes(-1, -2), V_all[s, :, :n_k], out=out_m[s, :, a * G:b * G])
-            blocks[j].append((St, St4))
+            blocks[j][i] = (St, St4)
+    parallel.each(len(chunks), chunk, parallel=_small_products(L, T, G))
     if G > 1:
         concat.reshape(B, T, Hkv, G, dh)[...] = out_m.reshape(B, Hkv, T, G, dh).transpose(
             0, 2, 1, 3, 4)
     out = np.matmul(concat, p[pre + "Wo"], out=ws.take(pre + "out", (L.N, h.shape[1]), dt))
-    if c.bias:
+    if c.bias and out_bias:
         out += p[pre + "bo"]
     cache = {"kv": {"k": K_all, "v": V_all}, "At": blocks}
     if need_grad:
@@ -305,8 +321,10 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
     # dK, dV of every key the queries saw (the new ones are dqkv's columns)
     dK_all = dK_h if n_past == 0 else ws.take("d.K_all", (B, Hkv, n_past + T, dh), dt)
     dV_all = dV_h if n_past == 0 else ws.take("d.V_all", (B, Hkv, n_past + T, dh), dt)
-    qb = query_blocks(T)
-    for j, s in enumerate(batch_chunks(B)):   # a few sequences at a time: scores in cache
+    qb, chunks = query_blocks(T), batch_chunks(B)
+
+    def chunk(j, w):          # a few sequences at a time: their scores stay in cache
+        s = chunks[j]
         nb = s.stop - s.start
         for i in reversed(range(len(qb))):
             # the last block sees every key: it writes dK, dV; the earlier ones add to theirs
@@ -316,17 +334,18 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
             if last:
                 np.matmul(At, dO_j, out=dV_all[s])               # dV = A^T dO
             else:
-                dV_all[s, :, :n_k] += np.matmul(At, dO_j,
-                                                out=ws.take(f"d.V{i}", (nb, Hkv, n_k, dh), dt))
-            dSb, dSt = scores_buffer(ws, f"d.St{i}", n_k, nb, Hkv, (b - a) * G, dt)
+                dV_all[s, :, :n_k] += np.matmul(
+                    At, dO_j, out=ws.take(f"d.V{i}.{w}", (nb, Hkv, n_k, dh), dt))
+            dSb, dSt = scores_buffer(ws, f"d.St{i}.{w}", n_k, nb, Hkv, (b - a) * G, dt)
             np.matmul(V[s, :, :n_k], dO_j.swapaxes(-1, -2), out=dSt)   # dA^T = V dO^T
             softmax_backward_t(dSb, Ab)                          # dS^T, every head at once
             if last:
                 np.matmul(dSt, Qm[s, :, rows], out=dK_all[s])    # dK = dS^T (Q scale)
             else:
-                dK_all[s, :, :n_k] += np.matmul(dSt, Qm[s, :, rows],
-                                                out=ws.take(f"d.K{i}", (nb, Hkv, n_k, dh), dt))
+                dK_all[s, :, :n_k] += np.matmul(
+                    dSt, Qm[s, :, rows], out=ws.take(f"d.K{i}.{w}", (nb, Hkv, n_k, dh), dt))
             np.matmul(dSt.swapaxes(-1, -2), K[s, :, :n_k], out=dQm[s, :, rows])  # dS K
+    parallel.each(len(chunks), chunk, parallel=_small_products(L, T, G))
     if n_past:
         dK_h[...] = dK_all[:, :, n_past:]
         dV_h[...] = dV_all[:, :, n_past:]
@@ -355,8 +374,9 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
     return np.matmul(dqkv, ac["Wqkv"].T, out=ws.take("d.h", (L.N, h.shape[1]), dt))
 
 
-def _mlp(h, p, pre, c, need_grad, ws=FRESH):
-    """The FFN of the normed rows h: act(h W1 + b1) W2 + b2, or SwiGLU."""
+def _mlp(h, p, pre, c, need_grad, ws=FRESH, out_bias=True):
+    """The FFN of the normed rows h: act(h W1 + b1) W2 + b2 (without b2 unless
+    ``out_bias``), or SwiGLU."""
     N, d, dt = h.shape[0], h.shape[1], h.dtype
     if c.activation == "swiglu":
         d_ff = p[pre + "W_gate"].shape[1]
@@ -375,7 +395,7 @@ def _mlp(h, p, pre, c, need_grad, ws=FRESH):
     hid, local = activation(c.activation, z, p[pre + "b1"] if c.bias else None, need_grad, ws,
                             pre + "act.")
     out = np.matmul(hid, p[pre + "W2"], out=ws.take(pre + "out", (N, d), dt))
-    if c.bias:
+    if c.bias and out_bias:
         out += p[pre + "b2"]
     return out, ({"h": h, "hid": hid, "local": local} if need_grad else {})
 
@@ -405,7 +425,7 @@ def _mlp_backward(dout, mc, p, pre, c, grads, ws=FRESH):
     if c.bias:
         grads[pre + "b2"] = column_sums(dout, grads.get(pre + "b2"))
     dz = np.matmul(dout, p[pre + "W2"].T, out=ws.take("d.z", mc["hid"].shape, dt))
-    dz *= mc["local"]                                            # hid = act(z)
+    multiply_rows(dz, mc["local"])                              # hid = act(z)
     grads[pre + "W1"] = np.matmul(h.T, dz, out=grads.get(pre + "W1"))   # z = h W1 + b1
     if c.bias:
         grads[pre + "b1"] = column_sums(dz, grads.get(pre + "b1"))
@@ -429,19 +449,35 @@ def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad, ws=FRESH):
     cache = {"config": c, "dtype": dtype, "layout": L, "ids": flat_ids,
              "positions": np.arange(n_past, n_past + T), "layers": [], "kv_cache": []}
     cache["drop_embed"] = _dropout(x, c, rng, train)
+    drops = train and c.dropout > 0.0
+    if c.norm == "pre":
+        h, n1 = _norm(x, p, "h0.attn_norm" if c.n_layers else "norm_f", c, ws)
     for l in range(c.n_layers):
         pre = f"h{l}."
         lc = {}
         pl = None if past is None else past[l]
         if c.norm == "pre":
-            h, lc["n1"] = _norm(x, p, pre + "attn_norm", c, ws)
-            out, lc["attn"] = _attention(h, p, pre + "attn.", c, L, pl, need_grad, ws)
+            # each sublayer's output bias and residual add run in the pass of the next norm
+            lc["n1"] = n1
+            out, lc["attn"] = _attention(h, p, pre + "attn.", c, L, pl, need_grad, ws, False)
+            bias = p[pre + "attn.bo"] if c.bias else None
+            if drops:
+                if bias is not None:
+                    out += bias
+                bias = None
             lc["d1"] = _dropout(out, c, rng, train)
-            x += out                                             # x = x + drop(attn(N(x)))
-            h, lc["n2"] = _norm(x, p, pre + "mlp_norm", c, ws)
-            out, lc["mlp"] = _mlp(h, p, pre + "mlp.", c, need_grad, ws)
+            # x = x + drop(attn(N(x))), h = N(x)
+            h, lc["n2"] = _norm(x, p, pre + "mlp_norm", c, ws, out, bias)
+            out, lc["mlp"] = _mlp(h, p, pre + "mlp.", c, need_grad, ws, False)
+            bias = p[pre + "mlp.b2"] if c.bias and c.activation != "swiglu" else None
+            if drops:
+                if bias is not None:
+                    out += bias
+                bias = None
             lc["d2"] = _dropout(out, c, rng, train)
-            x += out                                             # x = x + drop(ffn(N(x)))
+            # x = x + drop(ffn(N(x))), then the next layer's norm (or the final one)
+            key = f"h{l + 1}.attn_norm" if l + 1 < c.n_layers else "norm_f"
+            h, n1 = _norm(x, p, key, c, ws, out, bias)
         else:
             out, lc["attn"] = _attention(x, p, pre + "attn.", c, L, pl, need_grad, ws)
             lc["d1"] = _dropout(out, c, rng, train)
@@ -454,7 +490,7 @@ def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad, ws=FRESH):
         cache["kv_cache"].append(lc["attn"].pop("kv"))
         cache["layers"].append(lc)
     if c.norm == "pre":
-        x, cache["norm_f"] = _norm(x, p, "norm_f", c, ws)
+        x, cache["norm_f"] = h, n1
     W_out = p["wte"].T if c.tie_embeddings else p["lm_head.W"]
     logits = np.matmul(x, W_out, out=ws.take("logits", (L.N, c.vocab_size), dtype))   # (N, V)
     if need_grad:
