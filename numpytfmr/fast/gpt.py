@@ -27,7 +27,7 @@ reads (no callbacks).
 ``gpt_loss`` takes those arrays from a workspace kept between calls (``loss_workspace``):
 nothing of its forward pass leaves the call, so the next step writes into the same,
 already mapped memory; with ``out`` its gradients go into the caller's arrays too. ``generate`` fuses [Wq Wk Wv] once, allocates the KV cache at its
-final length and runs each new token through ``_decode_step``: one position, no mask,
+final length and runs each new token through ``_decoder``'s step: one position, no mask,
 no per-token checks.
 """
 import math
@@ -39,9 +39,9 @@ from ..positional import rope_frequencies
 from ..transformer import check_sampling, next_token, token_count, token_id
 from . import checks, parallel
 from .kernels import (FRESH, Workspace, activation, add_rows, causal_bias_t, causal_softmax_t,
-                      column_sums, cross_entropy_fused, layernorm, layernorm_backward_into,
-                      multiply_rows, rmsnorm, rmsnorm_backward_into, rope_rotate,
-                      scatter_add_rows, silu, softmax_backward_t)
+                      column_sums, cross_entropy_fused, gelu_float32, layernorm,
+                      layernorm_backward_into, multiply_rows, rmsnorm, rmsnorm_backward_into,
+                      rope_rotate, row_dots, scatter_add_rows, silu, softmax_backward_t)
 
 __all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "loss_workspace", "Workspace"]
 
@@ -719,65 +719,136 @@ def _kv_buffers(c, B, length, dtype):
             for _ in range(c.n_layers)]
 
 
-def _attention_step(h, p, pre, c, kv, n_past, rope):
-    """Self-attention of ONE new position per sequence (a decoding step), h (B, d), against
-    generate's preallocated cache, whose row n_past this step writes:
+def _decoder(p, c, B, length, dtype, kv, rope):
+    """The decoding step of a generate call: ``step(tokens, n_past) -> logits (B, V)`` of the
+    token after ``tokens`` (B,) at position n_past, the model of :func:`_forward` for one
+    position, against the KV cache ``kv`` (``_kv_buffers``, whose row n_past it writes).
+
+    Everything a step needs is looked up once here: each layer's weights (a tuple, no
+    per-step dict or string keys) and every intermediate array (the step writes into them:
+    no allocation but the logits). Attention of the one new query per head against the
+    cache is one matrix-vector product per head (NumPy's matmul over the heads):
 
         [q/sqrt(d_head) k v] = h [Wq/sqrt(d_head) Wk Wv] + b;   K[n_past], V[n_past] = k, v
         a = softmax(q K[:n_past+1]^T / sqrt(d_head)),   out = concat(a V) Wo + bo
 
     No mask: the new position may see every cached one."""
-    B, Hkv, dh = h.shape[0], c.n_kv_heads, c.d_head
+    d, Hkv, dh, V = c.d_model, c.n_kv_heads, c.d_head, c.vocab_size
     G, hd, kvd = c.n_heads // Hkv, c.n_heads * dh, Hkv * dh
-    qkv = h @ p[pre + "Wqkv"]                                    # (B, hd + 2 kvd)
-    if c.bias:
-        qkv += p[pre + "bqkv"]
-    qs = qkv[:, :hd].reshape(B, Hkv, G, dh)                      # q / sqrt(d_head)
-    kb, vb = kv["k_buf"], kv["v_buf"]
-    if rope is not None:                                         # rotate to position n_past
-        cos, sin = rope
-        rope_rotate(qs, qs, cos[n_past], sin[n_past], c.rope_layout)
-        rope_rotate(qkv[:, hd:hd + kvd].reshape(B, Hkv, dh), kb[:, :, n_past], cos[n_past],
-                    sin[n_past], c.rope_layout)
-    else:
-        kb[:, :, n_past] = qkv[:, hd:hd + kvd].reshape(B, Hkv, dh)
-    vb[:, :, n_past] = qkv[:, hd + kvd:].reshape(B, Hkv, dh)
-    n_k = n_past + 1
-    a = qs @ kb[:, :, :n_k].swapaxes(-1, -2)                     # (B, Hkv, G, n_k) scores
-    a -= np.fmax.reduce(a, axis=-1, keepdims=True)
-    np.exp(a, out=a)
-    a *= 1.0 / np.add.reduce(a, axis=-1, keepdims=True)          # softmax over the keys
-    out = (a @ vb[:, :, :n_k]).reshape(B, hd) @ p[pre + "Wo"]    # heads concatenated, Wo
-    if c.bias:
-        out += p[pre + "bo"]
-    return out
+    layernorm = c.norm_type == "layernorm"
+    gelu32 = c.activation == "gelu" and np.dtype(dtype) == np.float32
 
-
-def _decode_step(p, tokens, n_past, c, kv, dtype, rope):
-    """Logits (B, V) of the next token after ``tokens`` (B,), at position n_past: the model
-    of :func:`_forward` for one position, with nothing kept for a backward pass."""
-    x = p["wte"][tokens]                                         # (B, d)
-    if c.positional == "learned":
-        x += p["wpe"][n_past]
-    elif c.positional == "sinusoidal":
-        x += _sinusoids(n_past + 1, c.d_model, dtype)[n_past]
+    def norm_weights(key):
+        return p[key + ".gamma"], p.get(key + ".beta")
+    layers = []
     for l in range(c.n_layers):
         pre = f"h{l}."
-        if c.norm == "pre":
-            h, _ = _norm(x, p, pre + "attn_norm", c)
-            x += _attention_step(h, p, pre + "attn.", c, kv[l], n_past, rope)
-            h, _ = _norm(x, p, pre + "mlp_norm", c)
-            x += _mlp(h, p, pre + "mlp.", c, False)[0]
+        a, m = pre + "attn.", pre + "mlp."
+        if c.activation == "swiglu":
+            ffn = (p[m + "W_gu"], None, p[m + "W_down"], None)
         else:
-            out = _attention_step(x, p, pre + "attn.", c, kv[l], n_past, rope)
-            out += x
-            x, _ = _norm(out, p, pre + "attn_norm", c)
-            out = _mlp(x, p, pre + "mlp.", c, False)[0]
-            out += x
-            x, _ = _norm(out, p, pre + "mlp_norm", c)
-    if c.norm == "pre":
-        x, _ = _norm(x, p, "norm_f", c)
-    return x @ (p["wte"].T if c.tie_embeddings else p["lm_head.W"])
+            ffn = (p[m + "W1"], p.get(m + "b1"), p[m + "W2"], p.get(m + "b2"))
+        layers.append((norm_weights(pre + "attn_norm"), p[a + "Wqkv"], p.get(a + "bqkv"),
+                       p[a + "Wo"], p.get(a + "bo"), norm_weights(pre + "mlp_norm"), ffn,
+                       kv[l]["k_buf"], kv[l]["v_buf"]))
+    final = norm_weights("norm_f") if c.norm == "pre" else None
+    W_out = p["wte"].T if c.tie_embeddings else p["lm_head.W"]
+    wte, wpe = p["wte"], p.get("wpe")
+    x, h, y = (np.empty((B, d), dtype) for _ in range(3))
+    r = np.empty(B, dtype)
+    qkv = np.empty((B, hd + 2 * kvd), dtype)
+    qs = qkv[:, :hd].reshape(B, Hkv, G, dh)                      # q / sqrt(d_head), a view
+    k_new = qkv[:, hd:hd + kvd].reshape(B, Hkv, dh)
+    v_new = qkv[:, hd + kvd:].reshape(B, Hkv, dh)
+    scores = np.empty((B, Hkv, G, length), dtype)
+    top = np.empty((B, Hkv, G, 1), dtype)
+    heads = np.empty((B, Hkv, G, dh), dtype)
+    concat = heads.reshape(B, hd)
+    d_ff = layers[0][6][0].shape[1] if layers else 0
+    z = np.empty((B, d_ff), dtype)
+    mean_w = np.full(d, 1.0 / d, dtype)
+
+    def norm(src, weights, dst):
+        """N(src) into dst, row by row (004 eq. 27-28)."""
+        gamma, beta = weights
+        if layernorm:
+            row_dots(src, mean_w, out=r)                         # mu
+            np.subtract(src, r[:, None], out=dst)
+            row_dots(dst, dst, out=r)
+        else:
+            row_dots(src, src, out=r)
+            np.copyto(dst, src)
+        np.multiply(r, 1.0 / d, out=r)
+        np.add(r, c.norm_eps, out=r)
+        np.sqrt(r, out=r)
+        np.divide(1.0, r, out=r)                                 # 1 / sigma  or  1 / rms
+        dst *= r[:, None]
+        dst *= gamma
+        if beta is not None:
+            dst += beta
+        return dst
+
+    def attention(src, Wqkv, bqkv, Wo, bo, kb, vb, n_past):
+        np.matmul(src, Wqkv, out=qkv)
+        if bqkv is not None:
+            np.add(qkv, bqkv, out=qkv)
+        if rope is not None:                                     # rotate to position n_past
+            cos, sin = rope[0][n_past], rope[1][n_past]
+            rope_rotate(qs, qs, cos, sin, c.rope_layout)
+            rope_rotate(k_new, kb[:, :, n_past], cos, sin, c.rope_layout)
+        else:
+            kb[:, :, n_past] = k_new
+        vb[:, :, n_past] = v_new
+        n_k = n_past + 1
+        a = scores[..., :n_k]
+        np.matmul(qs, kb[:, :, :n_k].swapaxes(-1, -2), out=a)    # (B, Hkv, G, n_k)
+        np.fmax.reduce(a, axis=-1, keepdims=True, out=top)
+        a -= top
+        np.exp(a, out=a)
+        np.add.reduce(a, axis=-1, keepdims=True, out=top)
+        np.divide(1.0, top, out=top)
+        a *= top                                                 # softmax over the keys
+        np.matmul(a, vb[:, :, :n_k], out=heads)                 # heads, concatenated
+        np.matmul(concat, Wo, out=y)
+        if bo is not None:
+            np.add(y, bo, out=y)
+        return y
+
+    def ffn(src, weights):
+        W1, b1, W2, b2 = weights
+        if c.activation == "swiglu":
+            gu = src @ W1
+            g, u = gu[:, :d_ff // 2], gu[:, d_ff // 2:]
+            hid = silu(g)[0]
+            hid *= u
+        else:
+            np.matmul(src, W1, out=z)
+            hid = (gelu_float32(z, b1, need_grad=False)[0] if gelu32
+                   else activation(c.activation, z, b1, need_grad=False)[0])
+        np.matmul(hid, W2, out=y)
+        if b2 is not None:
+            np.add(y, b2, out=y)
+        return y
+
+    def step(tokens, n_past):
+        np.take(wte, tokens, axis=0, out=x)                      # (B, d)
+        if wpe is not None:
+            np.add(x, wpe[n_past], out=x)
+        elif c.positional == "sinusoidal":
+            np.add(x, _sinusoids(n_past + 1, d, dtype)[n_past], out=x)
+        for n1, Wqkv, bqkv, Wo, bo, n2, weights, kb, vb in layers:
+            if c.norm == "pre":
+                np.add(x, attention(norm(x, n1, h), Wqkv, bqkv, Wo, bo, kb, vb, n_past), out=x)
+                np.add(x, ffn(norm(x, n2, h), weights), out=x)
+            else:
+                out = attention(x, Wqkv, bqkv, Wo, bo, kb, vb, n_past)
+                out += x
+                norm(out, n1, x)
+                out = ffn(x, weights)
+                out += x
+                norm(out, n2, x)
+        return (x if final is None else norm(x, final, h)) @ W_out
+    return step
 
 
 def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top_k=None,
@@ -807,11 +878,12 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
         kv = _kv_buffers(c, B, T + max_new_tokens - 1, dtype)
         rope = (_rope_tables(c, 0, T + max_new_tokens, dtype) if c.positional == "rope"
                 else None)
+        decode = _decoder(p, c, B, T + max_new_tokens - 1, dtype, kv, rope)
     for _ in range(max_new_tokens):
         if use_cache and n == T:       # the prompt, written into the cache
             logits, _ = _forward(p, out[:, :n], c, dtype, kv, 0, None, False, False)
         elif use_cache:                # then one token a step against the cache
-            logits = _decode_step(p, out[:, n - 1], n - 1, c, kv, dtype, rope)[:, None]
+            logits = decode(out[:, n - 1], n - 1)[:, None]
         else:
             logits, _ = _forward(p, out[:, :n], c, dtype, None, 0, None, False, False)
         last = logits[:, -1]

@@ -19,6 +19,8 @@ dtype)``): ``FRESH`` makes a new array every time; a ``Workspace`` hands out the
 memory call after call, so a training step stops paying for fresh pages (the first touch
 of a new 4 MB array costs about as much as a third of a matrix product that fills it).
 """
+import threading
+
 import numpy as np
 
 from ..activations import erfc
@@ -310,12 +312,29 @@ def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
     return flat.reshape(a.shape), None if dydx is None else dydx.reshape(a.shape)
 
 
+_SCRATCH = threading.local()
+
+
+def _gelu_scratch(n):
+    """This thread's four scratch arrays of n float32 and the cap array (16 everywhere: an
+    array, as np.minimum is slow with a scalar), kept from call to call: a decoding step's
+    GELU is a few thousand elements, where making five arrays costs as much as a pass."""
+    kept = _SCRATCH.__dict__.setdefault("gelu", {})
+    bufs = kept.get(n)
+    if bufs is None:
+        if len(kept) > 8:
+            kept.clear()
+        bufs = kept[n] = tuple(np.empty(n, np.float32) for _ in range(4)) + (
+            np.full(n, _MILLS_Y_CAP, np.float32),)
+        bufs[4].setflags(write=False)
+    return bufs
+
+
 def _gelu_blocks(flat, dydx, tiled, step, lo, hi):
     """:func:`gelu_float32` on flat[lo:hi], in blocks of ``step`` elements (``tiled``: the
     bias repeated over a block's rows, or None)."""
     n = min(hi - lo, step)
-    s_buf, e_buf, r_buf, q_buf = (np.empty(n, np.float32) for _ in range(4))
-    cap = np.full(n, _MILLS_Y_CAP, np.float32)   # (an array: np.minimum is slow with a scalar)
+    s_buf, e_buf, r_buf, q_buf, cap = _gelu_scratch(n)
     p0, p1, p2, p3 = _MILLS_P
     q0, q1, q2, q3 = _MILLS_Q
     with np.errstate(over="ignore", under="ignore"):
