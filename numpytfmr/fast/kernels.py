@@ -594,30 +594,39 @@ def cross_entropy_fused(z, targets, valid, n_valid, eps):
         dz_n = (softmax(z_n) - q'_n) / N_valid,   q'_n = (1 - eps) onehot(y_n) + eps/K
 
     targets: (N,) ids (any value where not valid); valid: (N,) bool or None (all valid).
-    Returns the loss as a Python float (accumulated in float64).
+    Returns the loss as a Python float (accumulated in float64). The rows run in blocks on
+    the workers (``parallel.for_rows``); the per-row losses are summed here, whole.
     """
     N, K = z.shape
-    rows = np.arange(N)
-    m = np.fmax.reduce(z, axis=1)
-    z -= m[:, None]                                    # z - max: exp never overflows
-    zt = z[rows, targets].astype(np.float64)
-    zsum = row_means(z).astype(np.float64) if eps > 0 else None
-    with np.errstate(under="ignore"):
-        np.exp(z, out=z)
-    s = z @ np.ones(K, z.dtype)                        # sum_k exp(z_k - max)
-    per = np.log(s.astype(np.float64)) - (1.0 - eps) * zt
-    if eps > 0:
-        per -= eps * zsum
+    per = np.empty(N, np.float64)
     inv_n = 1.0 / max(n_valid, 1)
     if valid is None:
-        loss = float(per.sum()) * inv_n
         w = np.full(N, inv_n, z.dtype)
     else:
-        loss = float(per[valid].sum()) * inv_n
         w = valid.astype(z.dtype) * inv_n
-    coef = w / s                                       # p = e / s, times 1/N_valid
-    z *= coef[:, None]
-    z[rows, targets] -= (1.0 - eps) * w                # minus the one-hot part of q'
-    if eps > 0:
-        z -= (eps / K * w)[:, None]                    # minus the uniform part
-    return loss
+    ones = np.ones(K, z.dtype)
+
+    def rows(a, b):
+        zb, t = z[a:b], targets[a:b]
+        r = np.arange(b - a)
+        m = np.fmax.reduce(zb, axis=1)
+        zb -= m[:, None]                               # z - max: exp never overflows
+        zt = zb[r, t].astype(np.float64)
+        zsum = row_means(zb).astype(np.float64) if eps > 0 else None
+        with np.errstate(under="ignore"):
+            np.exp(zb, out=zb)
+        s = row_dots(zb, ones)                         # sum_k exp(z_k - max)
+        pb = per[a:b]
+        np.log(s.astype(np.float64), out=pb)
+        pb -= (1.0 - eps) * zt
+        if eps > 0:
+            pb -= eps * zsum
+        wb = w[a:b]
+        zb *= (wb / s)[:, None]                        # p = e / s, times 1/N_valid
+        zb[r, t] -= (1.0 - eps) * wb                   # minus the one-hot part of q'
+        if eps > 0:
+            zb -= (eps / K * wb)[:, None]              # minus the uniform part
+    parallel.for_rows(rows, N, K)
+    if valid is None:
+        return float(per.sum()) * inv_n
+    return float(per[valid].sum()) * inv_n
