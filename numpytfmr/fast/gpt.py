@@ -39,7 +39,8 @@ from ..positional import rope_frequencies
 from ..transformer import check_sampling, next_token, token_count, token_id
 from . import checks, parallel
 from .kernels import (FRESH, Workspace, activation, add_rows, causal_bias_t, causal_softmax_t,
-                      column_sums, cross_entropy_fused, gelu_float32, layernorm,
+                      column_sums, cross_entropy_fused, gelu_float32, inverse_root_mean,
+                      layernorm,
                       layernorm_backward_into, multiply_rows, rmsnorm, rmsnorm_backward_into,
                       rope_rotate, row_dots, scatter_add_rows, silu, softmax_backward_t)
 
@@ -778,10 +779,7 @@ def _decoder(p, c, B, length, dtype, kv, rope):
         else:
             row_dots(src, src, out=r)
             np.copyto(dst, src)
-        np.multiply(r, 1.0 / d, out=r)
-        np.add(r, c.norm_eps, out=r)
-        np.sqrt(r, out=r)
-        np.divide(1.0, r, out=r)                                 # 1 / sigma  or  1 / rms
+        inverse_root_mean(r, d, c.norm_eps)                      # 1 / sigma  or  1 / rms
         dst *= r[:, None]
         dst *= gamma
         if beta is not None:

@@ -143,6 +143,21 @@ def _residual_rows(x, y, bias, a, b):
     x[a:b] += yb
 
 
+def _norm_arrays(x, ws, name, r_name):
+    """A norm's outputs: xhat and h like x, and the per-row factor (N,)."""
+    return (ws.take(name + "xhat", x.shape, x.dtype), ws.take(name + "h", x.shape, x.dtype),
+            ws.take(name + r_name, x.shape[:1], x.dtype))
+
+
+def inverse_root_mean(r, d, eps):
+    """In place: r <- 1 / sqrt(r / d + eps), r (N,) a sum of squares per row."""
+    r *= 1.0 / d
+    r += eps
+    np.sqrt(r, out=r)
+    np.divide(1.0, r, out=r)
+    return r
+
+
 def layernorm(x, gamma, beta, eps, ws=FRESH, name="", residual=None, bias=None):
     """h = gamma * (x - mu) / sigma + beta for x (N, d); returns h, xhat, rstd (N, 1).
 
@@ -150,19 +165,13 @@ def layernorm(x, gamma, beta, eps, ws=FRESH, name="", residual=None, bias=None):
     in place, block by block in the same pass (the residual stream's update and the next
     norm read the rows once)."""
     N, d = x.shape
-    xhat = ws.take(name + "xhat", x.shape, x.dtype)
-    h = ws.take(name + "h", x.shape, x.dtype)
-    rstd = ws.take(name + "rstd", (N,), x.dtype)
+    xhat, h, rstd = _norm_arrays(x, ws, name, "rstd")
 
     def rows(a, b):
         _residual_rows(x, residual, bias, a, b)
         xb, xh, r = x[a:b], xhat[a:b], rstd[a:b]
         np.subtract(xb, row_means(xb)[:, None], out=xh)
-        row_dots(xh, xh, out=r)
-        r *= 1.0 / d
-        r += eps
-        np.sqrt(r, out=r)
-        np.divide(1.0, r, out=r)
+        inverse_root_mean(row_dots(xh, xh, out=r), d, eps)     # 1 / sigma
         xh *= r[:, None]                                  # xhat = (x - mu) / sigma
         hb = np.multiply(xh, gamma, out=h[a:b])
         if beta is not None:
@@ -208,18 +217,12 @@ def rmsnorm(x, gamma, eps, ws=FRESH, name="", residual=None, bias=None):
     """h = gamma * x / rms(x); returns h, xhat, rrms (N, 1) (``residual``, ``bias`` as in
     :func:`layernorm`)."""
     N, d = x.shape
-    xhat = ws.take(name + "xhat", x.shape, x.dtype)
-    h = ws.take(name + "h", x.shape, x.dtype)
-    rrms = ws.take(name + "rrms", (N,), x.dtype)
+    xhat, h, rrms = _norm_arrays(x, ws, name, "rrms")
 
     def rows(a, b):
         _residual_rows(x, residual, bias, a, b)
         xb, r = x[a:b], rrms[a:b]
-        row_dots(xb, xb, out=r)
-        r *= 1.0 / d
-        r += eps
-        np.sqrt(r, out=r)
-        np.divide(1.0, r, out=r)
+        inverse_root_mean(row_dots(xb, xb, out=r), d, eps)     # 1 / rms
         xh = np.multiply(xb, r[:, None], out=xhat[a:b])
         np.multiply(xh, gamma, out=h[a:b])
     parallel.for_rows(rows, N, d)
