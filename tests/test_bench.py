@@ -249,3 +249,32 @@ def test_kernel_set_experiment_runs_each_set_in_a_fresh_process():
     assert forced["coretype_ran"] == before["architecture"]
     assert forced["openblas_choice"] == _own_kernel_set()
     assert blas_info() == before
+
+
+def test_every_step_ratio_is_reported_against_eager_and_fused_sdpa(monkeypatch):
+    """With PyTorch, the report gives the fast and the reference step against PyTorch eager
+    and PyTorch with F.scaled_dot_product_attention, and every target line (the SDPA one,
+    decoding at batch 8) with the thread count it is meant for."""
+    pytest.importorskip("torch")
+    from numpytfmr.run.commands.bench import TARGETS, report_lines
+    from numpytfmr.fast import parallel
+    monkeypatch.setattr(bench, "QUICK_MODEL", TINY)
+    workers = parallel.workers()
+    try:
+        s = bench.run_bench(quick=True, threads=2, attention_n=(64,), n_new=3, repeat=1,
+                            coretype=None)
+    finally:
+        bench.set_threads(1)
+        parallel.set_workers(workers)
+    tr = s["train_step"]
+    assert s["threads"]["fast_workers"] == 2
+    assert s["train_step_ratio_vs_torch_sdpa"] == pytest.approx(
+        tr["numpy_seconds"]["min"] / tr["torch_sdpa_seconds"]["min"])
+    assert s["reference_step_ratio_vs_torch_sdpa"] == pytest.approx(
+        tr["reference_seconds"]["min"] / tr["torch_sdpa_seconds"]["min"])
+    text = "\n".join(report_lines(s))
+    assert text.count("+ fused SDPA") >= 2 and "PyTorch + fused SDPA" in text
+    for label, key, *_ in TARGETS:
+        assert label in text and key in s
+    assert "training step vs PyTorch eager" in text and "(the target is for 1 thread)" in text
+    assert "decoding vs transformers, batch 8" in text

@@ -32,6 +32,21 @@ def test_blas_threads_restores_the_previous_number():
             limit_blas_threads(bad)
 
 
+def test_the_fast_passes_follow_the_blas_thread_count_and_are_restored():
+    """limit_blas_threads(n) gives the fast path's passes n workers (with or without
+    threadpoolctl); blas_threads gives back the workers it found."""
+    from numpytfmr.fast import parallel
+    before = parallel.set_workers(1)
+    try:
+        with blas_threads(3):
+            assert parallel.workers() == 3
+            limit_blas_threads(2)
+            assert parallel.workers() == 2
+        assert parallel.workers() == 1
+    finally:
+        parallel.set_workers(before)
+
+
 def test_info_names_the_library_its_kernel_set_and_threads():
     pytest.importorskip("threadpoolctl", reason="the test extra installs threadpoolctl")
     info = blas_info()
@@ -49,7 +64,8 @@ def test_without_threadpoolctl_the_environment_decides_and_nothing_changes():
         "import sys, json\n"
         "sys.modules['threadpoolctl'] = None\n"          # an import of it now fails
         "from numpytfmr.run.blas import limit_blas_threads, blas_info\n"
-        "print(json.dumps([limit_blas_threads(1), blas_info()]))\n")
+        "from numpytfmr.fast import parallel\n"
+        "print(json.dumps([limit_blas_threads(2), blas_info(), parallel.workers()]))\n")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "3"}
     # an image may need OPENBLAS_CORETYPE to start OpenBLAS at all: it is passed on, and the
     # kernel set reported is the one it names (None where it is unset)
@@ -58,8 +74,8 @@ def test_without_threadpoolctl_the_environment_decides_and_nothing_changes():
         env["OPENBLAS_CORETYPE"] = coretype
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                          check=True)
-    previous, info = json.loads(out.stdout)
-    assert previous is None
+    previous, info, workers = json.loads(out.stdout)
+    assert previous is None and workers == 2          # the fast passes follow all the same
     assert info == {"library": None, "version": None, "architecture": coretype or None,
                     "threads": 3, "controlled": False}
 

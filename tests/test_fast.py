@@ -763,3 +763,138 @@ def test_kv_cache_grows_by_the_new_positions_and_keeps_the_old_cache():
     assert c2["k"].shape == (2, 1, 4, 4) and c1["k"].shape == (2, 1, 3, 4)
     np.testing.assert_array_equal(c2["k"][..., :3, :], K1)
     np.testing.assert_array_equal(c2["v"][..., 3:, :], V2)
+
+
+# ---------------------------------------------------------------------------------------
+# the passes on several workers (fast.parallel): the same bits as on one
+# ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Every pass split however small (row blocks of one row, GELU blocks of 64 elements),
+    and a function that runs a call with n workers (a pool of n - 1 threads, whatever the
+    number of cores: threads, not processes, so one core is enough)."""
+    from numpytfmr.fast import parallel
+    monkeypatch.setattr(parallel, "MIN_ELEMENTS", 1)
+    monkeypatch.setattr(parallel, "ROW_ALIGN", 1)
+    monkeypatch.setattr(kernels, "GELU_BLOCK", 64)
+    before = parallel.workers()
+
+    def with_workers(n, fn, *args, **kwargs):
+        parallel.set_workers(n)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            parallel.set_workers(before)
+    yield with_workers
+    parallel.set_workers(before)
+
+
+def _bitwise(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_loss_and_gradients_on_several_workers_are_bitwise_those_of_one(name, dtype,
+                                                                        split_everything):
+    """gpt_loss with 2 and 3 workers (norms, GELU, residual adds in row blocks, pairs of
+    sequences' attention on different workers) gives the one-worker loss and gradients bit
+    for bit, and those are the reference's (1e-12 in float64)."""
+    c, p, rng = _model(CONFIGS[name], dtype)
+    ids = rng.integers(0, c.vocab_size, (5, 11))           # 3 pairs of sequences
+    targets = rng.integers(0, c.vocab_size, (5, 11))
+    train = {"rng": np.random.default_rng(4), "train": True} if c.dropout else {}
+    runs = {}
+    for n in (1, 2, 3):
+        kw = {k: (np.random.default_rng(4) if k == "rng" else v) for k, v in train.items()}
+        runs[n] = split_everything(n, fast.gpt_loss, p, ids, targets, config=c,
+                                   workspace=fast.Workspace(), **kw)
+    for n in (2, 3):
+        assert runs[n][0] == runs[1][0]
+        assert all(_bitwise(runs[n][1][k], runs[1][1][k]) for k in p), n
+    if dtype == np.float64:
+        kw = {k: (np.random.default_rng(4) if k == "rng" else v) for k, v in train.items()}
+        loss_r, gr = R.gpt_loss(p, ids, targets, config=c, **kw)
+        assert abs(runs[2][0] - loss_r) <= 1e-12 * abs(loss_r)
+        _assert_grads(runs[2][1], gr, 1e-12, c)
+
+
+@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "rope-half-post-mqa-scaled"])
+def test_forward_and_generation_on_two_workers_are_bitwise_those_of_one(name, split_everything):
+    c, p, rng = _model(CONFIGS[name], np.float32)
+    ids = rng.integers(0, c.vocab_size, (4, 9))
+    one = split_everything(1, fast.gpt_forward, p, ids, config=c)
+    two = split_everything(2, fast.gpt_forward, p, ids, config=c)
+    assert _bitwise(two[0], one[0])
+    for l in range(c.n_layers):
+        assert _bitwise(two[1]["attn_weights"][l], one[1]["attn_weights"][l])
+    dlogits = rng.standard_normal(one[0].shape).astype(np.float32)
+    g1 = split_everything(1, fast.gpt_backward, dlogits, one[1])
+    g2 = split_everything(2, fast.gpt_backward, dlogits, two[1])
+    assert all(_bitwise(g2[k], g1[k]) for k in p)
+    prompt = rng.integers(0, c.vocab_size, (3, 4))
+    kw = dict(config=c, max_new_tokens=6, temperature=0.9, return_logits=True)
+    a = split_everything(1, fast.generate, p, prompt, rng=np.random.default_rng(3), **kw)
+    b = split_everything(2, fast.generate, p, prompt, rng=np.random.default_rng(3), **kw)
+    assert np.array_equal(a[0], b[0]) and _bitwise(a[1], b[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_adamw_and_clipping_on_several_workers_are_bitwise_those_of_one(dtype, split_everything,
+                                                                        monkeypatch):
+    """The update in pieces (parameters split by rows, dealt to the workers) and the norm's
+    block sums added in their one-worker order: the same bits, for new arrays and in place."""
+    rng = np.random.default_rng(8)
+    p = {"a": rng.standard_normal((37, 5)), "b": rng.standard_normal(3),
+         "c": rng.standard_normal((2, 3, 4)), "s": np.array(0.5)}
+    p = {k: v.astype(dtype) for k, v in p.items()}
+    g = {k: rng.standard_normal(v.shape).astype(dtype) for k, v in p.items()}
+    kw = dict(lr=1e-2, weight_decay=0.1, no_decay={"b"})
+    new = {n: split_everything(n, fast.adamw_step, p, g, adamw_init(p), **kw) for n in (1, 2, 3)}
+    inplace = {}
+    for n in (1, 2, 3):
+        q, st = {k: v.copy() for k, v in p.items()}, adamw_init(p)
+        split_everything(n, fast.adamw_step_, q, g, st, **kw)
+        inplace[n] = (q, st)
+    want_p, want_s = R.adamw_step(p, g, adamw_init(p), **kw)
+    for n in (2, 3):
+        for got_p, got_s in (new[n], inplace[n]):
+            assert all(_bitwise(got_p[k], new[1][0][k]) for k in p)
+            assert all(_bitwise(got_s[k], new[1][1][k]) for k in new[1][1] if k != "step")
+    for k in p:
+        assert _bitwise(inplace[1][0][k], new[1][0][k])
+        if dtype == np.float64:
+            assert _err(new[2][0][k], want_p[k]) <= 1e-12
+    from numpytfmr.fast import optim as fast_optim
+    monkeypatch.setattr(fast_optim, "NORM_BLOCK", 7)              # many blocks to share out
+    clipped = {}
+    for n in (1, 2, 3):
+        gg = {k: v.copy() for k, v in g.items()}
+        clipped[n] = split_everything(n, fast.clip_grad_norm_, gg, 0.5)
+    want, want_norm = R.clip_grad_norm(g, 0.5)
+    for n in (2, 3):
+        assert clipped[n][1] == clipped[1][1]
+        assert all(_bitwise(clipped[n][0][k], clipped[1][0][k]) for k in g)
+    assert clipped[1][1] == pytest.approx(want_norm, rel=1e-12 if dtype == np.float64 else 1e-6)
+
+
+def test_parallel_runs_every_part_and_raises_what_a_part_raised(split_everything):
+    from numpytfmr.fast import parallel
+    seen = []
+
+    def part(i):
+        seen.append((i, parallel.workers()))
+        if i == 3:
+            raise ZeroDivisionError("part 3")
+    with pytest.raises(ZeroDivisionError, match="part 3"):
+        split_everything(2, parallel.run, part, [(i,) for i in range(5)])
+    assert sorted(i for i, _ in seen) == [0, 1, 2, 3, 4]
+    assert parallel.row_blocks(10, 3, align=4) == [(0, 4), (4, 8), (8, 10)]
+    assert parallel.row_blocks(5, 1) == [(0, 5)]
+    got = []
+    split_everything(3, parallel.each, 7, lambda i, w: got.append((i, w)))
+    assert sorted(got) == [(i, i % 3) for i in range(7)]
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="set_workers: n is"):
+            parallel.set_workers(bad)

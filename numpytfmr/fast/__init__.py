@@ -23,9 +23,16 @@ Inputs are validated once at the entry; nothing inside the hot path checks again
 ``loss_workspace()`` unless one is passed): a training step reuses the same memory instead
 of faulting in fresh pages. ``generate`` fuses the projections once per call, writes the
 KV cache into buffers allocated at their final length and runs each new token through a
-one-position step (no mask, no per-token checks).
+one-position step (no mask, no per-token checks), everything it needs looked up and
+allocated once per call.
+
+``fast.parallel`` runs the elementwise and row-wise passes (norms, GELU, softmax and the
+attention of pairs of sequences, the cross-entropy, AdamW) in row blocks on
+``parallel.workers()`` threads, the BLAS thread count when it is set through
+``numpytfmr.run.blas`` (else 1; ``parallel.set_workers(n)`` sets it alone). The results
+do not depend on that number, bit for bit.
 """
-from . import posttrain
+from . import parallel, posttrain
 from .mha import mha_backward, mha_forward
 from .gpt import Workspace, generate, gpt_backward, gpt_forward, gpt_loss, loss_workspace
 from .optim import adamw_step, adamw_step_, clip_grad_norm_

@@ -27,7 +27,7 @@ reads (no callbacks).
 ``gpt_loss`` takes those arrays from a workspace kept between calls (``loss_workspace``):
 nothing of its forward pass leaves the call, so the next step writes into the same,
 already mapped memory; with ``out`` its gradients go into the caller's arrays too. ``generate`` fuses [Wq Wk Wv] once, allocates the KV cache at its
-final length and runs each new token through ``_decode_step``: one position, no mask,
+final length and runs each new token through ``_decoder``'s step: one position, no mask,
 no per-token checks.
 """
 import math
@@ -37,11 +37,12 @@ import numpy as np
 
 from ..positional import rope_frequencies
 from ..transformer import check_sampling, next_token, token_count, token_id
-from . import checks
-from .kernels import (FRESH, Workspace, activation, causal_bias_t, causal_softmax_t, column_sums,
-                      cross_entropy_fused, layernorm, layernorm_backward_into, rmsnorm,
-                      rmsnorm_backward_into, rope_rotate, scatter_add_rows, silu,
-                      softmax_backward_t)
+from . import checks, parallel
+from .kernels import (FRESH, Workspace, activation, add_rows, causal_bias_t, causal_softmax_t,
+                      column_sums, cross_entropy_fused, gelu_float32, inverse_root_mean,
+                      layernorm,
+                      layernorm_backward_into, multiply_rows, rmsnorm, rmsnorm_backward_into,
+                      rope_rotate, row_dots, scatter_add_rows, silu, softmax_backward_t)
 
 __all__ = ["gpt_forward", "gpt_backward", "gpt_loss", "generate", "loss_workspace", "Workspace"]
 
@@ -127,13 +128,14 @@ def _fused_qkv(p, pre, c, ws=FRESH):
     return W, b
 
 
-def _norm(x, p, key, c, ws=FRESH):
-    """N(x) with the weights under ``key``: returns h and the backward's pieces."""
+def _norm(x, p, key, c, ws=FRESH, residual=None, bias=None):
+    """N(x) with the weights under ``key``: returns h and the backward's pieces. With
+    ``residual``: N(x += residual (+ bias)), the residual stream updated in the same pass."""
     if c.norm_type == "layernorm":
         h, xhat, r = layernorm(x, p[key + ".gamma"], p.get(key + ".beta"), c.norm_eps, ws,
-                               key + ".")
+                               key + ".", residual, bias)
     else:
-        h, xhat, r = rmsnorm(x, p[key + ".gamma"], c.norm_eps, ws, key + ".")
+        h, xhat, r = rmsnorm(x, p[key + ".gamma"], c.norm_eps, ws, key + ".", residual, bias)
     return h, (key, xhat, r)
 
 
@@ -206,7 +208,15 @@ def query_blocks(T):
     return list(zip(edges[:-1], edges[1:]))
 
 
-def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
+def _small_products(L, T, G):
+    """Whether every per-head product of the attention (n_k x d_head x query columns) is
+    small enough for BLAS to run it in the calling thread (``parallel.SMALL_PRODUCT``):
+    then pairs of sequences go to different workers."""
+    cols = max(b - a for a, b in query_blocks(T)) * G
+    return (L.n_past + T) * L.dh * cols <= parallel.SMALL_PRODUCT
+
+
+def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH, out_bias=True):
     """Masked multi-head (GQA) self-attention of the normed rows h (N, d).
 
     The queries come out of the fused projection already scaled (``_fused_qkv``). Rotated
@@ -214,7 +224,10 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
     heads that share a key/value head are stacked as the T G rows of one matrix (row
     t G + g), so every product is one batched product over (B, Hkv); otherwise the
     products read them in place, a strided view of the projection.
-    Returns out (N, d) and the cache {Qs, K, V, At (per query block), concat, ...}."""
+    Pairs of sequences (``BATCH_CHUNK``) run on the workers (``parallel.each``) while the
+    per-head products stay small (``_small_products``).
+    Returns out (N, d) (without the bias bo unless ``out_bias``) and the cache {Qs, K, V,
+    At (per query block), concat, ...}."""
     B, T, Hkv, G, dh, hd, kvd = L.B, L.T, L.Hkv, L.G, L.dh, L.hd, L.kvd
     dt = h.dtype
     Wqkv, bqkv = p.get(pre + "Wqkv"), p.get(pre + "bqkv")        # fused once by generate
@@ -222,7 +235,7 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
         Wqkv, bqkv = _fused_qkv(p, pre, c, ws)
     qkv = np.matmul(h, Wqkv, out=ws.take(pre + "qkv", (L.N, hd + 2 * kvd), dt))
     if c.bias:
-        qkv += bqkv
+        add_rows(qkv, bqkv)
     Q = qkv[:, :hd].reshape(B, T, Hkv, G, dh)                    # Q / sqrt(d_head)
     K = qkv[:, hd:hd + kvd].reshape(B, T, Hkv, dh)
     V = qkv[:, hd + kvd:].reshape(B, T, Hkv, dh)
@@ -260,11 +273,14 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
         out_m = concat.reshape(B, T, Hkv, dh).transpose(0, 2, 1, 3)
     else:
         out_m = ws.take(pre + "out_m", (B, Hkv, T * G, dh), dt)
-    blocks = []          # blocks[j][i]: chunk j's A^T of query block i (buffer, 4-d view)
-    for j, s in enumerate(batch_chunks(B)):   # a few sequences at a time: scores in cache
+    chunks, qbs = batch_chunks(B), query_blocks(T)
+    # blocks[j][i]: chunk j's A^T of query block i (buffer, 4-d view)
+    blocks = [[None] * len(qbs) for _ in chunks]
+
+    def chunk(j, w):          # a few sequences at a time: their scores stay in cache
+        s = chunks[j]
         nb = s.stop - s.start
-        blocks.append([])
-        for i, (a, b) in enumerate(query_blocks(T)):
+        for i, (a, b) in enumerate(qbs):
             n_k = L.n_past + b                                   # keys these queries may see
             St, St4 = scores_buffer(ws, f"{pre}St{i}.{j}", n_k, nb, Hkv, (b - a) * G, dt)
             np.matmul(K_all[s, :, :n_k], Qm[s, :, a * G:b * G].swapaxes(-1, -2), out=St4)
@@ -272,12 +288,13 @@ def _attention(h, p, pre, c, L, past, need_grad, ws=FRESH):
             causal_softmax_t(St, causal_bias_t(b - a, G, nb * Hkv, St.shape[1], dt)
                              if b - a > 1 else None)
             np.matmul(St4.swapaxes(-1, -2), V_all[s, :, :n_k], out=out_m[s, :, a * G:b * G])
-            blocks[j].append((St, St4))
+            blocks[j][i] = (St, St4)
+    parallel.each(len(chunks), chunk, parallel=_small_products(L, T, G))
     if G > 1:
         concat.reshape(B, T, Hkv, G, dh)[...] = out_m.reshape(B, Hkv, T, G, dh).transpose(
             0, 2, 1, 3, 4)
     out = np.matmul(concat, p[pre + "Wo"], out=ws.take(pre + "out", (L.N, h.shape[1]), dt))
-    if c.bias:
+    if c.bias and out_bias:
         out += p[pre + "bo"]
     cache = {"kv": {"k": K_all, "v": V_all}, "At": blocks}
     if need_grad:
@@ -305,8 +322,10 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
     # dK, dV of every key the queries saw (the new ones are dqkv's columns)
     dK_all = dK_h if n_past == 0 else ws.take("d.K_all", (B, Hkv, n_past + T, dh), dt)
     dV_all = dV_h if n_past == 0 else ws.take("d.V_all", (B, Hkv, n_past + T, dh), dt)
-    qb = query_blocks(T)
-    for j, s in enumerate(batch_chunks(B)):   # a few sequences at a time: scores in cache
+    qb, chunks = query_blocks(T), batch_chunks(B)
+
+    def chunk(j, w):          # a few sequences at a time: their scores stay in cache
+        s = chunks[j]
         nb = s.stop - s.start
         for i in reversed(range(len(qb))):
             # the last block sees every key: it writes dK, dV; the earlier ones add to theirs
@@ -316,17 +335,18 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
             if last:
                 np.matmul(At, dO_j, out=dV_all[s])               # dV = A^T dO
             else:
-                dV_all[s, :, :n_k] += np.matmul(At, dO_j,
-                                                out=ws.take(f"d.V{i}", (nb, Hkv, n_k, dh), dt))
-            dSb, dSt = scores_buffer(ws, f"d.St{i}", n_k, nb, Hkv, (b - a) * G, dt)
+                dV_all[s, :, :n_k] += np.matmul(
+                    At, dO_j, out=ws.take(f"d.V{i}.{w}", (nb, Hkv, n_k, dh), dt))
+            dSb, dSt = scores_buffer(ws, f"d.St{i}.{w}", n_k, nb, Hkv, (b - a) * G, dt)
             np.matmul(V[s, :, :n_k], dO_j.swapaxes(-1, -2), out=dSt)   # dA^T = V dO^T
             softmax_backward_t(dSb, Ab)                          # dS^T, every head at once
             if last:
                 np.matmul(dSt, Qm[s, :, rows], out=dK_all[s])    # dK = dS^T (Q scale)
             else:
-                dK_all[s, :, :n_k] += np.matmul(dSt, Qm[s, :, rows],
-                                                out=ws.take(f"d.K{i}", (nb, Hkv, n_k, dh), dt))
+                dK_all[s, :, :n_k] += np.matmul(
+                    dSt, Qm[s, :, rows], out=ws.take(f"d.K{i}.{w}", (nb, Hkv, n_k, dh), dt))
             np.matmul(dSt.swapaxes(-1, -2), K[s, :, :n_k], out=dQm[s, :, rows])  # dS K
+    parallel.each(len(chunks), chunk, parallel=_small_products(L, T, G))
     if n_past:
         dK_h[...] = dK_all[:, :, n_past:]
         dV_h[...] = dV_all[:, :, n_past:]
@@ -355,8 +375,9 @@ def _attention_backward(dout, ac, p, pre, c, L, grads, ws=FRESH):
     return np.matmul(dqkv, ac["Wqkv"].T, out=ws.take("d.h", (L.N, h.shape[1]), dt))
 
 
-def _mlp(h, p, pre, c, need_grad, ws=FRESH):
-    """The FFN of the normed rows h: act(h W1 + b1) W2 + b2, or SwiGLU."""
+def _mlp(h, p, pre, c, need_grad, ws=FRESH, out_bias=True):
+    """The FFN of the normed rows h: act(h W1 + b1) W2 + b2 (without b2 unless
+    ``out_bias``), or SwiGLU."""
     N, d, dt = h.shape[0], h.shape[1], h.dtype
     if c.activation == "swiglu":
         d_ff = p[pre + "W_gate"].shape[1]
@@ -375,7 +396,7 @@ def _mlp(h, p, pre, c, need_grad, ws=FRESH):
     hid, local = activation(c.activation, z, p[pre + "b1"] if c.bias else None, need_grad, ws,
                             pre + "act.")
     out = np.matmul(hid, p[pre + "W2"], out=ws.take(pre + "out", (N, d), dt))
-    if c.bias:
+    if c.bias and out_bias:
         out += p[pre + "b2"]
     return out, ({"h": h, "hid": hid, "local": local} if need_grad else {})
 
@@ -405,7 +426,7 @@ def _mlp_backward(dout, mc, p, pre, c, grads, ws=FRESH):
     if c.bias:
         grads[pre + "b2"] = column_sums(dout, grads.get(pre + "b2"))
     dz = np.matmul(dout, p[pre + "W2"].T, out=ws.take("d.z", mc["hid"].shape, dt))
-    dz *= mc["local"]                                            # hid = act(z)
+    multiply_rows(dz, mc["local"])                              # hid = act(z)
     grads[pre + "W1"] = np.matmul(h.T, dz, out=grads.get(pre + "W1"))   # z = h W1 + b1
     if c.bias:
         grads[pre + "b1"] = column_sums(dz, grads.get(pre + "b1"))
@@ -429,19 +450,35 @@ def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad, ws=FRESH):
     cache = {"config": c, "dtype": dtype, "layout": L, "ids": flat_ids,
              "positions": np.arange(n_past, n_past + T), "layers": [], "kv_cache": []}
     cache["drop_embed"] = _dropout(x, c, rng, train)
+    drops = train and c.dropout > 0.0
+    if c.norm == "pre":
+        h, n1 = _norm(x, p, "h0.attn_norm" if c.n_layers else "norm_f", c, ws)
     for l in range(c.n_layers):
         pre = f"h{l}."
         lc = {}
         pl = None if past is None else past[l]
         if c.norm == "pre":
-            h, lc["n1"] = _norm(x, p, pre + "attn_norm", c, ws)
-            out, lc["attn"] = _attention(h, p, pre + "attn.", c, L, pl, need_grad, ws)
+            # each sublayer's output bias and residual add run in the pass of the next norm
+            lc["n1"] = n1
+            out, lc["attn"] = _attention(h, p, pre + "attn.", c, L, pl, need_grad, ws, False)
+            bias = p[pre + "attn.bo"] if c.bias else None
+            if drops:
+                if bias is not None:
+                    out += bias
+                bias = None
             lc["d1"] = _dropout(out, c, rng, train)
-            x += out                                             # x = x + drop(attn(N(x)))
-            h, lc["n2"] = _norm(x, p, pre + "mlp_norm", c, ws)
-            out, lc["mlp"] = _mlp(h, p, pre + "mlp.", c, need_grad, ws)
+            # x = x + drop(attn(N(x))), h = N(x)
+            h, lc["n2"] = _norm(x, p, pre + "mlp_norm", c, ws, out, bias)
+            out, lc["mlp"] = _mlp(h, p, pre + "mlp.", c, need_grad, ws, False)
+            bias = p[pre + "mlp.b2"] if c.bias and c.activation != "swiglu" else None
+            if drops:
+                if bias is not None:
+                    out += bias
+                bias = None
             lc["d2"] = _dropout(out, c, rng, train)
-            x += out                                             # x = x + drop(ffn(N(x)))
+            # x = x + drop(ffn(N(x))), then the next layer's norm (or the final one)
+            key = f"h{l + 1}.attn_norm" if l + 1 < c.n_layers else "norm_f"
+            h, n1 = _norm(x, p, key, c, ws, out, bias)
         else:
             out, lc["attn"] = _attention(x, p, pre + "attn.", c, L, pl, need_grad, ws)
             lc["d1"] = _dropout(out, c, rng, train)
@@ -454,7 +491,7 @@ def _forward(p, ids, c, dtype, past, n_past, rng, train, need_grad, ws=FRESH):
         cache["kv_cache"].append(lc["attn"].pop("kv"))
         cache["layers"].append(lc)
     if c.norm == "pre":
-        x, cache["norm_f"] = _norm(x, p, "norm_f", c, ws)
+        x, cache["norm_f"] = h, n1
     W_out = p["wte"].T if c.tie_embeddings else p["lm_head.W"]
     logits = np.matmul(x, W_out, out=ws.take("logits", (L.N, c.vocab_size), dtype))   # (N, V)
     if need_grad:
@@ -683,65 +720,133 @@ def _kv_buffers(c, B, length, dtype):
             for _ in range(c.n_layers)]
 
 
-def _attention_step(h, p, pre, c, kv, n_past, rope):
-    """Self-attention of ONE new position per sequence (a decoding step), h (B, d), against
-    generate's preallocated cache, whose row n_past this step writes:
+def _decoder(p, c, B, length, dtype, kv, rope):
+    """The decoding step of a generate call: ``step(tokens, n_past) -> logits (B, V)`` of the
+    token after ``tokens`` (B,) at position n_past, the model of :func:`_forward` for one
+    position, against the KV cache ``kv`` (``_kv_buffers``, whose row n_past it writes).
+
+    Everything a step needs is looked up once here: each layer's weights (a tuple, no
+    per-step dict or string keys) and every intermediate array (the step writes into them:
+    no allocation but the logits). Attention of the one new query per head against the
+    cache is one matrix-vector product per head (NumPy's matmul over the heads):
 
         [q/sqrt(d_head) k v] = h [Wq/sqrt(d_head) Wk Wv] + b;   K[n_past], V[n_past] = k, v
         a = softmax(q K[:n_past+1]^T / sqrt(d_head)),   out = concat(a V) Wo + bo
 
     No mask: the new position may see every cached one."""
-    B, Hkv, dh = h.shape[0], c.n_kv_heads, c.d_head
+    d, Hkv, dh, V = c.d_model, c.n_kv_heads, c.d_head, c.vocab_size
     G, hd, kvd = c.n_heads // Hkv, c.n_heads * dh, Hkv * dh
-    qkv = h @ p[pre + "Wqkv"]                                    # (B, hd + 2 kvd)
-    if c.bias:
-        qkv += p[pre + "bqkv"]
-    qs = qkv[:, :hd].reshape(B, Hkv, G, dh)                      # q / sqrt(d_head)
-    kb, vb = kv["k_buf"], kv["v_buf"]
-    if rope is not None:                                         # rotate to position n_past
-        cos, sin = rope
-        rope_rotate(qs, qs, cos[n_past], sin[n_past], c.rope_layout)
-        rope_rotate(qkv[:, hd:hd + kvd].reshape(B, Hkv, dh), kb[:, :, n_past], cos[n_past],
-                    sin[n_past], c.rope_layout)
-    else:
-        kb[:, :, n_past] = qkv[:, hd:hd + kvd].reshape(B, Hkv, dh)
-    vb[:, :, n_past] = qkv[:, hd + kvd:].reshape(B, Hkv, dh)
-    n_k = n_past + 1
-    a = qs @ kb[:, :, :n_k].swapaxes(-1, -2)                     # (B, Hkv, G, n_k) scores
-    a -= np.fmax.reduce(a, axis=-1, keepdims=True)
-    np.exp(a, out=a)
-    a *= 1.0 / np.add.reduce(a, axis=-1, keepdims=True)          # softmax over the keys
-    out = (a @ vb[:, :, :n_k]).reshape(B, hd) @ p[pre + "Wo"]    # heads concatenated, Wo
-    if c.bias:
-        out += p[pre + "bo"]
-    return out
+    layernorm = c.norm_type == "layernorm"
+    gelu32 = c.activation == "gelu" and np.dtype(dtype) == np.float32
 
-
-def _decode_step(p, tokens, n_past, c, kv, dtype, rope):
-    """Logits (B, V) of the next token after ``tokens`` (B,), at position n_past: the model
-    of :func:`_forward` for one position, with nothing kept for a backward pass."""
-    x = p["wte"][tokens]                                         # (B, d)
-    if c.positional == "learned":
-        x += p["wpe"][n_past]
-    elif c.positional == "sinusoidal":
-        x += _sinusoids(n_past + 1, c.d_model, dtype)[n_past]
+    def norm_weights(key):
+        return p[key + ".gamma"], p.get(key + ".beta")
+    layers = []
     for l in range(c.n_layers):
         pre = f"h{l}."
-        if c.norm == "pre":
-            h, _ = _norm(x, p, pre + "attn_norm", c)
-            x += _attention_step(h, p, pre + "attn.", c, kv[l], n_past, rope)
-            h, _ = _norm(x, p, pre + "mlp_norm", c)
-            x += _mlp(h, p, pre + "mlp.", c, False)[0]
+        a, m = pre + "attn.", pre + "mlp."
+        if c.activation == "swiglu":
+            ffn = (p[m + "W_gu"], None, p[m + "W_down"], None)
         else:
-            out = _attention_step(x, p, pre + "attn.", c, kv[l], n_past, rope)
-            out += x
-            x, _ = _norm(out, p, pre + "attn_norm", c)
-            out = _mlp(x, p, pre + "mlp.", c, False)[0]
-            out += x
-            x, _ = _norm(out, p, pre + "mlp_norm", c)
-    if c.norm == "pre":
-        x, _ = _norm(x, p, "norm_f", c)
-    return x @ (p["wte"].T if c.tie_embeddings else p["lm_head.W"])
+            ffn = (p[m + "W1"], p.get(m + "b1"), p[m + "W2"], p.get(m + "b2"))
+        layers.append((norm_weights(pre + "attn_norm"), p[a + "Wqkv"], p.get(a + "bqkv"),
+                       p[a + "Wo"], p.get(a + "bo"), norm_weights(pre + "mlp_norm"), ffn,
+                       kv[l]["k_buf"], kv[l]["v_buf"]))
+    final = norm_weights("norm_f") if c.norm == "pre" else None
+    W_out = p["wte"].T if c.tie_embeddings else p["lm_head.W"]
+    wte, wpe = p["wte"], p.get("wpe")
+    x, h, y = (np.empty((B, d), dtype) for _ in range(3))
+    r = np.empty(B, dtype)
+    qkv = np.empty((B, hd + 2 * kvd), dtype)
+    qs = qkv[:, :hd].reshape(B, Hkv, G, dh)                      # q / sqrt(d_head), a view
+    k_new = qkv[:, hd:hd + kvd].reshape(B, Hkv, dh)
+    v_new = qkv[:, hd + kvd:].reshape(B, Hkv, dh)
+    scores = np.empty((B, Hkv, G, length), dtype)
+    top = np.empty((B, Hkv, G, 1), dtype)
+    heads = np.empty((B, Hkv, G, dh), dtype)
+    concat = heads.reshape(B, hd)
+    d_ff = layers[0][6][0].shape[1] if layers else 0
+    z = np.empty((B, d_ff), dtype)
+    mean_w = np.full(d, 1.0 / d, dtype)
+
+    def norm(src, weights, dst):
+        """N(src) into dst, row by row (004 eq. 27-28)."""
+        gamma, beta = weights
+        if layernorm:
+            row_dots(src, mean_w, out=r)                         # mu
+            np.subtract(src, r[:, None], out=dst)
+            row_dots(dst, dst, out=r)
+        else:
+            row_dots(src, src, out=r)
+            np.copyto(dst, src)
+        inverse_root_mean(r, d, c.norm_eps)                      # 1 / sigma  or  1 / rms
+        dst *= r[:, None]
+        dst *= gamma
+        if beta is not None:
+            dst += beta
+        return dst
+
+    def attention(src, Wqkv, bqkv, Wo, bo, kb, vb, n_past):
+        np.matmul(src, Wqkv, out=qkv)
+        if bqkv is not None:
+            np.add(qkv, bqkv, out=qkv)
+        if rope is not None:                                     # rotate to position n_past
+            cos, sin = rope[0][n_past], rope[1][n_past]
+            rope_rotate(qs, qs, cos, sin, c.rope_layout)
+            rope_rotate(k_new, kb[:, :, n_past], cos, sin, c.rope_layout)
+        else:
+            kb[:, :, n_past] = k_new
+        vb[:, :, n_past] = v_new
+        n_k = n_past + 1
+        a = scores[..., :n_k]
+        np.matmul(qs, kb[:, :, :n_k].swapaxes(-1, -2), out=a)    # (B, Hkv, G, n_k)
+        np.fmax.reduce(a, axis=-1, keepdims=True, out=top)
+        a -= top
+        np.exp(a, out=a)
+        np.add.reduce(a, axis=-1, keepdims=True, out=top)
+        np.divide(1.0, top, out=top)
+        a *= top                                                 # softmax over the keys
+        np.matmul(a, vb[:, :, :n_k], out=heads)                 # heads, concatenated
+        np.matmul(concat, Wo, out=y)
+        if bo is not None:
+            np.add(y, bo, out=y)
+        return y
+
+    def ffn(src, weights):
+        W1, b1, W2, b2 = weights
+        if c.activation == "swiglu":
+            gu = src @ W1
+            g, u = gu[:, :d_ff // 2], gu[:, d_ff // 2:]
+            hid = silu(g)[0]
+            hid *= u
+        else:
+            np.matmul(src, W1, out=z)
+            hid = (gelu_float32(z, b1, need_grad=False)[0] if gelu32
+                   else activation(c.activation, z, b1, need_grad=False)[0])
+        np.matmul(hid, W2, out=y)
+        if b2 is not None:
+            np.add(y, b2, out=y)
+        return y
+
+    def step(tokens, n_past):
+        np.take(wte, tokens, axis=0, out=x)                      # (B, d)
+        if wpe is not None:
+            np.add(x, wpe[n_past], out=x)
+        elif c.positional == "sinusoidal":
+            np.add(x, _sinusoids(n_past + 1, d, dtype)[n_past], out=x)
+        for n1, Wqkv, bqkv, Wo, bo, n2, weights, kb, vb in layers:
+            if c.norm == "pre":
+                np.add(x, attention(norm(x, n1, h), Wqkv, bqkv, Wo, bo, kb, vb, n_past), out=x)
+                np.add(x, ffn(norm(x, n2, h), weights), out=x)
+            else:
+                out = attention(x, Wqkv, bqkv, Wo, bo, kb, vb, n_past)
+                out += x
+                norm(out, n1, x)
+                out = ffn(x, weights)
+                out += x
+                norm(out, n2, x)
+        return (x if final is None else norm(x, final, h)) @ W_out
+    return step
 
 
 def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top_k=None,
@@ -771,11 +876,12 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
         kv = _kv_buffers(c, B, T + max_new_tokens - 1, dtype)
         rope = (_rope_tables(c, 0, T + max_new_tokens, dtype) if c.positional == "rope"
                 else None)
+        decode = _decoder(p, c, B, T + max_new_tokens - 1, dtype, kv, rope)
     for _ in range(max_new_tokens):
         if use_cache and n == T:       # the prompt, written into the cache
             logits, _ = _forward(p, out[:, :n], c, dtype, kv, 0, None, False, False)
         elif use_cache:                # then one token a step against the cache
-            logits = _decode_step(p, out[:, n - 1], n - 1, c, kv, dtype, rope)[:, None]
+            logits = decode(out[:, n - 1], n - 1)[:, None]
         else:
             logits, _ = _forward(p, out[:, :n], c, dtype, None, 0, None, False, False)
         last = logits[:, -1]

@@ -19,9 +19,12 @@ dtype)``): ``FRESH`` makes a new array every time; a ``Workspace`` hands out the
 memory call after call, so a training step stops paying for fresh pages (the first touch
 of a new 4 MB array costs about as much as a third of a matrix product that fills it).
 """
+import threading
+
 import numpy as np
 
 from ..activations import erfc
+from . import parallel
 
 
 class Workspace:
@@ -74,24 +77,31 @@ def column_sums(g, out=None):
 _MEAN_VECTORS = {}
 
 
-def row_means(x):
-    """(1/d) sum_j x[:, j] for x (N, d): the matrix-vector product x (1/d) 1, shape (N,)."""
-    key = (x.shape[1], x.dtype)
+def _mean_vector(d, dtype):
+    key = (d, np.dtype(dtype))
     w = _MEAN_VECTORS.get(key)
     if w is None:
-        w = _MEAN_VECTORS[key] = np.full(x.shape[1], 1.0 / x.shape[1], x.dtype)
+        w = _MEAN_VECTORS[key] = np.full(d, 1.0 / d, dtype)
         w.setflags(write=False)
-    return x @ w
+    return w
 
 
 if hasattr(np, "vecdot"):                     # NumPy >= 2.0: a ufunc, no einsum parsing
-    def row_dots(a, b):
+    def row_dots(a, b, out=None):
         """sum_j a[n, j] b[n, j], shape (N,), without the temporary a * b."""
-        return np.vecdot(a, b)
+        return np.vecdot(a, b, out=out)
 else:                                         # pragma: no cover - NumPy 1.x
-    def row_dots(a, b):
+    def row_dots(a, b, out=None):
         """sum_j a[n, j] b[n, j], shape (N,), without the temporary a * b."""
-        return np.einsum("nj,nj->n", a, b)
+        return np.einsum("nj,nj->n", a, b, out=out)
+
+
+def row_means(x, out=None):
+    """(1/d) sum_j x[:, j] for x (N, d): each row's dot product with (1/d) 1, shape (N,).
+    (One dot per row, as BLAS's dot computes it: the same numbers for a row whatever
+    block of rows it is computed in, unlike a matrix-vector product, whose kernels
+    change with the number of rows and of BLAS threads.)"""
+    return row_dots(x, _mean_vector(x.shape[1], x.dtype), out)
 
 
 def column_dots(a, b, out=None):
@@ -99,25 +109,75 @@ def column_dots(a, b, out=None):
     return np.einsum("nj,nj->j", a, b, out=out)
 
 
+def add_rows(x, y):
+    """x += y in place, x (N, d), y (N, d) or a row (d,) broadcast to every row: row blocks
+    on the workers (``parallel.for_rows``)."""
+    full = y.ndim == x.ndim
+
+    def rows(a, b):
+        x[a:b] += y[a:b] if full else y
+    parallel.for_rows(rows, x.shape[0], x.size // max(x.shape[0], 1))
+    return x
+
+
+def multiply_rows(x, y):
+    """x *= y in place, x and y (N, d) (y may be a bool mask): row blocks on the workers."""
+    def rows(a, b):
+        x[a:b] *= y[a:b]
+    parallel.for_rows(rows, x.shape[0], x.size // max(x.shape[0], 1))
+    return x
+
+
 # ---------------------------------------------------------------------------------------
-# LayerNorm and RMSNorm (004 eq. 27-28)
+# LayerNorm and RMSNorm (004 eq. 27-28), row block by row block (``parallel.for_rows``)
 # ---------------------------------------------------------------------------------------
 
-def layernorm(x, gamma, beta, eps, ws=FRESH, name=""):
-    """h = gamma * (x - mu) / sigma + beta for x (N, d); returns h, xhat, rstd (N, 1)."""
-    d = x.shape[1]
-    xhat = np.subtract(x, row_means(x)[:, None], out=ws.take(name + "xhat", x.shape, x.dtype))
-    var = row_dots(xhat, xhat)
-    var *= 1.0 / d
-    var += eps
-    rstd = np.sqrt(var, out=var)
-    np.divide(1.0, rstd, out=rstd)
-    rstd = rstd[:, None]
-    xhat *= rstd                                      # xhat = (x - mu) / sigma
-    h = np.multiply(xhat, gamma, out=ws.take(name + "h", x.shape, x.dtype))
-    if beta is not None:
-        h += beta
-    return h, xhat, rstd
+def _residual_rows(x, y, bias, a, b):
+    """x[a:b] += y[a:b] (+ bias, added to y first: x + (y + bias), the sublayer's output
+    with its bias, added to the residual stream)."""
+    if y is None:
+        return
+    yb = y[a:b]
+    if bias is not None:
+        yb += bias
+    x[a:b] += yb
+
+
+def _norm_arrays(x, ws, name, r_name):
+    """A norm's outputs: xhat and h like x, and the per-row factor (N,)."""
+    return (ws.take(name + "xhat", x.shape, x.dtype), ws.take(name + "h", x.shape, x.dtype),
+            ws.take(name + r_name, x.shape[:1], x.dtype))
+
+
+def inverse_root_mean(r, d, eps):
+    """In place: r <- 1 / sqrt(r / d + eps), r (N,) a sum of squares per row."""
+    r *= 1.0 / d
+    r += eps
+    np.sqrt(r, out=r)
+    np.divide(1.0, r, out=r)
+    return r
+
+
+def layernorm(x, gamma, beta, eps, ws=FRESH, name="", residual=None, bias=None):
+    """h = gamma * (x - mu) / sigma + beta for x (N, d); returns h, xhat, rstd (N, 1).
+
+    With ``residual`` (N, d): first x += residual (+ ``bias``, added into ``residual``),
+    in place, block by block in the same pass (the residual stream's update and the next
+    norm read the rows once)."""
+    N, d = x.shape
+    xhat, h, rstd = _norm_arrays(x, ws, name, "rstd")
+
+    def rows(a, b):
+        _residual_rows(x, residual, bias, a, b)
+        xb, xh, r = x[a:b], xhat[a:b], rstd[a:b]
+        np.subtract(xb, row_means(xb)[:, None], out=xh)
+        inverse_root_mean(row_dots(xh, xh, out=r), d, eps)     # 1 / sigma
+        xh *= r[:, None]                                  # xhat = (x - mu) / sigma
+        hb = np.multiply(xh, gamma, out=h[a:b])
+        if beta is not None:
+            hb += beta
+    parallel.for_rows(rows, N, d)
+    return h, xhat, rstd[:, None]
 
 
 def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=True, ws=FRESH,
@@ -129,36 +189,44 @@ def layernorm_backward_into(dh, xhat, rstd, gamma, dx, *, accumulate, has_beta=T
 
         dgamma = sum_n dh xhat,  dbeta = sum_n dh,  dxhat = dh gamma,
         dx = (dxhat - mean(dxhat) - xhat mean(dxhat xhat)) / sigma
+
+    The sums over the rows (dgamma, dbeta) run first, whole; then the rows, in blocks.
     """
-    d = xhat.shape[1]
+    N, d = xhat.shape
     dgamma = column_dots(dh, xhat, dgamma)
     dbeta = column_sums(dh, dbeta) if has_beta else None
-    dh *= gamma                                       # dxhat
-    a = row_means(dh)                                 # mean(dxhat)
-    b = row_dots(dh, xhat)
-    b *= 1.0 / d                                      # mean(dxhat xhat)
-    t = np.multiply(xhat, b[:, None],
-                    out=xhat if consume else ws.take("norm.t", xhat.shape, xhat.dtype))
-    dh -= t
-    dh -= a[:, None]
-    dh *= rstd
-    if accumulate:
-        dx += dh
-        return dgamma, dbeta, dx
-    return dgamma, dbeta, dh
+    t = xhat if consume else ws.take("norm.t", xhat.shape, xhat.dtype)
+
+    def rows(a, b):
+        g, xh, tb = dh[a:b], xhat[a:b], t[a:b]
+        g *= gamma                                        # dxhat
+        mean = row_means(g)                               # mean(dxhat)
+        m2 = row_dots(g, xh)
+        m2 *= 1.0 / d                                     # mean(dxhat xhat)
+        np.multiply(xh, m2[:, None], out=tb)
+        g -= tb
+        g -= mean[:, None]
+        g *= rstd[a:b]
+        if accumulate:
+            dx[a:b] += g
+    parallel.for_rows(rows, N, d)
+    return dgamma, dbeta, (dx if accumulate else dh)
 
 
-def rmsnorm(x, gamma, eps, ws=FRESH, name=""):
-    """h = gamma * x / rms(x); returns h, xhat, rrms (N, 1)."""
-    ms = row_dots(x, x)
-    ms *= 1.0 / x.shape[1]
-    ms += eps
-    rrms = np.sqrt(ms, out=ms)
-    np.divide(1.0, rrms, out=rrms)
-    rrms = rrms[:, None]
-    xhat = np.multiply(x, rrms, out=ws.take(name + "xhat", x.shape, x.dtype))
-    h = np.multiply(xhat, gamma, out=ws.take(name + "h", x.shape, x.dtype))
-    return h, xhat, rrms
+def rmsnorm(x, gamma, eps, ws=FRESH, name="", residual=None, bias=None):
+    """h = gamma * x / rms(x); returns h, xhat, rrms (N, 1) (``residual``, ``bias`` as in
+    :func:`layernorm`)."""
+    N, d = x.shape
+    xhat, h, rrms = _norm_arrays(x, ws, name, "rrms")
+
+    def rows(a, b):
+        _residual_rows(x, residual, bias, a, b)
+        xb, r = x[a:b], rrms[a:b]
+        inverse_root_mean(row_dots(xb, xb, out=r), d, eps)     # 1 / rms
+        xh = np.multiply(xb, r[:, None], out=xhat[a:b])
+        np.multiply(xh, gamma, out=h[a:b])
+    parallel.for_rows(rows, N, d)
+    return h, xhat, rrms[:, None]
 
 
 def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate, ws=FRESH, dgamma=None,
@@ -166,18 +234,22 @@ def rmsnorm_backward_into(dh, xhat, rrms, gamma, dx, *, accumulate, ws=FRESH, dg
     """The gradients of :func:`rmsnorm` given dh (overwritten): returns (dgamma, None, dx),
     dx = (dxhat - xhat mean(dxhat xhat)) / rms added into ``dx`` when ``accumulate``
     (``consume`` as in :func:`layernorm_backward_into`)."""
+    N, d = xhat.shape
     dgamma = column_dots(dh, xhat, dgamma)
-    dh *= gamma
-    b = row_dots(dh, xhat)
-    b *= 1.0 / xhat.shape[1]
-    t = np.multiply(xhat, b[:, None],
-                    out=xhat if consume else ws.take("norm.t", xhat.shape, xhat.dtype))
-    dh -= t
-    dh *= rrms
-    if accumulate:
-        dx += dh
-        return dgamma, None, dx
-    return dgamma, None, dh
+    t = xhat if consume else ws.take("norm.t", xhat.shape, xhat.dtype)
+
+    def rows(a, b):
+        g, xh, tb = dh[a:b], xhat[a:b], t[a:b]
+        g *= gamma
+        m2 = row_dots(g, xh)
+        m2 *= 1.0 / d
+        np.multiply(xh, m2[:, None], out=tb)
+        g -= tb
+        g *= rrms[a:b]
+        if accumulate:
+            dx[a:b] += g
+    parallel.for_rows(rows, N, d)
+    return dgamma, None, (dx if accumulate else dh)
 
 
 # ---------------------------------------------------------------------------------------
@@ -214,7 +286,8 @@ def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
     block): returns (x Phi(x), Phi(x) + x phi(x)) with x = a + bias (the derivative None
     unless ``need_grad``). The output is written over ``a`` (a contiguous copy of it if it
     is not contiguous), block by block while the block is in cache: no separate output
-    array to bring in from memory.
+    array to bring in from memory. The blocks are shared among the workers
+    (``parallel``), each with scratch arrays of its own.
 
         y = |x|,  phi = exp(-x^2/2) / sqrt(2 pi),  R = P(y) / Q(y)
         Phi(-y) = phi R,   Phi(x) = |[x > 0] - Phi(-y)|
@@ -222,6 +295,7 @@ def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
     flat = a.reshape(-1)
     dydx = ws.take(name + "dydx", flat.shape, flat.dtype) if need_grad else None
     step = GELU_BLOCK
+    tiled = None
     if bias is not None and a.size <= GELU_BLOCK:
         x = flat.reshape(a.shape)                          # one block: add the bias at once
         x += bias
@@ -232,17 +306,46 @@ def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
         rows = max(1, GELU_BLOCK // f)
         step = rows * f
         tiled = np.tile(bias, min(rows, a.shape[0]))
-    n = min(flat.size, step)
-    s_buf, e_buf, r_buf, q_buf = (np.empty(n, np.float32) for _ in range(4))
-    cap = np.full(n, _MILLS_Y_CAP, np.float32)   # (an array: np.minimum is slow with a scalar)
+    n_blocks = -(-flat.size // step)
+
+    def blocks(first, last):
+        _gelu_blocks(flat, dydx, tiled, step, first * step, min(last * step, flat.size))
+    k = parallel.workers() if flat.size >= parallel.MIN_ELEMENTS else 1
+    parallel.run(blocks, parallel.row_blocks(n_blocks, k, align=1))
+    return flat.reshape(a.shape), None if dydx is None else dydx.reshape(a.shape)
+
+
+_SCRATCH = threading.local()
+
+
+def _gelu_scratch(n):
+    """This thread's four scratch arrays of n float32 and the cap array (16 everywhere: an
+    array, as np.minimum is slow with a scalar), kept from call to call: a decoding step's
+    GELU is a few thousand elements, where making five arrays costs as much as a pass."""
+    kept = _SCRATCH.__dict__.setdefault("gelu", {})
+    bufs = kept.get(n)
+    if bufs is None:
+        if len(kept) > 8:
+            kept.clear()
+        bufs = kept[n] = tuple(np.empty(n, np.float32) for _ in range(4)) + (
+            np.full(n, _MILLS_Y_CAP, np.float32),)
+        bufs[4].setflags(write=False)
+    return bufs
+
+
+def _gelu_blocks(flat, dydx, tiled, step, lo, hi):
+    """:func:`gelu_float32` on flat[lo:hi], in blocks of ``step`` elements (``tiled``: the
+    bias repeated over a block's rows, or None)."""
+    n = min(hi - lo, step)
+    s_buf, e_buf, r_buf, q_buf, cap = _gelu_scratch(n)
     p0, p1, p2, p3 = _MILLS_P
     q0, q1, q2, q3 = _MILLS_Q
     with np.errstate(over="ignore", under="ignore"):
-        for start in range(0, flat.size, step):
-            blk = slice(start, start + step)
+        for start in range(lo, hi, step):
+            blk = slice(start, min(start + step, hi))
             xb = flat[blk]
             k = xb.size
-            if bias is not None:
+            if tiled is not None:
                 xb += tiled[:k]
             s, e, r, q = (buf[:k] if k < n else buf for buf in (s_buf, e_buf, r_buf, q_buf))
             np.abs(xb, out=s)
@@ -270,12 +373,11 @@ def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
             np.greater(xb, 0.0, out=s)
             s -= r
             np.abs(s, out=s)                               # Phi(x) = |[x > 0] - Phi(-|x|)|
-            if need_grad:
+            if dydx is not None:
                 db = dydx[blk]
                 np.multiply(xb, e, out=db)
                 db += s                                    # Phi(x) + x phi(x)
             xb *= s                                        # x Phi(x), over x
-    return flat.reshape(a.shape), None if dydx is None else dydx.reshape(a.shape)
 
 
 def gelu_float64(a, bias=None):
@@ -495,30 +597,39 @@ def cross_entropy_fused(z, targets, valid, n_valid, eps):
         dz_n = (softmax(z_n) - q'_n) / N_valid,   q'_n = (1 - eps) onehot(y_n) + eps/K
 
     targets: (N,) ids (any value where not valid); valid: (N,) bool or None (all valid).
-    Returns the loss as a Python float (accumulated in float64).
+    Returns the loss as a Python float (accumulated in float64). The rows run in blocks on
+    the workers (``parallel.for_rows``); the per-row losses are summed here, whole.
     """
     N, K = z.shape
-    rows = np.arange(N)
-    m = np.fmax.reduce(z, axis=1)
-    z -= m[:, None]                                    # z - max: exp never overflows
-    zt = z[rows, targets].astype(np.float64)
-    zsum = row_means(z).astype(np.float64) if eps > 0 else None
-    with np.errstate(under="ignore"):
-        np.exp(z, out=z)
-    s = z @ np.ones(K, z.dtype)                        # sum_k exp(z_k - max)
-    per = np.log(s.astype(np.float64)) - (1.0 - eps) * zt
-    if eps > 0:
-        per -= eps * zsum
+    per = np.empty(N, np.float64)
     inv_n = 1.0 / max(n_valid, 1)
     if valid is None:
-        loss = float(per.sum()) * inv_n
         w = np.full(N, inv_n, z.dtype)
     else:
-        loss = float(per[valid].sum()) * inv_n
         w = valid.astype(z.dtype) * inv_n
-    coef = w / s                                       # p = e / s, times 1/N_valid
-    z *= coef[:, None]
-    z[rows, targets] -= (1.0 - eps) * w                # minus the one-hot part of q'
-    if eps > 0:
-        z -= (eps / K * w)[:, None]                    # minus the uniform part
-    return loss
+    ones = np.ones(K, z.dtype)
+
+    def rows(a, b):
+        zb, t = z[a:b], targets[a:b]
+        r = np.arange(b - a)
+        m = np.fmax.reduce(zb, axis=1)
+        zb -= m[:, None]                               # z - max: exp never overflows
+        zt = zb[r, t].astype(np.float64)
+        zsum = row_means(zb).astype(np.float64) if eps > 0 else None
+        with np.errstate(under="ignore"):
+            np.exp(zb, out=zb)
+        s = row_dots(zb, ones)                         # sum_k exp(z_k - max)
+        pb = per[a:b]
+        np.log(s.astype(np.float64), out=pb)
+        pb -= (1.0 - eps) * zt
+        if eps > 0:
+            pb -= eps * zsum
+        wb = w[a:b]
+        zb *= (wb / s)[:, None]                        # p = e / s, times 1/N_valid
+        zb[r, t] -= (1.0 - eps) * wb                   # minus the one-hot part of q'
+        if eps > 0:
+            zb -= (eps / K * wb)[:, None]              # minus the uniform part
+    parallel.for_rows(rows, N, K)
+    if valid is None:
+        return float(per.sum()) * inv_n
+    return float(per[valid].sum()) * inv_n

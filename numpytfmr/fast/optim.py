@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from ..contract import real
+from . import parallel
 
 __all__ = ["adamw_step", "adamw_step_", "clip_grad_norm_"]
 
@@ -106,17 +107,69 @@ def _scratch(size, dtype):
     return buf
 
 
+def _pieces(params, k):
+    """The update's work in pieces for ``k`` workers: (key, rows) pairs, rows a slice of the
+    parameter's first axis (None: the whole parameter), dealt out largest first to the
+    least loaded worker. Every element is updated by one piece, with the same operations
+    as in one pass: the split does not change a bit of the result."""
+    total = sum(p.size for p in params.values())
+    target = max(1, -(-total // (4 * k)))
+    pieces = []
+    for key, p in params.items():
+        if p.ndim == 0 or p.size <= target or p.shape[0] < 2:
+            pieces.append((p.size, key, None))
+            continue
+        row = p.size // p.shape[0]
+        step = max(1, target // max(row, 1))
+        for a in range(0, p.shape[0], step):
+            b = min(a + step, p.shape[0])
+            pieces.append(((b - a) * row, key, slice(a, b)))
+    pieces.sort(key=lambda x: -x[0])
+    loads, parts = [0] * k, [[] for _ in range(k)]
+    for size, key, rows in pieces:
+        w = loads.index(min(loads))
+        loads[w] += size
+        parts[w].append((key, rows))
+    return [(part,) for part in parts if part]
+
+
+def _update_all(params, grads, state, outs, t, lr, beta1, beta2, eps, weight_decay, exempt):
+    """_update for every parameter, ``outs[key]`` = (p', m', v') or None (in place); the
+    parameters in pieces on the workers when there are several and enough to do."""
+    lr, beta1, beta2, eps, weight_decay = (float(v) for v in (lr, beta1, beta2, eps,
+                                                              weight_decay))
+    total = sum(p.size for p in params.values())
+    k = parallel.workers() if total >= parallel.MIN_ELEMENTS else 1
+
+    def update(part):
+        dtype = np.result_type(*(params[key] for key, _ in part))
+        tmp_buf = _scratch(max(params[key][rows if rows is not None else ...].size
+                               for key, rows in part), dtype)
+        for key, rows in part:
+            sel = ... if rows is None else rows
+            p, g = params[key][sel], grads[key][sel]
+            m, v = state["m/" + key][sel], state["v/" + key][sel]
+            tmp = (tmp_buf[:p.size].reshape(p.shape) if tmp_buf.dtype == p.dtype
+                   else np.empty_like(p))
+            out = (p, m, v) if outs[key] is None else tuple(o[sel] for o in outs[key])
+            _update(p, g, m, v, out + (tmp,), t, lr, beta1, beta2, eps,
+                    0.0 if key in exempt else weight_decay)
+    if k <= 1:
+        update([(key, None) for key in params])
+    else:
+        parallel.run(update, _pieces(params, k))
+
+
 def adamw_step(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
                no_decay=None):
     """One AdamW step, as ``numpytfmr.optim.adamw_step``: returns (new_params, new_state)."""
     t, exempt = _checked(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_decay,
                          "fast.adamw_step")
+    outs = {k: (np.empty_like(p), np.empty_like(p), np.empty_like(p)) for k, p in params.items()}
+    _update_all(params, grads, state, outs, t, lr, beta1, beta2, eps, weight_decay, exempt)
     new_params, new_state = {}, {"step": np.array(t, dtype=np.int64)}
-    for k, p in params.items():
-        out = (np.empty_like(p), np.empty_like(p), np.empty_like(p), np.empty_like(p))
-        _update(p, grads[k], state["m/" + k], state["v/" + k], out, t, float(lr), float(beta1),
-                float(beta2), float(eps), 0.0 if k in exempt else float(weight_decay))
-        new_params[k], new_state["m/" + k], new_state["v/" + k] = out[:3]
+    for k in params:
+        new_params[k], new_state["m/" + k], new_state["v/" + k] = outs[k]
     return new_params, new_state
 
 
@@ -127,12 +180,8 @@ def adamw_step_(params, grads, state, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, w
     Returns (params, state), the same dicts."""
     t, exempt = _checked(params, grads, state, lr, beta1, beta2, eps, weight_decay, no_decay,
                          "fast.adamw_step_")
-    tmp_buf = _scratch(max(p.size for p in params.values()), np.result_type(*params.values()))
-    for k, p in params.items():
-        tmp = tmp_buf[:p.size].reshape(p.shape) if tmp_buf.dtype == p.dtype else np.empty_like(p)
-        m, v = state["m/" + k], state["v/" + k]
-        _update(p, grads[k], m, v, (p, m, v, tmp), t, float(lr), float(beta1), float(beta2),
-                float(eps), 0.0 if k in exempt else float(weight_decay))
+    _update_all(params, grads, state, dict.fromkeys(params), t, lr, beta1, beta2, eps,
+                weight_decay, exempt)
     state["step"] = np.array(t, dtype=np.int64)
     return params, state
 
@@ -153,16 +202,29 @@ def clip_grad_norm_(grads, max_norm, *, eps=1e-6):
     if not isinstance(grads, dict):
         raise TypeError(f"{where}: grads is a {type(grads).__name__}; expected a dict of arrays")
     max_norm = real(max_norm, "max_norm", where, low=0.0, low_open=True)
-    total = 0.0
+    blocks = []                          # (flat gradient, start): the terms of the sum, in order
     for k, g in grads.items():
         if not isinstance(g, np.ndarray) or g.dtype.kind != "f" or not g.flags.writeable:
             raise TypeError(f"{where}: grads[{k!r}] is not a writeable float array")
         flat = g.reshape(-1)
-        buf = _scratch(min(flat.size, NORM_BLOCK), np.float64)
-        for start in range(0, flat.size, NORM_BLOCK):
+        blocks += [(flat, start) for start in range(0, flat.size, NORM_BLOCK)]
+    sums = np.zeros(len(blocks))
+
+    def squares(lo, hi):                 # each block's sum of squares, in float64
+        if lo >= hi:
+            return
+        buf = _scratch(NORM_BLOCK, np.float64)
+        for i in range(lo, hi):
+            flat, start = blocks[i]
             part = buf[:min(NORM_BLOCK, flat.size - start)]
             np.copyto(part, flat[start:start + NORM_BLOCK])
-            total += float(part @ part)
+            sums[i] = part @ part
+    size = sum(g.size for g in grads.values())
+    k = parallel.workers() if size >= parallel.MIN_ELEMENTS else 1
+    parallel.run(squares, parallel.row_blocks(len(blocks), k, align=1))
+    total = 0.0
+    for s in sums.tolist():              # added in the same order whatever the workers
+        total += s
     if not math.isfinite(total):
         bad = next(k for k, g in grads.items() if not np.all(np.isfinite(g)))
         raise ValueError(f"{where}: grads[{bad!r}] holds non-finite values (nan or inf); "
@@ -170,6 +232,11 @@ def clip_grad_norm_(grads, max_norm, *, eps=1e-6):
     norm = math.sqrt(total)
     coef = min(1.0, max_norm / (norm + eps))
     if coef < 1.0:
-        for g in grads.values():
-            g *= coef
+        def scale(part):
+            for key, rows in part:
+                grads[key][... if rows is None else rows] *= coef
+        if k <= 1:
+            scale([(key, None) for key in grads])
+        else:
+            parallel.run(scale, _pieces(grads, k))
     return grads, norm

@@ -52,8 +52,8 @@ interpreter's own memory that ``ru_maxrss`` would add (the two agree within a fe
 percent: standard attention at n = 4096, 197 MiB traced against 205 MiB of ``ru_maxrss``
 growth in a fresh process). Timing runs are separate (tracemalloc slows Python down).
 
-Threads: NumPy's BLAS (through threadpoolctl, ``limit_blas_threads``) and
-``torch.set_num_threads`` get the same count. With ``threads=None`` nothing is changed.
+Threads: NumPy's BLAS (through threadpoolctl, ``limit_blas_threads``), the fast path's
+elementwise passes (``fast.parallel``) and ``torch.set_num_threads`` get the same count. With ``threads=None`` nothing is changed.
 
 Kernels: NumPy's OpenBLAS carries one set of kernels per CPU family and picks one when it
 loads; the package leaves that choice alone. ``bench_blas_coretype`` measures what another
@@ -106,7 +106,7 @@ DEFAULT_ATTENTION_N = (1024, 4096, 8192)
 QUICK_ATTENTION_N = (64, 128)
 
 # Keys every summary has (values are None when a part was skipped, e.g. without torch).
-REQUIRED_KEYS = ("train_step_ratio_vs_torch", "gemm_fraction", "kv_cache_speedup_512",
+REQUIRED_KEYS = ("train_step_ratio_vs_torch", "train_step_ratio_vs_torch_sdpa", "gemm_fraction", "kv_cache_speedup_512",
                  "flash_memory_ratio_4096", "flash_time_ratio_4096",
                  "reference_step_ratio_vs_torch", "decode_ratio_vs_hf", "decode_ratio_vs_hf_batch8",
                  "linear_causal_memory_ratio_8192", "sliding_window_memory_ratio_8192")
@@ -121,8 +121,11 @@ ATTENTION_METHODS = ("standard", "flash", "sliding_window", "linear", "linear_ca
 def set_threads(n, *, use_torch=True):
     """Use ``n`` threads in NumPy's BLAS and in PyTorch (when installed and ``use_torch``).
 
-    Returns ``{"threads": n, "numpy_blas_set": bool, "torch_threads": int or None}``;
-    ``n=None`` leaves both libraries as they are and reports what is known.
+    NumPy's BLAS count is also the fast path's number of workers (``fast.parallel``: its
+    elementwise and row-wise passes in row blocks on as many threads).
+    Returns ``{"threads": n, "numpy_blas_set": bool, "torch_threads": int or None,
+    "fast_workers": int}``; ``n=None`` leaves both libraries as they are and reports what
+    is known.
     """
     torch = _torch_or_none() if use_torch else None
     blas_set = False
@@ -131,7 +134,8 @@ def set_threads(n, *, use_torch=True):
         if torch is not None:
             torch.set_num_threads(int(n))
     return {"threads": n, "numpy_blas_set": bool(blas_set),
-            "torch_threads": None if torch is None else torch.get_num_threads()}
+            "torch_threads": None if torch is None else torch.get_num_threads(),
+            "fast_workers": fast.parallel.workers()}
 
 
 def _torch_or_none():
@@ -452,7 +456,8 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
            "torch_seconds": None, "torch_sdpa_seconds": None, "first_loss_torch": None,
            "ratio_vs_torch": None, "ratio_vs_torch_sdpa": None,
            "reference_seconds": None, "first_loss_reference": None,
-           "reference_ratio_vs_torch": None, "reference_over_fast": None,
+           "reference_ratio_vs_torch": None, "reference_ratio_vs_torch_sdpa": None,
+           "reference_over_fast": None,
            "torch_version": None if torch is None else torch.__version__}
     out["flops_per_second"] = flops["step"] / out["numpy_seconds"]["min"]
     if use_reference:
@@ -470,6 +475,8 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
         if use_reference:
             out["reference_ratio_vs_torch"] = (out["reference_seconds"]["min"]
                                                / out["torch_seconds"]["min"])
+            out["reference_ratio_vs_torch_sdpa"] = (out["reference_seconds"]["min"]
+                                                    / out["torch_sdpa_seconds"]["min"])
     return out
 
 
@@ -1194,6 +1201,9 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
         "train_step_ratio_vs_torch_sdpa": train["ratio_vs_torch_sdpa"],
         "numpy_step_seconds": train["numpy_seconds"]["min"],
         "reference_step_ratio_vs_torch": train["reference_ratio_vs_torch"],
+        "reference_step_ratio_vs_torch_sdpa": train["reference_ratio_vs_torch_sdpa"],
+        "decode_ms_per_token_batch8": vs_hf["by_batch"].get(8, {}).get("ms_per_token"),
+        "decode_hf_ms_per_token_batch8": vs_hf["by_batch"].get(8, {}).get("hf_ms_per_token"),
         "reference_step_seconds": (None if train["reference_seconds"] is None
                                    else train["reference_seconds"]["min"]),
         "reference_over_fast": train["reference_over_fast"],

@@ -11,6 +11,11 @@ said when NumPy loaded (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM
 and :func:`limit_blas_threads` changes nothing: set them before starting, e.g.
 ``OPENBLAS_NUM_THREADS=1 numpytfmr train``.
 
+The same count of threads runs the fast path's elementwise and row-wise passes
+(``numpytfmr.fast.parallel``: LayerNorm, GELU, softmax and attention per pair of sequences,
+AdamW in row blocks): :func:`limit_blas_threads` and :func:`blas_threads` set it too, with or
+without threadpoolctl.
+
 Which of OpenBLAS's kernel sets runs (it picks one per CPU when it loads) is the library's
 business: ``OPENBLAS_CORETYPE`` set before NumPy loads chooses another, and
 ``numpytfmr bench --blas-coretype`` measures what that changes on the training step.
@@ -19,6 +24,8 @@ import os
 from contextlib import contextmanager
 
 import numpy as np
+
+from ..fast import parallel
 
 __all__ = ["limit_blas_threads", "blas_threads", "blas_info", "THREAD_VARIABLES"]
 
@@ -43,9 +50,12 @@ def limit_blas_threads(n):
     program runs (threadpoolctl is not installed, or it finds no BLAS); the environment
     variables of :data:`THREAD_VARIABLES`, read when NumPy loaded, then decide. Prefer the
     context manager :func:`blas_threads`, which restores the previous number.
+    The fast path's passes run on ``n`` threads from now on in either case
+    (``fast.parallel.set_workers``).
     """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"limit_blas_threads: n is {n!r}; expected an integer >= 1")
+    parallel.set_workers(int(n))
     blas = _controller()
     if blas is None:
         return None
@@ -57,13 +67,16 @@ def limit_blas_threads(n):
 @contextmanager
 def blas_threads(n):
     """``with blas_threads(1): ...`` runs the block with ``n`` BLAS threads (see
-    :func:`limit_blas_threads`) and restores the previous number afterwards."""
+    :func:`limit_blas_threads`) and restores the previous number afterwards (and the fast
+    path's previous number of workers)."""
+    workers = parallel.workers()
     previous = limit_blas_threads(n)
     try:
         yield previous
     finally:
         if previous is not None:
             limit_blas_threads(previous)
+        parallel.set_workers(workers)
 
 
 def blas_info():
