@@ -16,7 +16,8 @@ and linear attention at n = 1024, 4096, 8192.
 """
 import sys
 
-from numpytfmr.run.cli import output_file, positive_int
+from numpytfmr.run.cli import positive_int
+from numpytfmr.run.options import add_summary, add_threads
 
 # (label, summary key, target, "<=" or ">=", how to print the value, threads it applies
 # to: None = any)
@@ -257,12 +258,11 @@ def add_command(sub):
         "and without the KV cache and against Hugging Face transformers' GPT-2, and time and "
         "peak memory of standard, flash, sliding-window and linear attention. Takes a few "
         "minutes. With --scaling: only the training step's time and memory against its size.")
-    p.add_argument("--summary", type=output_file, metavar="FILE", help="write every figure as one JSON object to FILE")
+    add_summary(p, help="write every figure as one JSON object to FILE")
     p.add_argument("--quick", action="store_true",
                    help="a tiny model and small n: checks that everything runs (seconds)")
-    p.add_argument("--threads", type=positive_int, default=1, metavar="N",
-                   help="threads of NumPy's BLAS and of PyTorch, the same for both (default 1: "
-                   "on a busy machine multithreaded timings are mostly scheduling noise)")
+    add_threads(p, help="threads of NumPy's BLAS and of PyTorch, the same for both (default 1: "
+                "on a busy machine multithreaded timings are mostly scheduling noise)")
     p.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",
                    help="what a time is: 'cpu' = CPU time of the process (with one thread: the "
                    "time on a core of its own, whatever else runs), 'wall' = elapsed time; "
