@@ -75,15 +75,17 @@ def _digest(path):
 REAP_SECONDS = 20
 
 
-def _survivors(mark):
-    """Living processes on this machine named ``mark`` (the escapee renames itself); a killed
-    one is a zombie until it is reaped, so the look is repeated for up to REAP_SECONDS."""
+def _survivors(mark=None, *, uid=None):
+    """Living processes on this machine named ``mark`` (the escapee renames itself), or owned
+    by ``uid``; a killed one is a zombie until it is reaped, so the look is repeated for up to
+    REAP_SECONDS."""
     deadline = time.monotonic() + REAP_SECONDS
     while True:
         found = []
         for pid in os.listdir("/proc"):
             try:
-                if pid.isdigit() and Path(f"/proc/{pid}/comm").read_text().strip() == mark:
+                if pid.isdigit() and (Path(f"/proc/{pid}/comm").read_text().strip() == mark
+                                      if uid is None else os.stat(f"/proc/{pid}").st_uid == uid):
                     state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
                     if state not in ("Z", "X"):
                         found.append(int(pid))

@@ -381,34 +381,7 @@ def test_each_submission_has_a_user_id_of_its_own_and_leaves_nothing(open_venv, 
                 for p in Path(folder).glob(f"{mark}-*")]
         assert not left, f"left behind: {left}"
     for uid in every:
-        assert not _living(uid), f"a process of {uid} survived"
-
-
-def _living(uid, wait=20.0):
-    """The processes of ``uid`` still running (not zombies) after up to ``wait`` seconds: a
-    killed process can take a moment to leave on a busy machine; an escapee stays."""
-    deadline = time.monotonic() + wait
-    while True:
-        alive = [p for p in os.listdir("/proc") if p.isdigit() and _owner(f"/proc/{p}") == uid
-                 and _state(p) not in ("Z", "X", None)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.2)
-
-
-def _state(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _owner(path):
-    try:
-        return os.stat(path).st_uid
-    except OSError:
-        return None
+        assert not _survivors(uid=uid), f"a process of {uid} survived"
 
 
 def test_world_writable_folders_are_found_not_listed(tmp_path):
