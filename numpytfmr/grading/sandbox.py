@@ -375,9 +375,13 @@ _READ_PROBE = ("got = []\n"
                "print(json.dumps(got))\n")
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-# the machine's OpenBLAS settings go through: on some processors NumPy's OpenBLAS needs them to
-# start, or to compute right
-_ENV.update({k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ})
+_PASSED_ON = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def _env(**extra):
+    """The submission's environment: ``_ENV``, the machine's OpenBLAS settings (on some
+    processors NumPy's OpenBLAS needs them to start, or to compute right), and ``extra``."""
+    return dict(_ENV, **{k: os.environ[k] for k in _PASSED_ON if k in os.environ}, **extra)
 
 
 def _limiter(limits, processes):
@@ -549,11 +553,11 @@ def launch_bubblewrap(python_args, *, uid, limits, protect, modules):
     argv = _bwrap_argv(python, protect, show, drop)
     if as_child:
         argv[1:1] = ["--uid", str(uid), "--gid", str(uid)]
-    for k, v in dict(_ENV, HOME=WORK, TMPDIR=WORK).items():
+    for k, v in _env(HOME=WORK, TMPDIR=WORK).items():
         argv += ["--setenv", k, v]
     setup = {"path": path, "drop": [uid, uid] if drop else None}
     out = {"args": argv + ["--", python, "-I", "-S"] + list(python_args) + [json.dumps(setup)],
-           "env": dict(_ENV), "cwd": "/",
+           "env": _env(), "cwd": "/",
            "preexec_fn": _limiter(limits, MAX_PROCESSES if root
                                   else MAX_PROCESSES + _processes_of(os.getuid()))}
     if as_child:
@@ -566,7 +570,7 @@ def launch_user(python_args, *, uid, limits, modules, workdir):
     _, path = allowed_paths(modules)
     return {"args": [interpreter(), "-I", "-S"] + list(python_args)
             + [json.dumps({"path": path, "drop": None})],
-            "env": dict(_ENV, HOME=workdir or "/nonexistent", TMPDIR=workdir or "/tmp"),
+            "env": _env(HOME=workdir or "/nonexistent", TMPDIR=workdir or "/tmp"),
             "cwd": workdir or "/", "start_new_session": True,
             "preexec_fn": _limiter(limits, MAX_PROCESSES),
             "user": uid, "group": uid, "extra_groups": []}
@@ -577,7 +581,7 @@ def launch_none(python_args, *, limits, modules, workdir):
     _, path = allowed_paths(modules)
     return {"args": [interpreter(), "-I", "-S"] + list(python_args)
             + [json.dumps({"path": path, "drop": None})],
-            "env": dict(_ENV, HOME=workdir or "/nonexistent", TMPDIR=workdir or "/tmp"),
+            "env": _env(HOME=workdir or "/nonexistent", TMPDIR=workdir or "/tmp"),
             "cwd": workdir or "/", "start_new_session": True,
             "preexec_fn": _limiter(limits, 0)}
 
