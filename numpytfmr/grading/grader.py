@@ -1108,14 +1108,8 @@ class _ItemGrader:
         else:
             forward = spec.forward if self.item.kind == "op" else None
             sentences += forward_diagnoses(v.got, v.expected, forward, args, kwargs, names)
-
-            def ref(*a, **kw):
-                return bind(forward, kw)(*a)
-            ndim = next((a.ndim for a in args if isinstance(a, np.ndarray)), None)
-            variants = (known_mistakes(self.item.name, ref, args, kwargs)
-                        + scaling_variants(ref, args, kwargs, names)
-                        + option_variants(ref, args, kwargs, self.seen_options, ndim))
-            sentences += matching_variants(v.got, variants)
+            sentences += matching_variants(
+                v.got, near_miss_candidates(self.item, gc, names, self.seen_options))
         if not sentences:
             sentences.append("no simple pattern found (factor, sign, transpose, option, known slip): "
                              "compare your output with the expected one at the first mismatch")
