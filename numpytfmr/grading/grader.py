@@ -38,13 +38,12 @@ import zlib
 import numpy as np
 
 from ..gradcheck import check_gradients
-from ..registry import bind
+from ..registry import bind, known_slips
 from .cases import (DEFAULTS, DRAWS, RNG_DRAWS, contract_names, input_names, items_from_config,
                     load_config, make_graded_cases, own_draw, resolve, rng_dependence)
 from .channel import ChildFailure, Submission, decode_value, encode_call
 from .compare import (close_at, check_value, diagnose_values, forward_diagnoses, matching_variants,
                       nonfinite_sentence, option_variants, scaling_variants, solved_options)
-from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
 from .sandbox import DESCRIPTION, choose as choose_isolation
 
@@ -601,7 +600,7 @@ def near_miss_candidates(item, gc, names, seen_options=None):
     def ref(*a, **kw):
         return bind(item.spec.forward, kw)(*a)
     ndim = next((a.ndim for a in args if isinstance(a, np.ndarray)), None)
-    return (known_mistakes(item.name, ref, args, kwargs)
+    return (known_slips(item.name, ref, args, kwargs)
             + scaling_variants(ref, args, kwargs, names)
             + option_variants(ref, args, kwargs, seen_options, ndim))
 

@@ -30,7 +30,7 @@ import numpy as np
 from ..registry import bind
 from ..shared.fileio import atomic_write_bytes, atomic_write_text, write_json
 from .cases import DEFAULTS, input_names, load_config, make_graded_cases, resolve
-from .contracts import backward_doc, forward_doc, helper_doc, notes_for
+from .contracts import backward_doc, forward_doc, helper_doc
 from .notebook import make_notebook
 
 __all__ = ["BEGIN", "END", "function_skeleton", "make_assignment", "skeleton_source"]
@@ -193,8 +193,8 @@ def _draw(item, gc, out):
     """What the self-check needs to judge a random case against the student's own draw, or None
     (the conditions are those of :func:`.cases.own_draw`)."""
     kwargs = gc.case.kwargs
-    p_name = {"dropout": "p", "lora_linear": "dropout"}.get(item.name) if item.kind == "op" else None
-    if p_name is None:
+    p_name = item.spec.random if item.kind == "op" else ""
+    if not p_name:
         return None
     p = float(kwargs.get(p_name, 0.0) or 0.0)
     if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
@@ -480,7 +480,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
             entry["weights"] = dict(i.weights)
         if i.hidden != "auto":
             entry["hidden"] = i.hidden
-        chosen = [d for d in i.drop if d not in notes_for(i.name).omit]
+        chosen = [d for d in i.drop if d not in i.spec.omit]
         if chosen:
             entry["drop"] = chosen
         functions.append(entry)
