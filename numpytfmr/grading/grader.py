@@ -41,7 +41,7 @@ from ..gradcheck import check_gradients
 from ..registry import bind
 from .cases import (DEFAULTS, DRAWS, RNG_DRAWS, contract_names, input_names, items_from_config,
                     load_config, make_graded_cases, own_draw, resolve, rng_dependence)
-from .channel import ChildFailure, Submission, decode_value, encode_call
+from .channel import SPENT, ChildFailure, Submission, decode_value, encode_call
 from .compare import (close_at, check_value, diagnose_values, forward_diagnoses, matching_variants,
                       nonfinite_sentence, option_variants, scaling_variants, solved_options)
 from .mistakes import known_mistakes
@@ -143,6 +143,7 @@ class Report:
     isolation: str = "none"        # how the submission's processes were isolated (sandbox.py)
     start_seconds: float = 0.0     # spent starting them (the isolation's cost)
     processes: int = 0             # how many were started
+    cpu_seconds: float = 0.0       # their CPU time (channel.SPENT), known once they ended
     # The same figures for loading and the visible cases alone: what a student sees before the
     # due date depends on nothing the hidden cases did (how many processes they needed, how
     # long they took), so that no hidden verdict shows through them.
@@ -150,16 +151,18 @@ class Report:
     visible_start_seconds: float = 0.0
     visible_elapsed: float = 0.0
 
-    def _isolation_line(self, processes, seconds, what=""):
+    def _isolation_line(self, processes, seconds, what="", cpu=None):
         line = f"isolation: {DESCRIPTION[self.isolation]}"
         if processes:
             line += f"; {processes} process{'es' if processes > 1 else ''} started in {seconds:.2f} s{what}"
+            if cpu is not None:
+                line += f", {cpu:.2f} s of CPU time in all"
         return line
 
     @property
     def isolation_line(self):
-        """The line of the full report (hidden cases included)."""
-        return self._isolation_line(self.processes, self.start_seconds)
+        """The line of the full report (hidden cases included), with the processes' CPU time."""
+        return self._isolation_line(self.processes, self.start_seconds, cpu=self.cpu_seconds)
 
     @property
     def visible_isolation_line(self):
@@ -243,6 +246,7 @@ class Report:
             "extra_data": {"submission": self.submission, "seed": self.seed,
                            "hidden_cases": self.hidden_seed is not None,
                            "isolation": self.isolation, "start_seconds": round(self.start_seconds, 3),
+                           "cpu_seconds": round(self.cpu_seconds, 3),
                            "review": list(self.review),
                            "processes": self.processes, "seconds": round(self.elapsed, 2)},
         }
@@ -1329,7 +1333,7 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     the reason as the message: the graded functions are the config's (or ``only``), else those
     its source defines.
     """
-    start = time.monotonic()
+    start, spent = time.monotonic(), SPENT["processes"]
     if plan is None:
         plan = make_plan(only=only, config=config, seed=seed, hidden_seed=hidden_seed,
                          timeout=timeout, memory_mb=memory_mb, protect=protect)
@@ -1419,7 +1423,8 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     return Report(submission=label, tests=tests, seed=s["seed"], hidden_seed=s["hidden_seed"],
                   elapsed=time.monotonic() - start, warnings=warnings, load_error=load_error,
                   review=ctx["review"], isolation=isolation.mode, start_seconds=math.fsum(start_seconds),
-                  processes=len(start_seconds), visible_processes=visible[0],
+                  processes=len(start_seconds), cpu_seconds=SPENT["processes"] - spent,
+                  visible_processes=visible[0],
                   visible_start_seconds=visible[1], visible_elapsed=visible[2])
 
 
