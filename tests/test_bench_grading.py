@@ -39,6 +39,7 @@ def test_the_reference_homework_is_plain_numpy_and_each_bug_redefines_one_graded
         assert len(redefined) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(bubblewrap_problem()) and os.environ.get(REQUIRE_ENV, "") in ("", "0"),
                     reason=f"no bubblewrap sandbox here: {bubblewrap_problem()}")
 def test_a_small_class_is_graded_and_its_figures_add_up(tmp_path):
