@@ -695,7 +695,8 @@ def kill_user(uid):
     return os.waitstatus_to_exitcode(status) == 0
 
 
-_KILL_ROUNDS = 10000             # kill(-1) rounds before kill_user gives up
+_KILL_ROUNDS = 1000              # kill(-1) rounds (each with a look at /proc: a few seconds in
+                                 # all) before kill_user gives up on a process that will not die
 
 
 def _left_of(uid, me):
