@@ -62,3 +62,15 @@ def test_a_small_class_is_graded_and_its_figures_add_up(tmp_path):
     assert f["processes_per_submission"] >= 2 and f["start_seconds_per_submission"] > 0
     assert f["wall_seconds_per_submission"] > f["start_seconds_per_submission"]
     assert f["wall_seconds"] > 0 and f["run_wall_seconds"] >= f["wall_seconds"]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--jobs", "2"], "--jobs"),                              # without --grading-class
+    (["--isolation", "none"], "--isolation"),
+    (["--grading-class", "3", "--threads", "2"], "--threads"),   # the step benchmark's flags
+    (["--grading-class", "3", "--quick"], "--quick"),
+])
+def test_flags_that_do_not_apply_are_refused_in_one_line(capsys, argv, flag):
+    assert main(["bench"] + argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("numpytfmr bench: error: ") and flag in err[0]

@@ -534,7 +534,8 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
     if isolation.mode != "bubblewrap":
         os.makedirs(folder, exist_ok=True)       # the results: for the grader's user alone
         os.chmod(folder, 0o700)
-    plan.warm()                 # the cases and the reference's answers, once for every worker
+    if todo:
+        plan.warm()             # the cases and the reference's answers, once for every worker
     _WORKER.update(plan=plan, isolation=isolation)
     if jobs == 1 or len(todo) <= 1:
         for student, path, key, where in todo:

@@ -17,7 +17,7 @@ and linear attention at n = 1024, 4096, 8192.
 """
 import sys
 
-from numpytfmr.run.cli import positive_int
+from numpytfmr.run.cli import UsageError, positive_int
 from numpytfmr.run.options import add_summary, add_threads
 
 # (label, summary key, target, "<=" or ">=", how to print the value, threads it applies
@@ -222,6 +222,9 @@ def cmd_bench(args):
 
     if args.grading_class:
         return _grading_class(args)
+    for flag, value in (("--jobs", args.jobs), ("--isolation", args.isolation)):
+        if value is not None:
+            raise UsageError(f"{flag} applies to --grading-class only")
     quick = args.quick
     repeat = args.repeat or (2 if quick else 8)
     n_attention = len(args.attention_n or (bench.QUICK_ATTENTION_N if quick
@@ -253,15 +256,30 @@ def cmd_bench(args):
     return 0
 
 
+# the flags of the step, decoding and attention benchmarks, with their defaults
+_NOT_FOR_GRADING = (("--quick", "quick", False), ("--threads", "threads", 1),
+                    ("--clock", "clock", "auto"), ("--skip-torch", "skip_torch", False),
+                    ("--attention-n", "attention_n", None), ("--block-size", "block_size", 128),
+                    ("--window", "window", 256), ("--repeat", "repeat", None),
+                    ("--profile", "profile", False), ("--keep-freed-memory", "keep_freed_memory", False),
+                    ("--blas-coretype", "blas_coretype", "auto"), ("--scaling", "scaling", False))
+
+
 def _grading_class(args):
     from numpytfmr.run import bench_grading
     from numpytfmr.shared import fileio
 
+    for flag, name, default in _NOT_FOR_GRADING:
+        if getattr(args, name) != default:
+            raise UsageError(f"{flag} does not apply to --grading-class (it measures the grader "
+                             "alone)")
+
     def show(line):
         if not args.quiet:
             print("  grade: " + line, flush=True)
-    figures = bench_grading.run_grading_class(args.grading_class, jobs=args.jobs,
-                                              isolation=args.isolation, on_line=show)
+    figures = bench_grading.run_grading_class(args.grading_class, jobs=args.jobs or 2,
+                                              isolation=args.isolation or "bubblewrap",
+                                              on_line=show)
     print("\n".join(bench_grading.report_lines(figures)))
     if args.summary:
         fileio.write_summary(args.summary, figures)
@@ -314,9 +332,9 @@ def add_command(sub):
                    "reference's code, a quarter with a planted bug, and grade it with numpytfmr "
                    "grade (--jobs, --isolation) as a subprocess; reports its wall time, CPU time "
                    "and sandbox start-up per submission from grade's own --summary")
-    p.add_argument("--jobs", type=positive_int, default=2, metavar="J",
+    p.add_argument("--jobs", type=positive_int, metavar="J",
                    help="with --grading-class: the grade command's --jobs (default 2)")
-    p.add_argument("--isolation", choices=("bubblewrap", "user", "none"), default="bubblewrap",
+    p.add_argument("--isolation", choices=("bubblewrap", "user", "none"),
                    help="with --grading-class: the grade command's --isolation (default "
                    "bubblewrap)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
