@@ -263,9 +263,11 @@ def _grade_class(args, target):
     print(f"{len(result.rows)} submissions in {result.seconds:.1f} s ({result.graded} graded now, "
           f"{result.reused} unchanged since the last run; {result.jobs} jobs)")
     print(f"isolation: {isolation.description}; per submission: "
-          f"{result.per_submission('seconds'):.2f} s wall time, "
-          f"{result.per_submission('cpu_seconds'):.2f} s CPU time, of which starting the isolated "
-          f"processes took {result.start_seconds_per_submission:.2f} s")
+          f"{result.per_submission('seconds'):.2f} s wall time, of which starting the isolated "
+          f"processes took {result.start_seconds_per_submission:.2f} s; "
+          f"{result.per_submission('cpu_seconds'):.2f} s CPU time: "
+          f"{result.per_submission('sandbox_cpu_seconds'):.2f} s its processes', "
+          f"{result.per_submission('grader_cpu_seconds'):.2f} s the grading's")
     print(distribution_table(result.distribution, result.max_score))
     print(f"grades: {result.csv}\nresults: {result.results}{os.sep}<student>{os.sep}results.json "
           "and report.txt")
