@@ -56,7 +56,7 @@ def _plan(args, adapters, loss_and_grads, settings, deadline, finish, eval_secon
 
 def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, history=None,
                    budget=None):
-    """``train_loop`` over the adapters only, with a progress bar unless ``--quiet``;
+    """``run_loop`` (the fast path) over the adapters only, with a progress bar unless ``--quiet``;
     ``history``: the training state to start from (e.g. holding the step-0 evaluation).
 
     budget: None, or ``(start, eval_seconds, finish)`` for ``--minutes``: the command began
@@ -72,7 +72,7 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
     ended with, and for a budget ``minutes``, ``planned_steps`` (the first plan) and
     ``stopped_by_budget``.
     """
-    from numpytfmr.run.loop import BudgetUsed, budget_replanner, train_loop
+    from numpytfmr.run.loop import BudgetUsed, budget_replanner, run_loop
     from numpytfmr.run.plot import plot_available
     from numpytfmr.run.progress import Progress
 
@@ -108,10 +108,10 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
     bar = Progress(settings.steps, desc) if not args.quiet else None
     t0 = time.perf_counter()
     try:
-        adapters, _, history, settings = train_loop(
+        adapters, _, history, settings = run_loop(
             adapters, step, settings, evaluate=evaluate, history=history, progress=bar,
-            log=logger(args), replan=replan or (lambda h, s: None),
-            save=keep if budget is not None else None)
+            log=logger(args), replan=replan, save=keep if budget is not None else None,
+            fast=True)
     except BudgetUsed:
         plan["stopped_by_budget"] = True
         settings = plan.get("settings", settings)
