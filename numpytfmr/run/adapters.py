@@ -5,8 +5,9 @@ weights stayed frozen."""
 import functools
 import time
 
-from numpytfmr.run.cli import UsageError
-from numpytfmr.run.options import BASE_DEFAULTS, check_data_flags, check_flags, parse_targets
+from numpytfmr.run.cli import UsageError, from_flag
+from numpytfmr.run.options import (BASE_DEFAULTS, check_base_kind, check_data_flags, check_flags,
+                                   parse_targets)
 from numpytfmr.run.outputs import check_out, logger, out_dir
 
 __all__ = ["adapter_settings", "train_adapters", "snapshot", "unchanged", "timed", "budget_note",
@@ -165,10 +166,7 @@ def base_model(args, *, where):
     from numpytfmr.run.models import default_gpt_config
     from numpytfmr.run.tasks import train_gpt
     if args.checkpoint:
-        try:
-            ck = load_model(args.checkpoint, kind="gpt")
-        except ValueError as exc:
-            raise UsageError(f"--checkpoint: {exc}") from None
+        ck = from_flag("--checkpoint", load_model, args.checkpoint, kind="gpt")
         task = ck.get("task") if isinstance(ck.get("task"), dict) else {}
         return {"params": ck["params"], "config": ck["model_config"], "tokenizer": ck["tokenizer"],
                 "task": task.get("task"), "min_len": task.get("min_prompt_len", 1),
@@ -221,12 +219,19 @@ def start_adapter_run(args, where):
     return targets, start, base_model(args, where=where)
 
 
-def adapter_command(run):
-    """The command ``run(args)`` with ``--threads`` BLAS threads (``blas_threads``), as
-    they were afterwards."""
-    @functools.wraps(run)
-    def command(args):
-        from numpytfmr.run.blas import blas_threads
-        with blas_threads(args.threads):
-            return run(args)
-    return command
+def adapter_command(where, text_run):
+    """The command ``where`` (lora, dpo) of ``run(args, targets, start, base)`` with
+    ``--threads`` BLAS threads (``blas_threads``), as they were afterwards: after the
+    shared start (:func:`start_adapter_run`), a model of text goes to
+    ``text_run(args, targets, start, base)`` (``run/tune_text.py``), a task model to ``run``."""
+    def wrap(run):
+        @functools.wraps(run)
+        def command(args):
+            from numpytfmr.run.blas import blas_threads
+            with blas_threads(args.threads):
+                targets, start, base = start_adapter_run(args, where)
+                if check_base_kind(args, base, where):
+                    return text_run(args, targets, start, base)
+                return run(args, targets, start, base)
+        return command
+    return wrap

@@ -15,7 +15,7 @@ import argparse
 import os
 
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_float, nonnegative_int,
-                               output_dir, output_file, positive_float, positive_int)
+                               output_dir, output_file, positive_float, positive_int, readable)
 
 # ---------------------------------------------------------------------------------------
 # The flags several commands take, each declared here once (its name, type and metavar); the
@@ -133,9 +133,7 @@ def text_file(text):
     if not os.path.isfile(path):
         raise argparse.ArgumentTypeError(f"is {text!r}, which is not a file; expected an "
                                          "existing file")
-    if not os.access(path, os.R_OK):
-        raise argparse.ArgumentTypeError(f"is {text!r}, which is not readable")
-    return path
+    return readable(path, f"is {text!r}, which is not readable")
 
 
 def read_text(path, flag):

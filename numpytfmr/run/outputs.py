@@ -7,7 +7,7 @@ from contextlib import contextmanager
 import os
 import sys
 
-from numpytfmr.run.cli import UsageError
+from numpytfmr.run.cli import UsageError, from_flag
 
 
 def out_dir(args):
@@ -40,10 +40,7 @@ def check_out(args, command):
             raise UsageError(f"--resume: no checkpoint in {out} (--out) to continue; expected "
                              f"a directory written by numpytfmr {command}")
         from numpytfmr.run.checkpoint import load_checkpoint
-        try:
-            load_checkpoint(out)
-        except ValueError as exc:
-            raise UsageError(f"--resume: {exc}") from None
+        from_flag("--resume", load_checkpoint, out)
         return out
     if os.path.isdir(out) and os.listdir(out) and not args.force:
         what = ("a checkpoint" if os.path.exists(os.path.join(out, "checkpoint.json"))

@@ -39,11 +39,11 @@ import time
 
 from numpytfmr.run import tune_text
 from numpytfmr.run.adapters import (adapter_command, adapter_settings, budget_note,
-                                    save_adapted, snapshot, start_adapter_run, timed,
+                                    save_adapted, snapshot, timed,
                                     train_adapters, unchanged)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
 from numpytfmr.run.options import (add_adapter_options, add_adapter_run_options,
-                                   add_base_options, add_data_options, check_base_kind)
+                                   add_base_options, add_data_options)
 from numpytfmr.run.outputs import finish, out_dir
 
 DPO_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wv", "steps": 200, "lr": 1e-3,
@@ -123,8 +123,8 @@ def _logprobs(params, adapters, ids, mask, *, config, alpha, batch=512):
                            for i in range(0, ids.shape[0], batch)])
 
 
-@adapter_command
-def cmd_dpo(args):
+@adapter_command("dpo", tune_text.dpo_text)
+def cmd_dpo(args, targets, start, base):
     import numpy as np
 
     from numpytfmr.run.data import make_preference_pairs
@@ -134,10 +134,6 @@ def cmd_dpo(args):
     from numpytfmr.run.loop import STREAM_DATA, STREAM_INIT, STREAM_TEST, step_rng
     from numpytfmr.run.tasks import task_record
 
-    where = "dpo"
-    targets, start, base = start_adapter_run(args, where)
-    if check_base_kind(args, base, where):
-        return tune_text.dpo_text(args, targets, start, base)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     prefer, max_len = args.prefer, base["max_len"]
     min_len = max(2, base["min_len"])          # one digit has no order to prefer
@@ -160,7 +156,7 @@ def cmd_dpo(args):
         sample_stats = {}
     n_pairs = pairs["chosen_ids"].shape[0]
     if n_pairs == 0:
-        raise ValueError(f"{where}: no preference pairs: every sampled completion of every prompt "
+        raise ValueError("dpo: no preference pairs: every sampled completion of every prompt "
                          "had the same label; use --samples larger or --pairs synthetic")
     # the reference log-probs never change: computed once
     ref_c = _logprobs(params, None, pairs["chosen_ids"], pairs["chosen_mask"], config=config,

@@ -14,7 +14,7 @@ is written without it, and the command says so.
 import os
 import warnings
 
-from numpytfmr.run.cli import UsageError, checkpoint_path, output_dir
+from numpytfmr.run.cli import UsageError, checkpoint_path, from_flag, output_dir
 from numpytfmr.run.options import add_force
 
 
@@ -44,10 +44,7 @@ def cmd_export(args):
     if os.path.isdir(args.output) and os.listdir(args.output) and not args.force:
         raise UsageError(f"--output {args.output} already holds files; pass --force to replace "
                          "it, or name another folder")
-    try:
-        params, config, tokenizer = load_run(args.checkpoint)
-    except ValueError as exc:
-        raise UsageError(f"--checkpoint: {exc}") from None
+    params, config, tokenizer = from_flag("--checkpoint", load_run, args.checkpoint)
     dtype = None if args.dtype is None else np.dtype(args.dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")           # the notes below say it in one line each

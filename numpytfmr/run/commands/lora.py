@@ -26,11 +26,11 @@ import time
 
 from numpytfmr.run import tune_text
 from numpytfmr.run.adapters import (adapter_command, adapter_settings, budget_note,
-                                    save_adapted, snapshot, start_adapter_run, timed,
+                                    save_adapted, snapshot, timed,
                                     train_adapters, unchanged)
 from numpytfmr.run.cli import UsageError
 from numpytfmr.run.options import (BASE_DEFAULTS, add_adapter_options, add_adapter_run_options,
-                                   add_base_options, add_data_options, check_base_kind)
+                                   add_base_options, add_data_options)
 from numpytfmr.run.outputs import finish, out_dir
 
 RELATED_TASKS = {"sort": "sort_desc", "sort_desc": "sort", "reverse": "rotate",
@@ -47,8 +47,8 @@ LORA_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wk,Wv,Wo", "steps": 120
 # numpytfmr lora
 # ---------------------------------------------------------------------------------------
 
-@adapter_command
-def cmd_lora(args):
+@adapter_command("lora", tune_text.lora_text)
+def cmd_lora(args, targets, start, base):
     import numpy as np
 
     from numpytfmr.run.data import make_task
@@ -58,10 +58,6 @@ def cmd_lora(args):
     from numpytfmr.run.loop import STREAM_INIT, STREAM_TEST, step_rng
     from numpytfmr.run.tasks import IGNORE, evaluate_gpt, gpt_task_data, task_record
 
-    where = "lora"
-    targets, start, base = start_adapter_run(args, where)
-    if check_base_kind(args, base, where):
-        return tune_text.lora_text(args, targets, start, base)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     task = args.task or RELATED_TASKS.get(base["task"])
     if task is None:
