@@ -155,6 +155,43 @@ def test_the_training_loop_fits_on_a_screen():
     assert len([n for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For))]) == 1
 
 
+def test_run_loop_goes_on_with_the_settings_a_replan_gives():
+    """A re-plan ends the flat loop after a step and run_loop starts it again from there
+    with the new total: the schedule decays towards it, the evaluation of the step
+    reached is made once, and the run is the same as one planned that way from the start
+    for the steps before the re-plan."""
+    from numpytfmr.run.loop import run_loop, with_steps
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((32, 3)), rng.standard_normal(32)
+
+    def loss_and_grads(p, step):
+        r = X @ p["w"] - y
+        return float(np.mean(r ** 2)), {"w": 2 * X.T @ r / len(y)}, len(y)
+
+    s = TrainSettings(steps=6, lr=0.05, warmup_steps=1, eval_every=4)
+    calls = []
+
+    def replan(h, settings):
+        calls.append((h["step"], settings.steps))
+        return with_steps(settings, 10) if h["step"] == 4 and settings.steps == 6 else None
+
+    def evaluate(p):
+        return {"w0": float(p["w"][0])}
+    params = {"w": np.zeros(3)}
+    new, state, hist, final = run_loop(params, loss_and_grads, s, evaluate=evaluate,
+                                       replan=replan)
+    assert final.steps == 10 and hist["step"] == 10 and int(state["step"]) == 10
+    assert [e["step"] for e in hist["evals"]] == [4, 8, 10]       # step 4 evaluated once
+    assert [c[0] for c in calls] == list(range(1, 11))
+    assert [c[1] for c in calls] == [6] * 4 + [10] * 6
+    # the first four steps are those of a run of 6 steps, the rest those of a run of 10
+    first, state4, h4 = train_loop(params, loss_and_grads, s, evaluate=evaluate,
+                                   should_stop=lambda h: h["step"] == 4)
+    assert h4["step"] == 4 and h4["loss"] == hist["loss"][:4]
+    rest, _, _ = train_loop(first, loss_and_grads, final, opt_state=state4, history=h4)
+    assert np.array_equal(rest["w"], new["w"])
+
+
 def test_gpt_training_lowers_the_loss():
     _, summary = train_gpt(config=tiny_config(), settings=tiny_settings(steps=40, eval_every=40),
                            **TASK)

@@ -78,8 +78,9 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
     from numpytfmr.run.progress import Progress
 
     plan = {"minutes": None, "planned_steps": None, "stopped_by_budget": False}
-    replan, step = None, loss_and_grads
-    if budget is not None:
+    if budget is None:
+        replan, step = None, loss_and_grads
+    else:
         start, eval_seconds, finish_evals = budget
         deadline = start + 60.0 * args.minutes
         finish = finish_evals * eval_seconds
@@ -193,15 +194,23 @@ def base_model(args, *, where):
             "seconds": summary["seconds"], "exact_match": summary["exact_match"]}
 
 
-def save_adapted(out, base, merged, adapters, meta):
-    """The merged model as a GPT checkpoint (``numpytfmr generate`` runs it) plus the
-    adapters alone in ``adapters.npz``; returns the checkpoint.json path."""
+def save_adapted(args, base, merged, adapters, targets, task, **extra):
+    """Into --out: the merged model as a GPT checkpoint (``numpytfmr generate`` runs it),
+    recording the ``task``, the adapters (``"lora"``: rank, alpha, targets, the base) and
+    ``extra``, plus the adapters alone in ``adapters.npz``. Returns the checkpoint.json
+    path, or None for ``--out none``."""
     import os
 
     from numpytfmr.shared import fileio
     from numpytfmr.run.checkpoint import save_checkpoint
+    out = out_dir(args)
+    if out is None:
+        return None
+    lora = {"rank": args.rank, "alpha": args.alpha, "targets": list(targets),
+            "base_checkpoint": base["checkpoint"], "base_task": base["task"]}
     path = save_checkpoint(out, kind="gpt", config=base["config"].to_dict(), params=merged,
-                           meta={"tokenizer": base["tokenizer"].to_dict(), **meta})
+                           meta={"tokenizer": base["tokenizer"].to_dict(), "task": task,
+                                 "lora": lora, **extra})
     fileio.save_arrays(os.path.join(out, "adapters.npz"), adapters)
     return path
 

@@ -7,15 +7,34 @@ commands of ``numpytfmr/run/commands/`` declare alike is declared here once.
 - :func:`add_base_options`, :func:`add_adapter_options`, :func:`add_adapter_run_options`:
   the base model, the adapters (``--rank``, ``--alpha``, ``--targets``) and the time budget
   (``--minutes`` or ``--steps``) of ``lora`` and ``dpo``, checked by :func:`check_flags`;
-- argument types and readers of files: :func:`text_file`, :func:`read_text`.
+- argument types and readers of files: :func:`text_file`, :func:`read_text`;
+- :func:`command_parser`: a command's sub-parser, its help and description read from
+  ``run/commands/commands.json`` (prose kept as data, beside the modules that add the flags).
 
 The run folder and what a command prints and writes at the end are in ``run/outputs.py``.
 """
 import argparse
+import functools
+import json
 import os
 
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_float, nonnegative_int,
                                output_dir, output_file, positive_float, positive_int, readable)
+
+@functools.lru_cache(maxsize=1)
+def _command_texts():
+    path = os.path.join(os.path.dirname(__file__), "commands", "commands.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def command_parser(sub, name):
+    """The sub-parser of the command ``name``: its one-line help (the list of ``numpytfmr
+    --help``) and its description (``numpytfmr NAME --help``) are data, in
+    run/commands/commands.json; the command's module adds its flags."""
+    text = _command_texts()[name]
+    return sub.add_parser(name, help=text["help"], description=text["description"])
+
 
 # ---------------------------------------------------------------------------------------
 # The flags several commands take, each declared here once (its name, type and metavar); the
@@ -80,6 +99,30 @@ def add_training_options(p, d, *, out, out_help=None):
                    help=f"evaluate and save a checkpoint every N steps (default {d['eval_every']})")
     add_run_options(p, out, out_help or f"checkpoint directory (default {out}); 'none' saves "
                     "nothing", resume=True)
+
+
+def add_model_options(g, m, *, layers="decoder blocks"):
+    """The shape of a transformer, defaults ``m`` shown in the help: ``--d-model``,
+    ``--n-layers`` (``layers``: what one layer is), ``--n-heads``, for a GPT (``m`` has
+    ``n_kv_heads``) ``--n-kv-heads`` and ``--d-ff``, then ``--positional``, ``--norm`` and,
+    where ``m`` has one, ``--activation`` (``train``, ``pretrain``, ``train-seq2seq``)."""
+    g.add_argument("--d-model", type=positive_int, metavar="N",
+                   help=f"width (default {m['d_model']})")
+    g.add_argument("--n-layers", type=positive_int, metavar="N",
+                   help=f"{layers} (default {m['n_layers']})")
+    g.add_argument("--n-heads", type=positive_int, metavar="N",
+                   help=f"attention heads (default {m['n_heads']})")
+    if "n_kv_heads" in m:
+        g.add_argument("--n-kv-heads", type=positive_int, metavar="N",
+                       help="key/value heads: GQA, 1 = MQA (default: n-heads)")
+        g.add_argument("--d-ff", type=positive_int, metavar="N",
+                       help="FFN width (default 4 d-model)")
+    g.add_argument("--positional", choices=("learned", "sinusoidal", "rope"),
+                   help=f"position representation (default {m['positional']})")
+    g.add_argument("--norm", choices=("pre", "post"), help=f"pre- or post-norm (default {m['norm']})")
+    if "activation" in m:
+        g.add_argument("--activation", choices=("relu", "gelu", "gelu_tanh"),
+                       help=f"FFN activation (default {m['activation']})")
 
 
 def add_run_options(p, out, out_help, *, resume=False):

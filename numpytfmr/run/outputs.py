@@ -84,6 +84,18 @@ def finish(args, summary, lines, panels=None, title=None):
         fileio.write_summary(args.summary, summary)
 
 
+def task_lines(name, summary, held_out):
+    """The result of ``train`` and ``train-seq2seq``: the exact match on the ``held_out``
+    set, the steps, the train loss, the time and speed, and the checkpoint if one was saved."""
+    lines = [f"{name}: exact match {100 * summary['exact_match']:.1f}% on "
+             f"{summary['n_test']} held-out {held_out} after {summary['steps']} steps "
+             f"(train loss {summary['loss']:.4f}, "
+             f"{summary['seconds']:.0f} s, {summary['tokens_per_second']:,.0f} tokens/s)"]
+    if summary["checkpoint"] is not None:
+        lines.append(f"checkpoint: {summary['checkpoint']}")
+    return lines
+
+
 @contextmanager
 def resume_hint(args, command):
     """On Ctrl-C, say where the run was saved and how to continue it."""

@@ -42,9 +42,9 @@ from numpytfmr.run.adapters import (adapter_command, adapter_settings, budget_no
                                     save_adapted, snapshot, timed,
                                     train_adapters, unchanged)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
-from numpytfmr.run.options import (add_adapter_options, add_adapter_run_options,
-                                   add_base_options, add_data_options)
-from numpytfmr.run.outputs import finish, out_dir
+from numpytfmr.run.options import (add_adapter_options, add_adapter_run_options, add_base_options,
+                                   add_data_options, command_parser)
+from numpytfmr.run.outputs import finish
 
 DPO_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wv", "steps": 200, "lr": 1e-3,
                 "batch_size": 64, "warmup_steps": 10, "eval_every": 50}
@@ -208,14 +208,10 @@ def cmd_dpo(args, targets, start, base):
     kl = completion_kl(params, adapters, rates_after["seqs"], rates_after["mask"], config=config,
                        alpha=alpha)
 
-    out = out_dir(args)
-    checkpoint = None
-    if out is not None:
-        checkpoint = save_adapted(out, base, merged, adapters, {
-            "task": task_record(prefer, min_len, max_len, args.n_test),
-            "lora": {"rank": args.rank, "alpha": alpha, "targets": list(targets),
-                     "base_checkpoint": base["checkpoint"], "base_task": base["task"]},
-            "dpo": {"beta": beta, "nll_weight": args.nll_weight, "pairs": args.pairs}})
+    checkpoint = save_adapted(args, base, merged, adapters, targets,
+                              task_record(prefer, min_len, max_len, args.n_test),
+                              dpo={"beta": beta, "nll_weight": args.nll_weight,
+                                   "pairs": args.pairs})
     seconds = time.perf_counter() - start
     summary = {
         "command": "dpo", "prefer": prefer, "base_task": base["task"],
@@ -259,17 +255,7 @@ def cmd_dpo(args, targets, start, base):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "dpo", help="DPO: tune a model of text on your preference pairs (--data), or make a "
-        "sort-either task model prefer ascending answers",
-        description="Direct Preference Optimization (003 §9.2), against the frozen start model "
-        "as reference. On a model of text (--checkpoint of pretrain, lora or dpo) with --data "
-        "FILE.jsonl of {\"prompt\", \"chosen\", \"rejected\"} rows (TRL's preference format): "
-        "LoRA adapters, or every weight with --full; held-out TRL rewards before and after. "
-        "Without --data, on the built-in task: a sort-either model (trained here, or "
-        "--checkpoint of train) learns to prefer ascending answers from pairs built from its "
-        "own samples; reports the preferred rate, preference accuracy, reward margin and KL "
-        "divergence from the reference.")
+    p = command_parser(sub, "dpo")
     add_base_options(p, task="sort_either", steps=1000)
     g = p.add_argument_group("preferences of the built-in task (without --data)")
     g.add_argument("--prefer", choices=tuple(OPPOSITE),

@@ -15,15 +15,11 @@ import os
 import warnings
 
 from numpytfmr.run.cli import UsageError, checkpoint_path, from_flag, output_dir
-from numpytfmr.run.options import add_force
+from numpytfmr.run.options import add_force, command_parser
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "export", help="write a trained GPT as a Hugging Face folder (transformers loads it)",
-        description="Write the GPT of a run (pretrain, train, lora, dpo) as a folder that "
-        "transformers' AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained "
-        "load, with the same logits and the same token ids.")
+    p = command_parser(sub, "export")
     p.add_argument("--checkpoint", required=True, type=checkpoint_path, metavar="RUN",
                    help="the run folder (or its checkpoint.json)")
     p.add_argument("-o", "--output", required=True, type=output_dir, metavar="DIR",

@@ -20,8 +20,9 @@ with a warning on stderr (the answer of a model that never saw 9 digits is a gue
 import argparse
 import sys
 
-from numpytfmr.run.cli import UsageError, checkpoint_path, from_flag, nonnegative_float, nonnegative_int, \
-    positive_float, positive_int
+from numpytfmr.run.cli import (UsageError, checkpoint_path, from_flag, nonnegative_float,
+                               nonnegative_int, positive_float, positive_int)
+from numpytfmr.run.options import command_parser
 
 
 def cmd_generate(args):
@@ -197,11 +198,7 @@ def _top_p(text):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "generate", help="complete a prompt with a trained checkpoint",
-        description="Complete a prompt with a checkpoint of 'numpytfmr train', decoding until "
-        "<eos>; continue a text with one of 'numpytfmr pretrain'; or translate a sentence with "
-        "one of 'numpytfmr train-seq2seq'.")
+    p = command_parser(sub, "generate")
     p.add_argument("--checkpoint", default="runs/gpt", type=checkpoint_path, metavar="PATH",
                    help="checkpoint directory or its checkpoint.json (default runs/gpt)")
     p.add_argument("--prompt", required=True, metavar="TEXT",

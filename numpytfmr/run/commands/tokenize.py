@@ -17,7 +17,7 @@ import os
 import time
 
 from numpytfmr.run.cli import UsageError, output_file, positive_int
-from numpytfmr.run.options import add_force
+from numpytfmr.run.options import add_force, command_parser
 
 
 def text_file(text):
@@ -49,11 +49,7 @@ def tokenizer_spec(text):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "tokenize", help="turn a text file into a token file for pre-training",
-        description="Stream a UTF-8 text file, line by line, through a tokenizer into a token "
-                    "file (a small header, then uint16 or uint32 ids) that "
-                    "numpytfmr.run.batches.open_tokens maps into memory.")
+    p = command_parser(sub, "tokenize")
     p.add_argument("--text", required=True, type=text_file, metavar="FILE",
                    help="the UTF-8 text file to tokenize")
     p.add_argument("--tokenizer", required=True, type=tokenizer_spec, metavar="T",
