@@ -150,6 +150,7 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
     Returns ``(params, opt_state, history)``; nothing passed in is modified.
     """
     params, opt_state, history = _own_copies(params, opt_state, history)
+    # the update: in place (numpytfmr.fast), or the reference's functions (numpytfmr.optim)
     clip, adamw = (clip_grad_norm_, adamw_step_) if fast else (clip_grad_norm, adamw_step)
     no_decay, s = decay_exempt_keys(params), settings
     began, seconds_before = time.perf_counter(), history["seconds"]
@@ -157,8 +158,9 @@ def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None
         while True:
             step = history["step"]
             # every eval_every steps and at the end (once a step): evaluate, log, save
-            if evaluate is not None and step > 0 and (step % s.eval_every == 0 or step == s.steps) \
-                    and (not history["evals"] or history["evals"][-1]["step"] < step):
+            evaluated = bool(history["evals"]) and history["evals"][-1]["step"] >= step
+            if evaluate is not None and step > 0 and not evaluated and \
+                    (step % s.eval_every == 0 or step == s.steps):
                 metrics = dict(evaluate(params))
                 history["evals"].append({"step": step, **metrics})
                 if log is not None:

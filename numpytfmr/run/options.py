@@ -119,7 +119,8 @@ def add_model_options(g, m, *, layers="decoder blocks"):
                        help="FFN width (default 4 d-model)")
     g.add_argument("--positional", choices=("learned", "sinusoidal", "rope"),
                    help=f"position representation (default {m['positional']})")
-    g.add_argument("--norm", choices=("pre", "post"), help=f"pre- or post-norm (default {m['norm']})")
+    g.add_argument("--norm", choices=("pre", "post"),
+                   help=f"pre- or post-norm (default {m['norm']})")
     if "activation" in m:
         g.add_argument("--activation", choices=("relu", "gelu", "gelu_tanh"),
                        help=f"FFN activation (default {m['activation']})")

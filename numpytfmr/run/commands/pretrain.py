@@ -235,7 +235,8 @@ def add_command(sub):
     for flag, help in (
             ("--text", "training text, UTF-8 (default: standard-library docstrings)"),
             ("--val-text", "held-out text (default: the last tenth of --text)"),
-            ("--tokens", "training tokens: a token file of 'numpytfmr tokenize' (instead of --text)"),
+            ("--tokens", "training tokens: a token file of 'numpytfmr tokenize' "
+                         "(instead of --text)"),
             ("--val-tokens", "held-out tokens (default: the last tenth of --tokens)")):
         g.add_argument(flag, type=text_file, metavar="FILE", help=help)
     g.add_argument("--tokenizer", type=tokenizer_arg, default=None, metavar="KIND|FILE",
