@@ -1,7 +1,9 @@
-"""What the commands that train share about their output: the run folder (``--out``,
-refused when it holds work, unless ``--force`` or ``--resume``), the evaluation lines on
-stderr, the hint to resume after Ctrl-C, and the end of a run (its curves, its result
-lines and ``--summary``). The flags themselves are declared in ``run/options.py``.
+"""What the commands share about their output: no file or folder written over without
+``--force`` (:func:`refuse_overwrite`), the run folder of the commands that train
+(``--out``, refused when it holds work, unless ``--force`` or ``--resume``), the
+evaluation lines on stderr, the hint to resume after Ctrl-C, and the end of a run (its
+curves, its result lines and ``--summary``). The files themselves are written atomically
+by ``numpytfmr/shared/fileio.py``; the flags are declared in ``run/options.py``.
 """
 from contextlib import contextmanager
 import os
@@ -12,6 +14,21 @@ from numpytfmr.run.cli import UsageError, from_flag
 
 def out_dir(args):
     return None if args.out in (None, "", "none") else args.out
+
+
+def refuse_overwrite(flag, path, force, *, folder=False, instead=", or name another file"):
+    """Refuse, unless ``force`` (``--force``), to write over what ``flag`` names: a file
+    that exists, or with ``folder`` a folder that holds files. ``instead``: the way out
+    the message offers after "pass --force to replace it"."""
+    if force:
+        return
+    if folder and os.path.isdir(path) and os.listdir(path):
+        what = "already holds files"
+    elif not folder and os.path.exists(path):
+        what = "already exists"
+    else:
+        return
+    raise UsageError(f"{flag} {path} {what}; pass --force to replace it{instead}")
 
 
 def check_out(args, command):
@@ -25,9 +42,7 @@ def check_out(args, command):
         if not plot_available():
             raise UsageError(f"--plot {args.plot}: matplotlib is not installed; install it "
                              "(pip install 'numpytfmr[plot]') or drop --plot")
-        if os.path.exists(args.plot) and not args.force:
-            raise UsageError(f"--plot {args.plot} already exists; pass --force to replace it, "
-                             "or name another file")
+        refuse_overwrite("--plot", args.plot, args.force)
     if resume and args.force:
         raise UsageError("--resume continues the run in --out and --force replaces it; "
                          "give one of them")

@@ -11,11 +11,11 @@ same ids), tokenizer.json for the character and word tokenizers of the tasks. Th
 character tokenizer of ``pretrain --tokenizer char`` has no transformers form: the model
 is written without it, and the command says so.
 """
-import os
 import warnings
 
 from numpytfmr.run.cli import UsageError, checkpoint_path, from_flag, output_dir
 from numpytfmr.run.options import add_force, command_parser
+from numpytfmr.run.outputs import refuse_overwrite
 
 
 def add_command(sub):
@@ -37,9 +37,8 @@ def cmd_export(args):
     from numpytfmr.run.hf import save_hf_checkpoint
     if args.output == "none":
         raise UsageError("--output none: export writes a folder; name one")
-    if os.path.isdir(args.output) and os.listdir(args.output) and not args.force:
-        raise UsageError(f"--output {args.output} already holds files; pass --force to replace "
-                         "it, or name another folder")
+    refuse_overwrite("--output", args.output, args.force, folder=True,
+                     instead=", or name another folder")
     params, config, tokenizer = from_flag("--checkpoint", load_run, args.checkpoint)
     dtype = None if args.dtype is None else np.dtype(args.dtype)
     with warnings.catch_warnings():

@@ -28,7 +28,8 @@ from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, out
                                positive_int)
 from numpytfmr.run.options import (add_minutes, add_model_options, add_training_options,
                                    command_parser, read_text, settings_from_args, text_file)
-from numpytfmr.run.outputs import check_out, finish, logger, out_dir, resume_hint
+from numpytfmr.run.outputs import (check_out, finish, logger, out_dir, refuse_overwrite,
+                                   resume_hint)
 
 SHAPE_FLAGS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "positional", "norm",
                "activation", "context")
@@ -101,9 +102,8 @@ def check_flags(args):
         if shape:
             raise UsageError(f"{shape[0]}: the model comes from --init {args.init} and keeps its "
                              f"shape; drop {shape[0]} (only --dropout may change)")
-    if args.tokenizer_out and os.path.exists(args.tokenizer_out) and not args.force:
-        raise UsageError(f"--tokenizer-out {args.tokenizer_out} already exists; pass --force to "
-                         "replace it, or name another file")
+    if args.tokenizer_out:
+        refuse_overwrite("--tokenizer-out", args.tokenizer_out, args.force)
 
 
 def _tokenizer(args):

@@ -18,6 +18,7 @@ import time
 
 from numpytfmr.run.cli import UsageError, output_file, positive_int
 from numpytfmr.run.options import add_force, command_parser
+from numpytfmr.run.outputs import refuse_overwrite
 
 
 def text_file(text):
@@ -110,8 +111,7 @@ def cmd_tokenize(args):
     from numpytfmr.run.tokenizers import load_tokenizer
     from numpytfmr.run.progress import Progress
 
-    if os.path.exists(args.output) and not args.force:
-        raise UsageError(f"--output {args.output} already exists; pass --force to replace it")
+    refuse_overwrite("--output", args.output, args.force, instead="")
     learn = args.tokenizer == "bpe"
     if learn and not args.tokenizer_out:
         raise UsageError("--tokenizer bpe learns a tokenizer on --text; name its file with "
@@ -120,10 +120,8 @@ def cmd_tokenize(args):
         flag = "--tokenizer-out" if args.tokenizer_out else "--vocab-size"
         raise UsageError(f"{flag} goes with --tokenizer bpe (a tokenizer learnt here); "
                          f"--tokenizer {args.tokenizer} is given as it is")
-    if learn and os.path.exists(args.tokenizer_out) and not args.force:
-        raise UsageError(f"--tokenizer-out {args.tokenizer_out} already exists; pass --force to "
-                         "replace it")
     if learn:
+        refuse_overwrite("--tokenizer-out", args.tokenizer_out, args.force, instead="")
         tokenizer = _learn(args)
     else:
         try:
