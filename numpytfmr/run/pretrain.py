@@ -55,9 +55,8 @@ from .batches import TOKEN_FILE_MAGIC, get_batch, open_tokens, read_token_header
 from .checkpoint import (checkpoint_file, load_model, resume_checkpoint, resumed_settings,
                          save_checkpoint)
 from .corpus import default_corpus, split_text
-from .loop import (EVALS_PLANNED, FINISH_EVALS, REPLAN_SECONDS, STREAM_DROPOUT, STREAM_INIT,  # noqa: F401
-                   BudgetUsed, TrainSettings, budget_replanner, plan_steps, step_rng,
-                   run_loop, step_seconds)
+from .loop import (FINISH_EVALS, STREAM_DROPOUT, STREAM_INIT, BudgetUsed, TrainSettings,
+                   budget_replanner, plan_steps, run_loop, step_rng, step_seconds)
 from .models import replace_config
 from .progress import Progress
 from .tokenizers import (DEFAULT_VOCAB_SIZE, TEXT_TOKENIZERS, make_tokenizer, save_tokenizer,
@@ -705,8 +704,10 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         if minutes is not None:
             settings = _planned_settings(settings, params, batch_loss, deadline, eval_seconds,
                                          minutes)
-    replan, planned = None, {"settings": settings}
-    if minutes is not None:
+    planned = {"settings": settings}
+    if minutes is None:
+        replan = None
+    else:
         replanner = _replanner(deadline, eval_seconds, history["step"])
 
         def replan(h, s):                    # the plan as it stands, for a stop by the budget
