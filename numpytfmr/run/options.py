@@ -1,8 +1,12 @@
 """The command line's shared flag groups and the reading of their values: what several
 commands of ``numpytfmr/run/commands/`` declare alike is declared here once.
 
+- :func:`add_force`, :func:`add_summary`, :func:`add_threads`, :func:`add_quiet`,
+  :func:`add_minutes`, :func:`add_steps`: one flag each, for every command that takes it;
 - :func:`add_run_options`: ``--out``, ``--resume``, ``--force``, ``--summary``, ``--plot``,
   ``--threads``, ``--quiet`` (every command that trains);
+- :func:`add_model_options`: the shape of a transformer (``train``, ``pretrain``,
+  ``train-seq2seq``);
 - :func:`add_training_options`: the optimisation of ``train`` and ``train-seq2seq``;
 - :func:`add_base_options`, :func:`add_adapter_options`, :func:`add_adapter_run_options`:
   the base model, the adapters (``--rank``, ``--alpha``, ``--targets``) and the time budget
@@ -55,6 +59,11 @@ def add_summary(p, help="write the final metrics as one JSON object to FILE (its
 def add_threads(p, help="BLAS threads (default 1: these matrices are too small to share)"):
     """``--threads N`` (default 1): the BLAS threads of the run (``run/blas.py``)."""
     p.add_argument("--threads", type=positive_int, default=1, metavar="N", help=help)
+
+
+def add_quiet(p, help="no progress bar"):
+    """``--quiet``: nothing on stderr while the command works."""
+    p.add_argument("--quiet", action="store_true", help=help)
 
 
 def add_minutes(p, help):
@@ -142,7 +151,7 @@ def add_run_options(p, out, out_help, *, resume=False):
                    help="draw the run's curves into this PNG (default: curves.png in --out, "
                    "when matplotlib is installed: pip install 'numpytfmr[plot]')")
     add_threads(g)
-    g.add_argument("--quiet", action="store_true", help="no progress bar or evaluation lines")
+    add_quiet(g, "no progress bar or evaluation lines")
 
 
 def settings_from_args(args, defaults):

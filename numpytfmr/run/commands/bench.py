@@ -17,7 +17,7 @@ and linear attention at n = 1024, 4096, 8192.
 import sys
 
 from numpytfmr.run.cli import positive_int
-from numpytfmr.run.options import add_summary, add_threads, command_parser
+from numpytfmr.run.options import add_quiet, add_summary, add_threads, command_parser
 
 # (label, summary key, target, "<=" or ">=", how to print the value, threads it applies
 # to: None = any)
@@ -285,5 +285,5 @@ def add_command(sub):
                    help="instead of the rest: time the fast training step as d_model, n_layers, "
                    "seq_len and batch grow, with the log-log slopes beside the FLOP and memory "
                    "counts of cost.train_step_cost (under a minute)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(p)
     p.set_defaults(func=cmd_bench)

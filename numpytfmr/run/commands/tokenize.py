@@ -17,7 +17,7 @@ import os
 import time
 
 from numpytfmr.run.cli import UsageError, output_file, positive_int
-from numpytfmr.run.options import add_force, command_parser
+from numpytfmr.run.options import add_force, add_quiet, command_parser
 from numpytfmr.run.outputs import refuse_overwrite
 
 
@@ -66,7 +66,7 @@ def add_command(sub):
     p.add_argument("-o", "--output", required=True, type=output_file, metavar="FILE",
                    help="the token file to write")
     add_force(p, "replace --output if it exists")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(p)
     p.set_defaults(func=cmd_tokenize)
 
 
