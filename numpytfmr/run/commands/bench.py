@@ -18,7 +18,7 @@ and linear attention at n = 1024, 4096, 8192.
 import sys
 
 from numpytfmr.run.cli import UsageError, positive_int
-from numpytfmr.run.options import add_summary, add_threads
+from numpytfmr.run.options import add_quiet, add_summary, add_threads, command_parser
 
 # (label, summary key, target, "<=" or ">=", how to print the value, threads it applies
 # to: None = any)
@@ -287,13 +287,7 @@ def _grading_class(args):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "bench", help="time the training step (vs PyTorch), decoding and attention",
-        description="Measure in one run: the GPT training step against the same model in "
-        "PyTorch eager mode, its matmul FLOP/s against NumPy's A @ B, decoding 512 tokens with "
-        "and without the KV cache and against Hugging Face transformers' GPT-2, and time and "
-        "peak memory of standard, flash, sliding-window and linear attention. Takes a few "
-        "minutes. With --scaling: only the training step's time and memory against its size.")
+    p = command_parser(sub, "bench")
     add_summary(p, help="write every figure as one JSON object to FILE")
     p.add_argument("--quick", action="store_true",
                    help="a tiny model and small n: checks that everything runs (seconds)")
@@ -337,5 +331,5 @@ def add_command(sub):
     p.add_argument("--isolation", choices=("bubblewrap", "user", "none"),
                    help="with --grading-class: the grade command's --isolation (default "
                    "bubblewrap)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(p)
     p.set_defaults(func=cmd_bench)

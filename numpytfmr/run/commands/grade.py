@@ -23,7 +23,7 @@ import sys
 import time
 
 from numpytfmr.run.cli import UsageError, nonnegative_int, output_file, positive_float, positive_int
-from numpytfmr.run.options import add_force, add_summary
+from numpytfmr.run.options import add_force, add_summary, command_parser
 
 MIN_MEMORY_MB = 256
 
@@ -402,15 +402,7 @@ def _similarity(submissions, plan):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "grade", help="grade a homework submission (.py or .ipynb), or a whole class, against the "
-                      "reference",
-        description="Run the functions a submission defines in a separate, limited, sandboxed "
-                    "process and compare them with the reference on the op registry's cases: "
-                    "forward outputs, every gradient, and the backward against finite differences "
-                    "of the submission's own forward. With --csv, grade every submission in a "
-                    "folder (or matching a glob) in parallel, and write one CSV row per student "
-                    "and a results.json per student.")
+    p = command_parser(sub, "grade")
     p.add_argument("submission", metavar="SUBMISSION", nargs="?",
                    help="a .py file, a .ipynb notebook, or a folder holding one; with --csv, a "
                         "folder of submissions (files or one folder per student) or a glob "
