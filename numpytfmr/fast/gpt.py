@@ -36,7 +36,8 @@ import threading
 import numpy as np
 
 from ..positional import rope_frequencies
-from ..transformer import check_sampling, next_token, token_count, token_id
+from ..gpt import generation_options
+from ..transformer import append_tokens
 from . import checks, parallel
 from .kernels import (FRESH, Workspace, activation, add_rows, causal_bias_t, causal_softmax_t,
                       column_sums, cross_entropy_fused, gelu_float32, inverse_root_mean,
@@ -856,45 +857,27 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     c = checks.check_config(config, where)
     p, dtype = checks.check_params(params, c, where)
     prompt_ids = checks.check_ids(prompt_ids, "prompt_ids", c.vocab_size, where)
-    # the reference's checks of the generation options (once per call)
-    max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
-    temperature, top_k, top_p = check_sampling(temperature, top_k, rng, where, top_p=top_p)
-    if eos_id is not None:
-        eos_id = token_id(eos_id, "eos_id", c.vocab_size, where)
     B, T = prompt_ids.shape
-    if c.positional == "learned" and T + max_new_tokens - 1 > c.max_len:
-        raise ValueError(f"{where}: T + max_new_tokens - 1 = {T + max_new_tokens - 1} positions "
-                         f"exceed max_len={c.max_len} (prompt T={T}, max_new_tokens="
-                         f"{max_new_tokens}); learned positions have no row beyond max_len - 1")
-    out = np.empty((B, T + max_new_tokens), dtype=prompt_ids.dtype)
+    options = generation_options(c, T, max_new_tokens, temperature, top_k, top_p, rng, eos_id,
+                                 where)                          # the reference's checks
+    n_new = options.pop("max_new_tokens")
+    out = np.empty((B, T + n_new), dtype=prompt_ids.dtype)
     out[:, :T] = prompt_ids
-    steps = []
-    done = np.zeros(B, dtype=bool)
-    n = T
-    if use_cache and max_new_tokens:
+    if use_cache and n_new:
         p = _decoding_weights(p, c)
-        kv = _kv_buffers(c, B, T + max_new_tokens - 1, dtype)
-        rope = (_rope_tables(c, 0, T + max_new_tokens, dtype) if c.positional == "rope"
-                else None)
-        decode = _decoder(p, c, B, T + max_new_tokens - 1, dtype, kv, rope)
-    for _ in range(max_new_tokens):
-        if use_cache and n == T:       # the prompt, written into the cache
-            logits, _ = _forward(p, out[:, :n], c, dtype, kv, 0, None, False, False)
-        elif use_cache:                # then one token a step against the cache
-            logits = decode(out[:, n - 1], n - 1)[:, None]
-        else:
-            logits, _ = _forward(p, out[:, :n], c, dtype, None, 0, None, False, False)
-        last = logits[:, -1]
-        steps.append(last)
-        token = next_token(last, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
-        if eos_id is not None:
-            token = np.where(done, eos_id, token)
-            done = done | (token == eos_id)
-        out[:, n] = token
-        n += 1
-        if eos_id is not None and done.all():
-            out[:, n:] = eos_id
-            break
+        kv = _kv_buffers(c, B, T + n_new - 1, dtype)
+        rope = _rope_tables(c, 0, T + n_new, dtype) if c.positional == "rope" else None
+        decode = _decoder(p, c, B, T + n_new - 1, dtype, kv, rope)
+
+    def next_logits(n):                                          # (B, V) after out[:, :n]
+        if use_cache and n > T:                                  # one token against the cache
+            return decode(out[:, n - 1], n - 1)
+        # the prompt, written into the cache; or (no cache) the whole sequence again
+        logits, _ = _forward(p, out[:, :n], c, dtype, kv if use_cache else None, 0, None,
+                             False, False)
+        return logits[:, -1]
+
+    steps = append_tokens(next_logits, out, T, **options)
     if return_logits:
         if not steps:
             return out, np.empty((B, 0, c.vocab_size), dtype=dtype)
