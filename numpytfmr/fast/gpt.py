@@ -784,7 +784,7 @@ def _decoder(p, c, B, length, dtype, kv, rope):
     d_ff = layers[0][6][0].shape[1] if layers else 0
     z = np.empty((B, d_ff), dtype)
     mean_w = np.full(d, 1.0 / d, dtype)
-    x_v, h_v, y_v, qkv_v, concat_v, z_v = (vec(t) for t in (x, h, y, qkv, concat, z))
+    y_v, qkv_v, concat_v, z_v = (vec(t) for t in (y, qkv, concat, z))
 
     def norm(src, weights, dst):
         """N(src) into dst, row by row (004 eq. 27-28)."""
@@ -863,7 +863,8 @@ def _decoder(p, c, B, length, dtype, kv, rope):
                 out = ffn(x, weights)
                 out += x
                 norm(out, n2, x)
-        return (x_v if final is None else vec(norm(x, final, h))) @ W_out
+        logits = vec(x if final is None else norm(x, final, h)) @ W_out
+        return logits[None] if B == 1 else logits               # (B, V)
     return step
 
 
