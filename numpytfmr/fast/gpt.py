@@ -777,8 +777,10 @@ def _decoder(p, c, B, length, dtype, kv, rope):
     qs = qkv[:, :hd].reshape(B, Hkv, G, dh)                      # q / sqrt(d_head), a view
     k_new = qkv[:, hd:hd + kvd].reshape(B, Hkv, dh)
     v_new = qkv[:, hd + kvd:].reshape(B, Hkv, dh)
-    score_buf = np.empty(B * Hkv * G * length, dtype)
-    top = np.empty((B, Hkv, G, 1), dtype)
+    n_rows = B * Hkv * G
+    score_buf = np.empty(n_rows * length, dtype)
+    top = np.empty(n_rows, dtype)
+    top_col = top[:, None]
     heads = np.empty((B, Hkv, G, dh), dtype)
     concat = heads.reshape(B, hd)
     d_ff = layers[0][6][0].shape[1] if layers else 0
@@ -815,14 +817,16 @@ def _decoder(p, c, B, length, dtype, kv, rope):
             kt[..., n_past] = k_new
         vb[:, :, n_past] = v_new
         n_k = n_past + 1
-        a = score_buf[:B * Hkv * G * n_k].reshape(B, Hkv, G, n_k)
+        scores = score_buf[:n_rows * n_k]
+        a = scores.reshape(B, Hkv, G, n_k)
         np.matmul(qs, kt[..., :n_k], out=a)                      # (B, Hkv, G, n_k)
-        np.fmax.reduce(a, axis=-1, keepdims=True, out=top)
-        a -= top
-        np.exp(a, out=a)
-        np.add.reduce(a, axis=-1, keepdims=True, out=top)
+        rows = scores.reshape(n_rows, n_k)                       # one row per query head
+        np.fmax.reduce(rows, axis=1, out=top)
+        rows -= top_col
+        np.exp(rows, out=rows)
+        np.add.reduce(rows, axis=1, out=top)
         np.divide(1.0, top, out=top)
-        a *= top                                                 # softmax over the keys
+        rows *= top_col                                          # softmax over the keys
         np.matmul(a, vb[:, :, :n_k], out=heads)                 # heads, concatenated
         np.matmul(concat_v, Wo, out=y_v)
         if bo is not None:
