@@ -28,11 +28,12 @@ from .blocks import (decoder_block_backward, decoder_block_forward, encoder_bloc
 from .contract import generator
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .seq2seq import IGNORE, teacher_forcing
-from .transformer import (block_kwargs, block_param_shapes, check_config, check_config_fields,
-                          check_dlogits, check_ids, check_model, check_params, config_from_dict,
-                          config_to_dict, embed_backward, embed_forward, float_dtype, init_params,
-                          kv_cache_length, lm_head_backward, lm_head_forward, norm_param_shapes,
-                          rope_option, token_count, token_id)
+from .transformer import (append_tokens, block_kwargs, block_param_shapes, check_config,
+                          check_config_fields, check_dlogits, check_ids, check_model,
+                          check_params, config_from_dict, config_to_dict, embed_backward,
+                          embed_forward, float_dtype, init_params, kv_cache_length,
+                          lm_head_backward, lm_head_forward, norm_param_shapes, rope_option,
+                          token_count, token_id)
 
 __all__ = ["EncDecConfig", "init_encdec", "encdec_param_shapes", "encdec_forward",
            "encdec_backward", "encdec_loss", "encdec_generate"]
@@ -333,25 +334,19 @@ def encdec_generate(params, src_ids, *, config, max_new_tokens, bos_id, eos_id=N
 
     B = src_ids.shape[0]
     out = np.full((B, 1 + max_new_tokens), bos_id, dtype=np.int64)
-    done = np.zeros(B, dtype=bool)
     kv, weights = None, []
-    n = 1
-    for _ in range(max_new_tokens):
+
+    def next_logits(n):                       # (B, V): the logits after out[:, :n]
+        nonlocal kv
         new = out[:, :n] if (kv is None or not use_cache) else out[:, n - 1:n]
         logits, dec = decoder_forward(params, new, memory, c, key_mask=key_mask,
                                       kv_cache=kv if use_cache else None)
         if use_cache:
             kv = dec["kv_cache"]
         weights.append([w[..., -1:, :] for w in dec["cross_weights"]])   # the newest query row
-        token = np.argmax(logits[:, -1], axis=-1)
-        if eos_id is not None:
-            token = np.where(done, eos_id, token)
-            done = done | (token == eos_id)
-        out[:, n] = token
-        n += 1
-        if eos_id is not None and done.all():
-            out[:, n:] = eos_id
-            break
+        return logits[:, -1]
+
+    append_tokens(next_logits, out, 1, eos_id=eos_id)      # greedy: the most probable token
     if return_cross_weights:
         per_layer = [np.concatenate([w[l] for w in weights], axis=-2) if weights else None
                      for l in range(c.n_dec_layers)]

@@ -46,12 +46,12 @@ import numpy as np
 from .blocks import decoder_block_backward, decoder_block_forward, norm_backward, norm_forward
 from .contract import generator
 from .losses import cross_entropy_backward, cross_entropy_forward
-from .transformer import (block_kwargs, block_param_shapes, check_config, check_config_fields,
-                          check_dlogits, check_ids, check_model, check_params, check_sampling,
-                          config_from_dict, config_to_dict, embed_backward, embed_forward,
-                          float_dtype, init_params, kv_cache_length, lm_head_backward,
-                          lm_head_forward, masked_targets, next_token, norm_param_shapes,
-                          rope_option, token_count, token_id)
+from .transformer import (append_tokens, block_kwargs, block_param_shapes, check_config,
+                          check_config_fields, check_dlogits, check_ids, check_model,
+                          check_params, check_sampling, config_from_dict, config_to_dict,
+                          embed_backward, embed_forward, float_dtype, init_params,
+                          kv_cache_length, lm_head_backward, lm_head_forward, masked_targets,
+                          norm_param_shapes, rope_option, token_count, token_id)
 
 __all__ = ["GPTConfig", "init_gpt", "gpt_param_shapes", "gpt_forward", "gpt_backward",
            "gpt_loss", "generate", "kv_cache_size"]
@@ -286,43 +286,43 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     c = check_config(config, GPTConfig, where)
     dtype = check_params(params, gpt_param_shapes(c), where)
     prompt_ids = check_ids(prompt_ids, "prompt_ids", c.vocab_size, c, where)
-    max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
-    temperature, top_k, top_p = check_sampling(temperature, top_k, rng, where, top_p=top_p)
-    if eos_id is not None:
-        eos_id = token_id(eos_id, "eos_id", c.vocab_size, where)
+    options = generation_options(c, prompt_ids.shape[1], max_new_tokens, temperature, top_k,
+                                 top_p, rng, eos_id, where)
     B, T = prompt_ids.shape
-    if c.positional == "learned" and T + max_new_tokens - 1 > c.max_len:
-        raise ValueError(f"{where}: T + max_new_tokens - 1 = {T + max_new_tokens - 1} positions "
-                         f"exceed max_len={c.max_len} (prompt T={T}, max_new_tokens="
-                         f"{max_new_tokens}); learned positions have no row beyond max_len - 1")
-
-    out = np.empty((B, T + max_new_tokens), dtype=prompt_ids.dtype)
+    out = np.empty((B, T + options.pop("max_new_tokens")), dtype=prompt_ids.dtype)
     out[:, :T] = prompt_ids
-    step_logits = []
-    done = np.zeros(B, dtype=bool)
     kv = None
-    n = T
-    for _ in range(max_new_tokens):
-        if use_cache:
-            # prefill with the prompt, then feed one token against the cache (003 §6.2)
-            new = out[:, :n] if kv is None else out[:, n - 1:n]
-            logits, cache = gpt_forward(params, new, config=c, kv_cache=kv)
-            kv = cache["kv_cache"]            # every layer's K, V: n positions now (kv_cache_append)
-        else:
+
+    def next_logits(n):                       # (B, V): the logits after out[:, :n]
+        nonlocal kv
+        if not use_cache:
             logits, _ = gpt_forward(params, out[:, :n], config=c)   # the whole sequence again
-        last = logits[:, -1]                                           # (B, V) next-token logits
-        step_logits.append(last)
-        token = next_token(last, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
-        if eos_id is not None:
-            token = np.where(done, eos_id, token)
-            done = done | (token == eos_id)
-        out[:, n] = token
-        n += 1
-        if eos_id is not None and done.all():
-            out[:, n:] = eos_id
-            break
+            return logits[:, -1]
+        # prefill with the prompt, then feed one token against the cache (003 §6.2)
+        new = out[:, :n] if kv is None else out[:, n - 1:n]
+        logits, cache = gpt_forward(params, new, config=c, kv_cache=kv)
+        kv = cache["kv_cache"]                # every layer's K, V: n positions now (kv_cache_append)
+        return logits[:, -1]
+
+    step_logits = append_tokens(next_logits, out, T, **options)
     if return_logits:
         if not step_logits:   # max_new_tokens = 0
             return out, np.empty((B, 0, c.vocab_size), dtype=dtype)
         return out, np.stack(step_logits, axis=1)
     return out
+
+
+def generation_options(config, T, max_new_tokens, temperature, top_k, top_p, rng, eos_id, where):
+    """:func:`generate`'s options checked, for a prompt of T tokens: a dict of
+    ``max_new_tokens`` and :func:`append_tokens`'s keyword arguments (``numpytfmr.fast``
+    checks its calls with it too)."""
+    max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
+    temperature, top_k, top_p = check_sampling(temperature, top_k, rng, where, top_p=top_p)
+    if eos_id is not None:
+        eos_id = token_id(eos_id, "eos_id", config.vocab_size, where)
+    if config.positional == "learned" and T + max_new_tokens - 1 > config.max_len:
+        raise ValueError(f"{where}: T + max_new_tokens - 1 = {T + max_new_tokens - 1} positions "
+                         f"exceed max_len={config.max_len} (prompt T={T}, max_new_tokens="
+                         f"{max_new_tokens}); learned positions have no row beyond max_len - 1")
+    return {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
+            "top_p": top_p, "rng": rng, "eos_id": eos_id}

@@ -459,22 +459,28 @@ def completion_logprobs_forward(params, adapters, ids, mask, *, config, alpha=No
     completion tokens ``y`` and the ``<eos>`` (``make_task``'s ``loss_mask`` layout).
     -> logp: (B,), cache ("model", "logp", "has_adapters")
     """
+    inputs, targets, tmask = completion_inputs(ids, mask, adapters, alpha)
+    if adapters is None:
+        logits, mcache = gpt_forward(params, inputs, config=config)
+    else:
+        logits, mcache = gpt_lora_forward(params, adapters, inputs, config=config, alpha=alpha,
+                                          rank_stabilized=rank_stabilized)
+    logp, lcache = sequence_logprobs_forward(logits, targets, tmask)
+    return logp, {"model": mcache, "logp": lcache, "has_adapters": adapters is not None}
+
+
+def completion_inputs(ids, mask, adapters, alpha):
+    """:func:`completion_logprobs_forward`'s arguments checked, and split for next-token
+    prediction (token t+1 from tokens <= t): (inputs, targets, mask) = (ids[:, :-1],
+    ids[:, 1:], mask[:, 1:]). ``numpytfmr.fast`` checks its calls with it too."""
     where = "completion_logprobs_forward"
     ids, mask = np.asarray(ids), np.asarray(mask)
     if ids.ndim != 2 or ids.shape[1] < 2 or mask.shape != ids.shape:
         raise ValueError(f"{where}: ids has shape {ids.shape} and mask {mask.shape}; expected "
                          "equal shapes (B, T) with T >= 2")
-    inputs, targets, tmask = ids[:, :-1], ids[:, 1:], mask[:, 1:]   # predict token t+1 from <= t
-    if adapters is None:
-        logits, mcache = gpt_forward(params, inputs, config=config)
-    else:
-        if alpha is None:
-            raise ValueError(f"{where}: adapters are given but alpha is None; expected "
-                             "LoRA's alpha")
-        logits, mcache = gpt_lora_forward(params, adapters, inputs, config=config, alpha=alpha,
-                                          rank_stabilized=rank_stabilized)
-    logp, lcache = sequence_logprobs_forward(logits, targets, tmask)
-    return logp, {"model": mcache, "logp": lcache, "has_adapters": adapters is not None}
+    if adapters is not None and alpha is None:
+        raise ValueError(f"{where}: adapters are given but alpha is None; expected LoRA's alpha")
+    return ids[:, :-1], ids[:, 1:], mask[:, 1:]
 
 
 def completion_logprobs_backward(dlogp, cache):

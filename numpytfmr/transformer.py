@@ -437,6 +437,32 @@ def next_token(logits, *, temperature=0.0, top_k=None, top_p=None, rng=None):
     return np.minimum(idx, p.shape[-1] - 1)
 
 
+def append_tokens(next_logits, out, n, *, temperature=0.0, top_k=None, top_p=None, rng=None,
+                  eos_id=None):
+    """The generation loop (000 §2.5): fill ``out[:, n:]`` (B, T_out) one token a step.
+
+    Each step asks ``next_logits(n)`` for the next-token logits (B, V) of ``out[:, :n]``,
+    picks a token per row (:func:`next_token`) and writes it at column n. A row that has
+    produced ``eos_id`` gets ``eos_id`` from then on; once every row has, the rest of
+    ``out`` is ``eos_id`` and the loop stops. Returns the logits of every step, a list.
+    """
+    chosen_from = []
+    done = np.zeros(out.shape[0], dtype=bool)
+    while n < out.shape[1]:
+        last = next_logits(n)                                          # (B, V)
+        chosen_from.append(last)
+        token = next_token(last, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
+        if eos_id is not None:
+            token = np.where(done, eos_id, token)
+            done = done | (token == eos_id)
+        out[:, n] = token
+        n += 1
+        if eos_id is not None and done.all():
+            out[:, n:] = eos_id
+            break
+    return chosen_from
+
+
 def nucleus(p, top_p):
     """Nucleus (top-p) filtering of distributions `p` (B, V): keep, per row, the most likely
     tokens until their probabilities sum to at least ``top_p`` (a token is kept when the

@@ -325,6 +325,45 @@ def test_generate_greedy_token_for_token(name, use_cache):
     assert _err(logits, ref_logits) <= 1e-12
 
 
+@pytest.mark.parametrize("name", ["learned-pre-gelu-tied", "learned-post-gqa-untied-gelutanh",
+                                  "sinusoidal-pre-mqa-rmsnorm-relu-nobias",
+                                  "rope-pre-gqa-swiglu", "rope-half-post-mqa-scaled"])
+def test_generate_at_batch_one_token_for_token(name):
+    """Batch 1, where the decoding step's products take the row as a vector: the
+    reference's tokens and logits, and in float32 the tokens of the cache-less path."""
+    c, p, rng = _model(CONFIGS[name])
+    prompt = rng.integers(0, c.vocab_size, (1, 3))
+    ref, ref_logits = R.generate(p, prompt, config=c, max_new_tokens=10, top_k=1,
+                                 return_logits=True)
+    out, logits = fast.generate(p, prompt, config=c, max_new_tokens=10, top_k=1,
+                                return_logits=True)
+    np.testing.assert_array_equal(out, ref)
+    assert _err(logits, ref_logits) <= 1e-12
+    p32 = {k: v.astype(np.float32) for k, v in p.items()}
+    cached, l_cached = fast.generate(p32, prompt, config=c, max_new_tokens=10, top_k=1,
+                                     return_logits=True)
+    full, l_full = fast.generate(p32, prompt, config=c, max_new_tokens=10, top_k=1,
+                                 use_cache=False, return_logits=True)
+    np.testing.assert_array_equal(cached, full)
+    assert _f32_close(l_cached, l_full)
+
+
+@pytest.mark.parametrize("options", [dict(max_new_tokens=-1), dict(max_new_tokens=2, top_k=0),
+                                     dict(max_new_tokens=2, temperature=1.0),
+                                     dict(max_new_tokens=2, top_k=1, eos_id=13),
+                                     dict(max_new_tokens=20, top_k=1)])
+def test_generate_refuses_what_the_reference_refuses_with_its_message(options):
+    """fast.generate checks its options with the reference's own check
+    (gpt.generation_options): the same error, the same words but for the function's name."""
+    c, p, rng = _model(CONFIGS["learned-pre-gelu-tied"])
+    prompt = rng.integers(0, c.vocab_size, (2, 3))
+    with pytest.raises((TypeError, ValueError)) as ref:
+        R.generate(p, prompt, config=c, **options)
+    with pytest.raises(type(ref.value)) as got:
+        fast.generate(p, prompt, config=c, **options)
+    assert str(got.value) == "fast." + str(ref.value)
+
+
 def test_generate_sampling_and_eos_match():
     c, p, rng = _model(CONFIGS["rope-gqa-dropout"], np.float32)
     prompt = rng.integers(0, c.vocab_size, (4, 3))
@@ -495,6 +534,20 @@ def test_float32_gelu_kernel_writes_over_its_input_and_takes_transposed_input(ro
     want, want_d, _ = _exact_gelu((x.T + bias).astype(np.float64))
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(dydx, want_d, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(1, 40), (8, 1024), (40, 1000)])   # one block, several
+def test_float32_gelu_rows_are_the_kernels_numbers(shape):
+    """gelu_float32_rows (a decoding step's GELU, in the calling thread) writes over its
+    input the same bits as gelu_float32, bias included."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    bias = rng.standard_normal(shape[1]).astype(np.float32)
+    a = x.copy()
+    out = kernels.gelu_float32_rows(a, bias)
+    assert out is a
+    want, _ = kernels.gelu_float32(x.copy(), bias, need_grad=False)
+    np.testing.assert_array_equal(out, want)
 
 
 def test_float32_gelu_kernel_at_huge_and_tiny_inputs():

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from numpytfmr.gpt import GPTConfig, gpt_param_shapes
-from numpytfmr.transformer import (check_sampling, config_from_dict, config_to_dict, init_params,
-                                   next_token, nucleus)
+from numpytfmr.transformer import (append_tokens, check_sampling, config_from_dict,
+                                   config_to_dict, init_params, next_token, nucleus)
 
 
 def test_config_round_trips_through_a_dict():
@@ -52,3 +52,26 @@ def test_sampling_without_an_rng_is_refused():
     assert check_sampling(0.0, None, None, "g") == (0.0, None, None)
     with pytest.raises(ValueError, match="top_p"):
         check_sampling(1.0, None, np.random.default_rng(0), "g", top_p=0.0)
+
+
+def test_append_tokens_asks_for_each_position_and_stops_when_every_row_ended():
+    """The generation loop: next_logits(n) for n = start, start + 1, ...; each row's
+    greedy token at column n; a row that produced eos_id keeps it; all ended: eos_id to
+    the end and no further call."""
+    V, eos = 5, 4
+    wanted = {2: [1, 4], 3: [4, 2], 4: [3, 3]}        # per step: each row's favourite token
+    asked = []
+
+    def next_logits(n):
+        asked.append(n)
+        logits = np.zeros((2, V))
+        logits[[0, 1], wanted[n]] = 1.0
+        return logits
+    out = np.zeros((2, 7), dtype=np.int64)
+    chosen = append_tokens(next_logits, out, 2, eos_id=eos)
+    assert asked == [2, 3] and len(chosen) == 2
+    np.testing.assert_array_equal(out[:, 2:], [[1, 4, 4, 4, 4], [4, 4, 4, 4, 4]])
+    out = np.zeros((2, 5), dtype=np.int64)
+    append_tokens(next_logits, out, 2)                # no eos_id: every column
+    assert asked[2:] == [2, 3, 4]
+    np.testing.assert_array_equal(out[:, 2:], [[1, 4, 3], [4, 2, 3]])

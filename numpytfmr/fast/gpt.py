@@ -36,10 +36,12 @@ import threading
 import numpy as np
 
 from ..positional import rope_frequencies
-from ..transformer import check_sampling, next_token, token_count, token_id
+from ..gpt import generation_options
+from ..transformer import append_tokens
 from . import checks, parallel
 from .kernels import (FRESH, Workspace, activation, add_rows, causal_bias_t, causal_softmax_t,
-                      column_sums, cross_entropy_fused, gelu_float32, inverse_root_mean,
+                      column_sums, cross_entropy_fused, gelu_float32_rows,
+                      inverse_root_mean,
                       layernorm,
                       layernorm_backward_into, multiply_rows, rmsnorm, rmsnorm_backward_into,
                       rope_rotate, row_dots, scatter_add_rows, silu, softmax_backward_t)
@@ -713,31 +715,43 @@ def _decoding_weights(p, c):
 
 
 def _kv_buffers(c, B, length, dtype):
-    """Per layer, K and V buffers (B, n_kv_heads, length, d_head) for the whole generation:
-    each step writes its rows in place (no copy of the cache per token)."""
-    shape = (B, c.n_kv_heads, length, c.d_head)
-    return [{"k_buf": np.empty(shape, dtype), "v_buf": np.empty(shape, dtype)}
-            for _ in range(c.n_layers)]
+    """Per layer, the K and V cache for the whole generation: each step writes its rows in
+    place (no copy of the cache per token). V is (B, n_kv_heads, length, d_head); K is kept
+    transposed, "kt" (B, n_kv_heads, d_head, length), so that a decoding step's scores
+    q K^T read its rows; "k_buf" is the (B, n_kv_heads, length, d_head) view of it that
+    the prompt's forward pass writes."""
+    layers = []
+    for _ in range(c.n_layers):
+        kt = np.empty((B, c.n_kv_heads, c.d_head, length), dtype)
+        layers.append({"kt": kt, "k_buf": kt.swapaxes(-1, -2),
+                       "v_buf": np.empty((B, c.n_kv_heads, length, c.d_head), dtype)})
+    return layers
 
 
 def _decoder(p, c, B, length, dtype, kv, rope):
     """The decoding step of a generate call: ``step(tokens, n_past) -> logits (B, V)`` of the
     token after ``tokens`` (B,) at position n_past, the model of :func:`_forward` for one
-    position, against the KV cache ``kv`` (``_kv_buffers``, whose row n_past it writes).
+    position, against the KV cache ``kv`` (``_kv_buffers``, whose position n_past it writes).
 
     Everything a step needs is looked up once here: each layer's weights (a tuple, no
     per-step dict or string keys) and every intermediate array (the step writes into them:
     no allocation but the logits). Attention of the one new query per head against the
-    cache is one matrix-vector product per head (NumPy's matmul over the heads):
+    cache is one batched product over the heads for the scores and one for the outputs:
 
         [q/sqrt(d_head) k v] = h [Wq/sqrt(d_head) Wk Wv] + b;   K[n_past], V[n_past] = k, v
         a = softmax(q K[:n_past+1]^T / sqrt(d_head)),   out = concat(a V) Wo + bo
 
-    No mask: the new position may see every cached one."""
-    d, Hkv, dh, V = c.d_model, c.n_kv_heads, c.d_head, c.vocab_size
+    No mask: the new position may see every cached one. At batch 1 every product takes the
+    row as a vector (a matrix-vector product: no matrix-matrix set-up per weight matrix),
+    and the scores of a step are one contiguous array (the softmax runs down whole rows)."""
+    d, Hkv, dh = c.d_model, c.n_kv_heads, c.d_head
     G, hd, kvd = c.n_heads // Hkv, c.n_heads * dh, Hkv * dh
     layernorm = c.norm_type == "layernorm"
     gelu32 = c.activation == "gelu" and np.dtype(dtype) == np.float32
+
+    def vec(a):
+        """What the products read and write: the one row itself at batch 1."""
+        return a[0] if B == 1 else a
 
     def norm_weights(key):
         return p[key + ".gamma"], p.get(key + ".beta")
@@ -751,63 +765,70 @@ def _decoder(p, c, B, length, dtype, kv, rope):
             ffn = (p[m + "W1"], p.get(m + "b1"), p[m + "W2"], p.get(m + "b2"))
         layers.append((norm_weights(pre + "attn_norm"), p[a + "Wqkv"], p.get(a + "bqkv"),
                        p[a + "Wo"], p.get(a + "bo"), norm_weights(pre + "mlp_norm"), ffn,
-                       kv[l]["k_buf"], kv[l]["v_buf"]))
+                       kv[l]["kt"], kv[l]["v_buf"]))
     final = norm_weights("norm_f") if c.norm == "pre" else None
-    W_out = p["wte"].T if c.tie_embeddings else p["lm_head.W"]
+    # the output projection as a (d, V) array with rows in memory, made once per call
+    W_out = np.ascontiguousarray(p["wte"].T) if c.tie_embeddings else p["lm_head.W"]
     wte, wpe = p["wte"], p.get("wpe")
     x, h, y = (np.empty((B, d), dtype) for _ in range(3))
     r = np.empty(B, dtype)
+    r_col = r[:, None]
     qkv = np.empty((B, hd + 2 * kvd), dtype)
     qs = qkv[:, :hd].reshape(B, Hkv, G, dh)                      # q / sqrt(d_head), a view
     k_new = qkv[:, hd:hd + kvd].reshape(B, Hkv, dh)
     v_new = qkv[:, hd + kvd:].reshape(B, Hkv, dh)
-    scores = np.empty((B, Hkv, G, length), dtype)
-    top = np.empty((B, Hkv, G, 1), dtype)
+    n_rows = B * Hkv * G
+    score_buf = np.empty(n_rows * length, dtype)
+    top = np.empty(n_rows, dtype)
+    top_col = top[:, None]
     heads = np.empty((B, Hkv, G, dh), dtype)
     concat = heads.reshape(B, hd)
     d_ff = layers[0][6][0].shape[1] if layers else 0
     z = np.empty((B, d_ff), dtype)
     mean_w = np.full(d, 1.0 / d, dtype)
+    y_v, qkv_v, concat_v, z_v = (vec(t) for t in (y, qkv, concat, z))
 
     def norm(src, weights, dst):
         """N(src) into dst, row by row (004 eq. 27-28)."""
         gamma, beta = weights
         if layernorm:
             row_dots(src, mean_w, out=r)                         # mu
-            np.subtract(src, r[:, None], out=dst)
+            np.subtract(src, r_col, out=dst)
             row_dots(dst, dst, out=r)
         else:
             row_dots(src, src, out=r)
             np.copyto(dst, src)
         inverse_root_mean(r, d, c.norm_eps)                      # 1 / sigma  or  1 / rms
-        dst *= r[:, None]
+        dst *= r_col
         dst *= gamma
         if beta is not None:
             dst += beta
         return dst
 
-    def attention(src, Wqkv, bqkv, Wo, bo, kb, vb, n_past):
-        np.matmul(src, Wqkv, out=qkv)
+    def attention(src, Wqkv, bqkv, Wo, bo, kt, vb, n_past):
+        np.matmul(vec(src), Wqkv, out=qkv_v)
         if bqkv is not None:
             np.add(qkv, bqkv, out=qkv)
         if rope is not None:                                     # rotate to position n_past
             cos, sin = rope[0][n_past], rope[1][n_past]
             rope_rotate(qs, qs, cos, sin, c.rope_layout)
-            rope_rotate(k_new, kb[:, :, n_past], cos, sin, c.rope_layout)
+            rope_rotate(k_new, kt[..., n_past], cos, sin, c.rope_layout)
         else:
-            kb[:, :, n_past] = k_new
+            kt[..., n_past] = k_new
         vb[:, :, n_past] = v_new
         n_k = n_past + 1
-        a = scores[..., :n_k]
-        np.matmul(qs, kb[:, :, :n_k].swapaxes(-1, -2), out=a)    # (B, Hkv, G, n_k)
-        np.fmax.reduce(a, axis=-1, keepdims=True, out=top)
-        a -= top
-        np.exp(a, out=a)
-        np.add.reduce(a, axis=-1, keepdims=True, out=top)
+        scores = score_buf[:n_rows * n_k]
+        a = scores.reshape(B, Hkv, G, n_k)
+        np.matmul(qs, kt[..., :n_k], out=a)                      # (B, Hkv, G, n_k)
+        rows = scores.reshape(n_rows, n_k)                       # one row per query head
+        np.fmax.reduce(rows, axis=1, out=top)
+        rows -= top_col
+        np.exp(rows, out=rows)
+        np.add.reduce(rows, axis=1, out=top)
         np.divide(1.0, top, out=top)
-        a *= top                                                 # softmax over the keys
+        rows *= top_col                                          # softmax over the keys
         np.matmul(a, vb[:, :, :n_k], out=heads)                 # heads, concatenated
-        np.matmul(concat, Wo, out=y)
+        np.matmul(concat_v, Wo, out=y_v)
         if bo is not None:
             np.add(y, bo, out=y)
         return y
@@ -819,11 +840,12 @@ def _decoder(p, c, B, length, dtype, kv, rope):
             g, u = gu[:, :d_ff // 2], gu[:, d_ff // 2:]
             hid = silu(g)[0]
             hid *= u
+            np.matmul(hid, W2, out=y)
         else:
-            np.matmul(src, W1, out=z)
-            hid = (gelu_float32(z, b1, need_grad=False)[0] if gelu32
+            np.matmul(vec(src), W1, out=z_v)
+            hid = (gelu_float32_rows(z, b1) if gelu32               # in place, one thread
                    else activation(c.activation, z, b1, need_grad=False)[0])
-        np.matmul(hid, W2, out=y)
+            np.matmul(vec(hid), W2, out=y_v)
         if b2 is not None:
             np.add(y, b2, out=y)
         return y
@@ -834,18 +856,19 @@ def _decoder(p, c, B, length, dtype, kv, rope):
             np.add(x, wpe[n_past], out=x)
         elif c.positional == "sinusoidal":
             np.add(x, _sinusoids(n_past + 1, d, dtype)[n_past], out=x)
-        for n1, Wqkv, bqkv, Wo, bo, n2, weights, kb, vb in layers:
+        for n1, Wqkv, bqkv, Wo, bo, n2, weights, kt, vb in layers:
             if c.norm == "pre":
-                np.add(x, attention(norm(x, n1, h), Wqkv, bqkv, Wo, bo, kb, vb, n_past), out=x)
+                np.add(x, attention(norm(x, n1, h), Wqkv, bqkv, Wo, bo, kt, vb, n_past), out=x)
                 np.add(x, ffn(norm(x, n2, h), weights), out=x)
             else:
-                out = attention(x, Wqkv, bqkv, Wo, bo, kb, vb, n_past)
+                out = attention(x, Wqkv, bqkv, Wo, bo, kt, vb, n_past)
                 out += x
                 norm(out, n1, x)
                 out = ffn(x, weights)
                 out += x
                 norm(out, n2, x)
-        return (x if final is None else norm(x, final, h)) @ W_out
+        logits = vec(x if final is None else norm(x, final, h)) @ W_out
+        return logits[None] if B == 1 else logits               # (B, V)
     return step
 
 
@@ -856,45 +879,27 @@ def generate(params, prompt_ids, *, config, max_new_tokens, temperature=1.0, top
     c = checks.check_config(config, where)
     p, dtype = checks.check_params(params, c, where)
     prompt_ids = checks.check_ids(prompt_ids, "prompt_ids", c.vocab_size, where)
-    # the reference's checks of the generation options (once per call)
-    max_new_tokens = token_count(max_new_tokens, "max_new_tokens", where)
-    temperature, top_k, top_p = check_sampling(temperature, top_k, rng, where, top_p=top_p)
-    if eos_id is not None:
-        eos_id = token_id(eos_id, "eos_id", c.vocab_size, where)
     B, T = prompt_ids.shape
-    if c.positional == "learned" and T + max_new_tokens - 1 > c.max_len:
-        raise ValueError(f"{where}: T + max_new_tokens - 1 = {T + max_new_tokens - 1} positions "
-                         f"exceed max_len={c.max_len} (prompt T={T}, max_new_tokens="
-                         f"{max_new_tokens}); learned positions have no row beyond max_len - 1")
-    out = np.empty((B, T + max_new_tokens), dtype=prompt_ids.dtype)
+    options = generation_options(c, T, max_new_tokens, temperature, top_k, top_p, rng, eos_id,
+                                 where)                          # the reference's checks
+    n_new = options.pop("max_new_tokens")
+    out = np.empty((B, T + n_new), dtype=prompt_ids.dtype)
     out[:, :T] = prompt_ids
-    steps = []
-    done = np.zeros(B, dtype=bool)
-    n = T
-    if use_cache and max_new_tokens:
+    if use_cache and n_new:
         p = _decoding_weights(p, c)
-        kv = _kv_buffers(c, B, T + max_new_tokens - 1, dtype)
-        rope = (_rope_tables(c, 0, T + max_new_tokens, dtype) if c.positional == "rope"
-                else None)
-        decode = _decoder(p, c, B, T + max_new_tokens - 1, dtype, kv, rope)
-    for _ in range(max_new_tokens):
-        if use_cache and n == T:       # the prompt, written into the cache
-            logits, _ = _forward(p, out[:, :n], c, dtype, kv, 0, None, False, False)
-        elif use_cache:                # then one token a step against the cache
-            logits = decode(out[:, n - 1], n - 1)[:, None]
-        else:
-            logits, _ = _forward(p, out[:, :n], c, dtype, None, 0, None, False, False)
-        last = logits[:, -1]
-        steps.append(last)
-        token = next_token(last, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
-        if eos_id is not None:
-            token = np.where(done, eos_id, token)
-            done = done | (token == eos_id)
-        out[:, n] = token
-        n += 1
-        if eos_id is not None and done.all():
-            out[:, n:] = eos_id
-            break
+        kv = _kv_buffers(c, B, T + n_new - 1, dtype)
+        rope = _rope_tables(c, 0, T + n_new, dtype) if c.positional == "rope" else None
+        decode = _decoder(p, c, B, T + n_new - 1, dtype, kv, rope)
+
+    def next_logits(n):                                          # (B, V) after out[:, :n]
+        if use_cache and n > T:                                  # one token against the cache
+            return decode(out[:, n - 1], n - 1)
+        # the prompt, written into the cache; or (no cache) the whole sequence again
+        logits, _ = _forward(p, out[:, :n], c, dtype, kv if use_cache else None, 0, None,
+                             False, False)
+        return logits[:, -1]
+
+    steps = append_tokens(next_logits, out, T, **options)
     if return_logits:
         if not steps:
             return out, np.empty((B, 0, c.vocab_size), dtype=dtype)

@@ -276,6 +276,10 @@ _MINUS_HALF_LOG2_E = -0.72134752044448170368          # -log2(e) / 2: exp(-t/2) 
 _MILLS_P = (35.960962004785536, 24.302593230867885, 7.620480136786871, 0.9995930869134799)
 _MILLS_Q = (28.692697355066446, 42.28405680209187, 25.47244910625568, 7.607651774006055)
 _MILLS_Y_CAP = 16.0
+# the constants as float32 scalars: the numbers a float32 array's operation rounds a Python
+# float to anyway, without the conversion in every call (a third of a pass over 8 K numbers)
+_MILLS_P32, _MILLS_Q32 = (tuple(np.float32(v) for v in cs) for cs in (_MILLS_P, _MILLS_Q))
+_GELU_SCALARS32 = (np.float32(_MINUS_HALF_LOG2_E), np.float32(_INV_SQRT_2PI))
 # elements per block: a block of x (then the output), dydx and the five scratch arrays (28
 # bytes an element, 900 KB) stay in a 1 MB L2 cache through the 28 passes of the formula
 GELU_BLOCK = 1 << 15
@@ -315,6 +319,17 @@ def gelu_float32(a, bias=None, need_grad=True, ws=FRESH, name=""):
     return flat.reshape(a.shape), None if dydx is None else dydx.reshape(a.shape)
 
 
+def gelu_float32_rows(a, bias=None):
+    """:func:`gelu_float32` of a small contiguous float32 array (a decoding step's few rows)
+    in the calling thread, without its derivative: x Phi(x) written over ``a`` (returned),
+    x = a + bias. The same numbers as :func:`gelu_float32`, none of its splitting."""
+    if bias is not None:
+        a += bias
+    flat = a.reshape(-1)
+    _gelu_blocks(flat, None, None, GELU_BLOCK, 0, flat.size)
+    return a
+
+
 _SCRATCH = threading.local()
 
 
@@ -338,8 +353,9 @@ def _gelu_blocks(flat, dydx, tiled, step, lo, hi):
     bias repeated over a block's rows, or None)."""
     n = min(hi - lo, step)
     s_buf, e_buf, r_buf, q_buf, cap = _gelu_scratch(n)
-    p0, p1, p2, p3 = _MILLS_P
-    q0, q1, q2, q3 = _MILLS_Q
+    p0, p1, p2, p3 = _MILLS_P32
+    q0, q1, q2, q3 = _MILLS_Q32
+    minus_half_log2_e, inv_sqrt_2pi = _GELU_SCALARS32
     with np.errstate(over="ignore", under="ignore"):
         for start in range(lo, hi, step):
             blk = slice(start, min(start + step, hi))
@@ -365,9 +381,9 @@ def _gelu_blocks(flat, dydx, tiled, step, lo, hi):
             q += q0
             r /= q                                         # R = P / Q
             np.multiply(xb, xb, out=e)
-            e *= _MINUS_HALF_LOG2_E                        # -x^2/2 in powers of 2:
+            e *= minus_half_log2_e                         # -x^2/2 in powers of 2:
             np.exp2(e, out=e)                              # (float32 exp2 is faster than exp)
-            e *= _INV_SQRT_2PI                             # phi(x)
+            e *= inv_sqrt_2pi                              # phi(x)
             r *= e                                         # Phi(-|x|) = phi R
             # (the 0/1 step written as float32: bool - float32 is a slow mixed loop)
             np.greater(xb, 0.0, out=s)

@@ -128,18 +128,12 @@ def completion_logprobs_forward(params, adapters, ids, mask, *, config, alpha=No
                                 rank_stabilized=False):
     """As ``numpytfmr.posttrain.completion_logprobs_forward``: (logp (B,), cache)."""
     where = "completion_logprobs_forward"
-    ids, mask = np.asarray(ids), np.asarray(mask)
-    if ids.ndim != 2 or ids.shape[1] < 2 or mask.shape != ids.shape:
-        raise ValueError(f"{where}: ids has shape {ids.shape} and mask {mask.shape}; expected "
-                         "equal shapes (B, T) with T >= 2")
-    inputs, targets, tmask = ids[:, :-1], ids[:, 1:], mask[:, 1:].astype(bool)
+    inputs, targets, tmask = reference.completion_inputs(ids, mask, adapters, alpha)
+    tmask = tmask.astype(bool)
     pairs = None
     if adapters is None:
         logits, mcache = gpt_forward(params, inputs, config=config)
     else:
-        if alpha is None:
-            raise ValueError(f"{where}: adapters are given but alpha is None; expected "
-                             "LoRA's alpha")
         logits, mcache = gpt_lora_forward(params, adapters, inputs, config=config, alpha=alpha,
                                           rank_stabilized=rank_stabilized)
         pairs = mcache["pairs"]

@@ -860,27 +860,23 @@ def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rou
 
 def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
     """Forward + backward of one attention method; returns (forward s, backward s)."""
-    now = CLOCKS[clock]
-    t0 = now()
-    if method == "standard":
-        _, cache = attention_forward(Q, K, V)
-        backward = attention_backward
-    elif method == "flash":
-        _, cache = flash_attention_forward(Q, K, V, block_size=block_size)
-        backward = flash_attention_backward
-    elif method == "sliding_window":
-        # band by band: the keys each block of queries can see, no (n, n) mask or weights
-        _, cache = sliding_window_attention_forward(Q, K, V, window=window, block_size=block_size)
-        backward = sliding_window_attention_backward
-    elif method == "linear":
-        _, cache = linear_attention_forward(Q, K, V)
-        backward = linear_attention_backward
-    elif method == "linear_causal":
-        _, cache = linear_attention_forward(Q, K, V, causal=True)
-        backward = linear_attention_backward
-    else:
+    if method not in ATTENTION_METHODS:
         raise ValueError(f"bench_attention: unknown method {method!r}; expected one of "
                          f"{ATTENTION_METHODS}")
+    # (forward, its keyword arguments, backward); the sliding window goes band by band: the
+    # keys each block of queries can see, no (n, n) mask or weights
+    forward, kwargs, backward = {
+        "standard": (attention_forward, {}, attention_backward),
+        "flash": (flash_attention_forward, {"block_size": block_size}, flash_attention_backward),
+        "sliding_window": (sliding_window_attention_forward,
+                           {"window": window, "block_size": block_size},
+                           sliding_window_attention_backward),
+        "linear": (linear_attention_forward, {}, linear_attention_backward),
+        "linear_causal": (linear_attention_forward, {"causal": True}, linear_attention_backward),
+    }[method]
+    now = CLOCKS[clock]
+    t0 = now()
+    _, cache = forward(Q, K, V, **kwargs)
     t1 = now()
     backward(dout, cache)
     t2 = now()
