@@ -39,11 +39,14 @@ import numpy as np
 
 from ..gradcheck import check_gradients
 from ..registry import bind
-from .cases import (DEFAULTS, DRAWS, RNG_DRAWS, contract_names, input_names, items_from_config,
-                    load_config, make_graded_cases, own_draw, resolve, rng_dependence)
+from .cases import (DEFAULTS, contract_names, input_names, items_from_config, load_config,
+                    make_graded_cases, own_draw, resolve, rng_dependence)
 from .channel import ChildFailure, Submission, decode_value, encode_call
-from .compare import (close_at, check_value, diagnose_values, forward_diagnoses, matching_variants,
+from .compare import (check_value, diagnose_values, forward_diagnoses, matching_variants,
                       nonfinite_sentence, option_variants, scaling_variants, solved_options)
+from .judge import (DRAWS, FD_STEP, FULL_CHECK_ENTRIES, NOT_COUNTED, RNG_DRAWS, gradient_items,
+                    grad_name, no_gradient_reason, nontrivial, scaled_output, settle_claim)
+from . import judge
 from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
 from .sandbox import DESCRIPTION, choose as choose_isolation
@@ -51,10 +54,9 @@ from .sandbox import DESCRIPTION, choose as choose_isolation
 __all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points", "POINT_DECIMALS",
            "own_forward_credit", "recognised_forward", "near_miss_candidates"]
 
-H = 1e-3                       # finite-difference step: check_gradients' default (five-point stencil)
+H = FD_STEP                    # finite-difference step: check_gradients' default (five-point stencil)
 _REFINED = H * 0.0625          # the checker's refinement step h/16
 _MAX_CRASHES = 3               # process deaths in one function before its remaining cases are skipped
-_FULL_CHECK_ENTRIES = 1000     # float input entries above which the self-check goes by directions
 NUMERICAL_CALLS = 3            # forward calls inside one backward call that flag it for review
 POINT_DECIMALS = 2             # test points are whole multiples of 0.01
 
@@ -500,20 +502,10 @@ class _StudentOp:
         return key in self.memo
 
 
-def _grad_name(name):
-    """``dx``, ``dW``; ``d_policy_chosen`` for long names."""
-    return f"d_{name}" if "_" in name or len(name) > 5 else f"d{name}"
-
-
 def _nontrivial(value, ref_grads):
-    """Whether a backward's answer is nonzero wherever the correct gradient is: a forward and a
-    backward that both ignore an input are consistent, and earn nothing for it."""
-    items = value.items if value.kind in ("tuple", "list") else [value]
-    for got, exp in zip(items, ref_grads):
-        if exp is not None and np.any(np.asarray(exp) != 0):
-            if not got.is_number or not np.any(got.array != 0):
-                return False
-    return True
+    """Whether a backward's answer is nonzero wherever the correct gradient is (see
+    :func:`.judge.nontrivial`)."""
+    return nontrivial(value.items if value.kind in ("tuple", "list") else [value], ref_grads)
 
 
 def _plain_gradients(value, fn):
@@ -552,20 +544,9 @@ class _Claim:
 
 def own_forward_credit(item, near_miss, passed, graded):
     """Why a backward that is the gradient of the student's own forward (wrong on this case)
-    keeps its points, in words; None when it does not.
-
-    The credit is for a forward that is recognisably the op: on this case a near miss the
-    grader can name (``near_miss``, see :func:`recognised_forward`: a scale, a rank, a keep
-    probability, an option, a known slip), or a forward that matches the reference on most of
-    the cases counted (``passed`` of ``graded``). Never for a forward unrelated to the op,
-    whose exact gradient any backward can be (``out = x + sum(others)``, ``dx = dout``).
-    """
-    if near_miss:
-        return f"your {item.functions[0]} is {item.name} with one mistake the grader names: {near_miss}"
-    if graded and 2 * passed > graded:
-        return (f"your {item.functions[0]} matches the reference on {passed} of {graded} cases "
-                "(most of them)")
-    return None
+    keeps its points, in words; None when it does not (:func:`.judge.own_forward_credit`;
+    ``near_miss``: see :func:`recognised_forward`)."""
+    return judge.own_forward_credit(item.functions[0], item.name, near_miss, passed, graded)
 
 
 def recognised_forward(item, gc, got, expected, names, seen_options=None):
@@ -579,11 +560,9 @@ def recognised_forward(item, gc, got, expected, names, seen_options=None):
     e = np.asarray(expected, dtype=np.float64)
     if got.shape != e.shape or not got.size or not np.isfinite(got).all() or not np.isfinite(e).all():
         return ""
-    ee = float(np.vdot(e, e))
-    if ee > 0:
-        c = float(np.vdot(got, e)) / ee
-        if c != 0 and abs(c - 1) > 1e-9 and close_at(got, c * e, tol):
-            return f"your output is the expected output times {c:.4g} (a scale, or a sign)"
+    scaled = scaled_output(got, e, tol)
+    if scaled:
+        return scaled
     found = matching_variants(got, near_miss_candidates(item, gc, names, seen_options), limit=1, tol=tol)
     if found:
         return found[0]
@@ -934,7 +913,7 @@ class _ItemGrader:
         in the process of the diagnoses (see :func:`grade`)."""
         fwd, bwd = self.item.functions
         forward_tests = [t for t in self.tests if t.function == fwd and (hidden or not t.hidden)
-                         and t.short not in ("not run", "not defined", "submission not loaded")]
+                         and t.short not in NOT_COUNTED]
         passed = sum(t.passed for t in forward_tests)
         for claim in [c for c in self.claims if c.gc.hidden == hidden]:
             self.claims.remove(claim)
@@ -956,23 +935,14 @@ class _ItemGrader:
                 self._verdict(claim.test, False, claim.short, lines, claim.slips)
                 continue
             why = own_forward_credit(self.item, claim.near_miss, passed, len(forward_tests))
-            if why is not None and claim.nontrivial:
-                credit = (f"{bwd} is the gradient of your own {fwd} (checked by finite differences), "
-                          f"and {why}: so it keeps its points; {fwd}'s own test costs the mistake")
+            credited, sentence = settle_claim(fwd, bwd, self.item.name, why, claim.nontrivial,
+                                              passed, len(forward_tests))
+            if credited:
                 self._verdict(claim.test, True, "consistent with your own forward",
                               ["For reference, against the correct gradient:"] + lines,
-                              claim.slips, credit=credit)
-                continue
-            reason = ("it is nonzero only where the correct gradient is zero: a forward and a "
-                      "backward that both ignore an input earn nothing for it"
-                      if why is not None else
-                      f"your {fwd} is not recognisably {self.item.name} on this case: no near miss "
-                      f"the grader can name (a scale, a factor, an option, a known slip) gives its "
-                      f"output, and it matches the reference on {passed} of {len(forward_tests)} "
-                      "cases")
-            self._verdict(claim.test, False, claim.short, lines + [
-                f"not credited: {bwd} agrees with your own {fwd}, but {reason}; so it is graded "
-                "against the correct gradient"], claim.slips)
+                              claim.slips, credit=sentence)
+            else:
+                self._verdict(claim.test, False, claim.short, lines + [sentence], claim.slips)
 
     def _near_miss(self, gc, v, names):
         """The near miss that gives a wrong forward output on this case, in words, or "" (see
@@ -1040,44 +1010,15 @@ class _ItemGrader:
         """Compare the gradients a backward returned with the reference's. ``case`` is the
         reference forward with the case's options bound and its output, for the diagnoses."""
         forward, ref_out = case
-        n = len(args)
         bwd = self.item.functions[1]
-        slips = []
-        if n == 1:
-            if value.kind in ("tuple", "list") and len(value.items) == 1 and value.items[0].is_number:
-                slips.append(f"{bwd} returned a {value.kind} of one gradient for an op with one input; "
-                             "the gradient of a single input is returned bare, not in a tuple")
-                items = value.items
-            elif value.kind in ("tuple", "list"):
-                return [False], [f"{bwd} returned a {value.kind} of {len(value.items)} for an op with one "
-                                 "input; the gradient of a single input is returned bare, not in a "
-                                 "tuple"], ["not a bare gradient"], False, slips
-            else:
-                items = [value]
-        else:
-            if value.kind not in ("tuple", "list"):
-                return [False], [f"{bwd} returned {value.describe()}; expected a tuple of {n} "
-                                 f"gradients ({', '.join(_grad_name(x) for x in names)}), None for inputs "
-                                 "that take no gradient"], ["not a tuple of gradients"], False, slips
-            if len(value.items) != n:
-                return [False], [f"{bwd} returned {len(value.items)} gradients; expected {n}, one per "
-                                 f"input ({', '.join(_grad_name(x) for x in names)}), None for inputs that "
-                                 "take no gradient"], ["wrong number of gradients"], False, slips
-            items = value.items
+        items, slips, short, lines = gradient_items(value, names, bwd)
+        if items is None:
+            return [False], lines, [short], False, slips
         verdicts, lines, shorts = [], [], []
         comparable = True
         for p, (got, exp) in enumerate(zip(items, ref_grads)):
-            a = args[p]
-            if exp is None:
-                if a is None:
-                    reason = f"{names[p]} was passed as None"
-                elif isinstance(a, np.ndarray) and a.dtype.kind != "f":
-                    reason = f"{names[p]} holds integers, which take no gradient"
-                else:
-                    reason = f"{names[p]} takes no gradient (frozen)"
-            else:
-                reason = ""
-            v = check_value(got, None if exp is None else np.asarray(exp), _grad_name(names[p]), tol=tol,
+            reason = no_gradient_reason(names[p], args[p]) if exp is None else ""
+            v = check_value(got, None if exp is None else np.asarray(exp), grad_name(names[p]), tol=tol,
                             none_reason=reason)
             verdicts.append(v.ok)
             if v.slip:
@@ -1129,7 +1070,7 @@ class _ItemGrader:
         # every entry of a small case; random directions (and a few entries) of a large one,
         # whose entry-by-entry sweep would outlast the time limit
         size = sum(a.size for a in args if isinstance(a, np.ndarray) and a.dtype.kind == "f")
-        mode = "directional" if size > _FULL_CHECK_ENTRIES else self.item.spec.mode
+        mode = "directional" if size > FULL_CHECK_ENTRIES else self.item.spec.mode
         try:
             with np.errstate(all="ignore"):
                 res = check_gradients(proxy.forward, proxy.backward, args, h=H, seed=gc.index,

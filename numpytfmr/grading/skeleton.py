@@ -325,9 +325,9 @@ def _npz_bytes(arrays):
     return buf.getvalue()
 
 
-def _selfcheck_source():
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "selfcheck.py"),
-              encoding="utf-8") as f:
+def _own_source(name):
+    """The bytes of ``name``, a module of this folder (selfcheck.py, judge.py), as they are."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), "rb") as f:
         return f.read()
 
 
@@ -508,6 +508,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     paths = {"skeleton": os.path.join(student, filename),
              "notebook": os.path.join(student, f"{name}.ipynb"),
              "check": os.path.join(student, "check.py"),
+             "judge": os.path.join(student, "judge.py"),
              "check_data": os.path.join(student, "check_data.json"),
              "check_arrays": os.path.join(student, "check_data.npz"),
              "student": student,
@@ -517,7 +518,8 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
              "zip": os.path.join(out_dir, "autograder.zip")}
     atomic_write_text(paths["skeleton"], script)
     atomic_write_text(paths["notebook"], json.dumps(notebook, indent=1) + "\n")
-    atomic_write_text(paths["check"], _selfcheck_source())
+    atomic_write_bytes(paths["check"], _own_source("selfcheck.py"))
+    atomic_write_bytes(paths["judge"], _own_source("judge.py"))      # check.py's judge, unchanged
     write_json(paths["check_data"], data)
     atomic_write_bytes(paths["check_arrays"], _npz_bytes(arrays))
     write_json(paths["config"], config)
