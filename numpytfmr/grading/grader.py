@@ -44,8 +44,9 @@ from .cases import (DEFAULTS, contract_names, input_names, items_from_config, lo
 from .channel import ChildFailure, Submission, decode_value, encode_call
 from .compare import (check_value, diagnose_values, forward_diagnoses, matching_variants,
                       nonfinite_sentence, option_variants, scaling_variants, solved_options)
-from .judge import (DRAWS, FD_STEP, FULL_CHECK_ENTRIES, NOT_COUNTED, RNG_DRAWS, gradient_items,
-                    grad_name, no_gradient_reason, nontrivial, scaled_output, settle_claim)
+from .judge import (DRAWS, FD_STEP, FULL_CHECK_ENTRIES, NOT_COUNTED, RNG_DRAWS, changed_in_place,
+                    gradient_items, grad_name, no_gradient_reason, nontrivial, scaled_output,
+                    settle_claim)
 from . import judge
 from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
@@ -508,6 +509,15 @@ def _nontrivial(value, ref_grads):
     return nontrivial(value.items if value.kind in ("tuple", "list") else [value], ref_grads)
 
 
+def _changed(fn, ans):
+    """The slips of ``fn`` that changed something in place, from the submission process's
+    answer: the inputs it names (``changed``), the cache and ``dout`` of a backward."""
+    names = ans.get("changed")
+    names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+    return changed_in_place(fn, names, cache=ans.get("changed_cache") is True,
+                            dout=ans.get("changed_dout") is True)
+
+
 def _plain_gradients(value, fn):
     """A backward's answer as check_gradients expects it (arrays, None, tuples)."""
     def one(v):
@@ -834,7 +844,7 @@ class _ItemGrader:
                             lines += [f"  diagnosis: {s}" for s in self._forward_diagnoses(gc, v, names)]
                         elif near:
                             lines.append(f"  diagnosis: {near}")
-                    slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
+                    slips = _changed(fwd, ans) + [v.slip] * bool(v.slip)
                     fwd_passed = v.ok and (draw is None or draw.ok)
                     short = v.short or ("" if draw is None or draw.ok else draw.short)
                     self._verdict(fwd_t, fwd_passed, short, lines, slips)
@@ -866,7 +876,7 @@ class _ItemGrader:
         verdicts, lines, shorts, comparable, slips = self._check_gradients(
             value, ref_grads, args, names, dout, tol,
             (bind(spec.forward, kwargs), ref_out) if draw is None else (None, None))
-        slips += [f for f in ans.get("flags", []) if isinstance(f, str)]
+        slips += _changed(bwd, ans)
         calls = ans.get("forward_calls", 0)
         if isinstance(calls, int) and calls >= NUMERICAL_CALLS:
             self._review(f"{bwd} called a forward function {calls} times on case '{gc.label}': it "
@@ -1132,7 +1142,7 @@ class _ItemGrader:
                 if recognised:
                     sentences.insert(0, recognised)
             lines += [f"  diagnosis: {s}" for s in sentences]
-        slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
+        slips = _changed(fn, ans) + [v.slip] * bool(v.slip)
         self._verdict(t, v.ok, v.short, lines, slips)
 
 

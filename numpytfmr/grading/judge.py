@@ -131,6 +131,20 @@ def no_gradient_reason(name, arg):
     return f"{name} takes no gradient (frozen)"
 
 
+def changed_in_place(fn, inputs=(), cache=False, dout=False):
+    """The contract slips of function ``fn`` that changed something it was given in place: the
+    inputs named in ``inputs``, a backward's ``cache`` and ``dout``. A list of sentences."""
+    out = [f"{fn} changed its input {name} in place; a function must not modify its inputs "
+           "(copy first, e.g. x = x.copy())" for name in inputs]
+    if cache:
+        out.append(f"{fn} changed its cache in place; a backward must leave the cache as the "
+                   "forward returned it (a second backward call would see other values)")
+    if dout:
+        out.append(f"{fn} changed dout in place; dout belongs to the caller -- copy it before "
+                   "modifying it")
+    return out
+
+
 # --- one value against the expected one -------------------------------------------------------
 
 @dataclass

@@ -29,8 +29,10 @@ The hidden cases are not here; the grader adds them. A function whose cases are 
 listed as "hidden: graded after the due date" and does not fail the check. Exit status: 0 when
 every visible case passes, 1 when one fails, 2 on a usage error.
 
-This file is written by ``numpytfmr make-assignment`` (numpytfmr/grading/selfcheck.py); it
-imports only the standard library and NumPy.
+This file is written by ``numpytfmr make-assignment`` (numpytfmr/grading/selfcheck.py), with
+``judge.py`` beside it: the grader's own judge (numpytfmr/grading/judge.py, copied unchanged),
+which decides every verdict here as it does in the grader. Both import only the standard
+library and NumPy; keep them in the same folder.
 """
 import argparse
 import json
@@ -424,9 +426,8 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
                     f"cache): the output and whatever {bwd_name} needs"]))
             else:
                 out, cache = value
-                flags = [f"{fwd_name} changed its input {names[i]} in place; a function must not "
-                         "modify its inputs (copy first, e.g. x = x.copy())"
-                         for i, (a, b) in enumerate(zip(args, given)) if not _same(a, b)]
+                flags = judge.changed_in_place(fwd_name, [names[i] for i, (a, b) in
+                                                          enumerate(zip(args, given)) if not _same(a, b)])
                 def redraw(seed):
                     again, _, _ = call(fwd, *_copy(args), **fresh_kwargs(dict(kw, rng=seed)))
                     return again[0] if type(again) in (tuple, list) and len(again) == 2 else None
@@ -462,13 +463,8 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
         if short:
             results.add(bwd_name, (label, False, short, lines))
             continue
-        flags = []
-        if not _same(pristine, cache):
-            flags.append(f"{bwd_name} changed its cache in place; a backward must leave the cache "
-                         "as the forward returned it")
-        if not _same(dout, given):
-            flags.append(f"{bwd_name} changed dout in place; dout belongs to the caller -- copy it "
-                         "before modifying it")
+        flags = judge.changed_in_place(bwd_name, cache=not _same(pristine, cache),
+                                       dout=not _same(dout, given))
         ok, short, lines, items = _check_grads(value, grads, args, names, bwd_name, tol, own_draw,
                                                fwd, kw, dout)
         claim = None
@@ -589,9 +585,9 @@ def check_function(module, item, arrays, start=0, skip=(), report=None):
         if short:
             results.add(name, (case["label"], False, short, lines))
             continue
-        flags = [f"{name} changed its input {item['inputs'][i] if i < len(item['inputs']) else i} in "
-                 "place; a function must not modify its inputs"
-                 for i, (a, b) in enumerate(zip(args, given)) if not _same(a, b)]
+        inputs = item["inputs"] + [f"input {i}" for i in range(len(item["inputs"]), len(args))]
+        flags = judge.changed_in_place(name, [inputs[i] for i, (a, b) in enumerate(zip(args, given))
+                                              if not _same(a, b)])
         ok, short, lines = check_value(value, arrays[case["out"]], "result", "float64")
         results.add(name, _with_slips(case["label"], ok, short, lines, flags))
     return results

@@ -1,6 +1,8 @@
 """``numpytfmr make-assignment``: the folder handed to students (a skeleton, its notebook and
-the self-check ``check.py`` with the visible cases' data), a grading config, and the Gradescope
-``setup.sh``/``run_autograder`` pair, also bundled as ``autograder.zip``.
+the self-check ``check.py`` with its judge ``judge.py`` and the visible cases' data), a grading
+config, and the Gradescope ``setup.sh``/``run_autograder`` pair, also bundled as
+``autograder.zip``. ``check.py`` is :mod:`.selfcheck` and ``judge.py`` is :mod:`.judge`, the
+grader's own judge, both copied byte for byte.
 
 Each function of the skeleton is the reference function's signature with a student docstring
 (:mod:`.contracts`: what is required and graded, what is only suggested, what the student may
@@ -379,9 +381,10 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     """Write the assignment for ``names`` into ``out_dir``; return the paths written.
 
     out_dir/student/                    the folder handed to students: the skeleton ({name}.py
-                                        and {name}.ipynb), check.py and its data (the visible
-                                        cases and their expected results; no reference code and
-                                        no hidden case)
+                                        and {name}.ipynb), check.py, judge.py (the
+                                        grader's judge, unchanged) and check.py's data (the
+                                        visible cases and their expected results; no reference
+                                        code and no hidden case)
     out_dir/autograder/grading.json     weights, cases, seeds (the hidden seed is secret)
     out_dir/autograder/setup.sh, run_autograder  Gradescope's pair, plus a copy of numpytfmr
     out_dir/autograder.zip              the same files at the zip's root: Gradescope's upload
