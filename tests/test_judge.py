@@ -47,7 +47,8 @@ def test_the_grader_and_check_py_share_the_judges_numbers_and_functions():
     from numpytfmr.grading import cases, channel, grader
     assert compare.TOLERANCES is judge.TOLERANCES and compare.check_value is judge.check_value
     assert compare.close_at is judge.close_at and channel.Returned is judge.Returned
-    assert cases.DRAWS is judge.DRAWS and grader.RNG_DRAWS is judge.RNG_DRAWS
+    assert cases.DRAWS is judge.DRAWS and grader.redraw_seeds is judge.redraw_seeds
+    assert cases.DEFAULTS["slip_deduction"] == judge.SLIP_DEDUCTION
     assert grader.H == judge.FD_STEP
     for name in ("TOLERANCES", "DRAW_ALPHA", "RNG_DRAWS", "FD_STEP", "FULL_CHECK_ENTRIES"):
         assert not hasattr(selfcheck, name), name
@@ -92,3 +93,16 @@ def test_mask_statistics_and_rng_dependence():
     assert judge.rng_dependence(masks, x, 0.3) == (True, [])
     ok, lines = judge.rng_dependence([fair] * (judge.RNG_DRAWS + 1), x, 0.3)
     assert not ok and "the mask was the same every time" in lines[0]
+
+
+def test_which_cases_draw_and_which_draw_again():
+    x = np.ones((40, 50))
+    assert judge.drop_probability("dropout", {"p": 0.3, "rng": 5}) == 0.3
+    for kwargs in ({"p": 0.0, "rng": 5}, {"p": 0.3, "rng": 5, "train": False}, {"p": 0.3}):
+        assert judge.drop_probability("dropout", kwargs) is None, kwargs
+    assert judge.drop_probability("lora_linear", {"dropout": 0.25, "rng": 7}) == 0.25
+    assert judge.drop_probability("softmax", {"rng": 7}) is None
+    seeds = judge.redraw_seeds("dropout", (x,), {"p": 0.3, "rng": 5})
+    assert len(seeds) == judge.RNG_DRAWS == len(set(seeds)) and 5 not in seeds
+    assert judge.redraw_seeds("dropout", (x[:3],), {"p": 0.3, "rng": 5}) == []      # a small case
+    assert judge.redraw_seeds("dropout", (x,), {"p": 0.3, "rng": np.random.default_rng(5)}) == []

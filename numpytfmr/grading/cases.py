@@ -30,7 +30,7 @@ import os
 import numpy as np
 
 from ..registry import Case, registry
-from .judge import DRAWS, mask_statistics, read_draw
+from .judge import DRAWS, SLIP_DEDUCTION, drop_probability, mask_statistics, read_draw
 from .judge import rng_dependence as judge_rng_dependence
 
 __all__ = ["Item", "GradedCase", "helpers", "resolve", "contract_names", "load_config",
@@ -39,7 +39,8 @@ __all__ = ["Item", "GradedCase", "helpers", "resolve", "contract_names", "load_c
 
 FORWARD_SHARE = 0.4         # of an op's weight, when the instructor does not split it
 DEFAULTS = {"seed": 0, "hidden_seed": None, "timeout": 10.0, "memory_mb": 2048,
-            "float32_case": True, "weight": 10.0, "slip_deduction": 0.1}
+            "float32_case": True, "weight": 10.0,
+            "slip_deduction": SLIP_DEDUCTION}
 
 
 @dataclass(frozen=True)
@@ -622,13 +623,11 @@ def own_draw(item, gc, value, dout):
     when no mask reproduces the output (``out`` is then None) or the statistics fail.
     """
     from ..registry import bind
-    if item.kind != "op" or item.name not in DRAWS:
-        return None
-    reader, p_name, _ = DRAWS[item.name]
     args, kwargs = gc.case.args, gc.case.kwargs
-    p = float(kwargs.get(p_name, 0.0) or 0.0)
-    if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
+    p = drop_probability(item.name, kwargs) if item.kind == "op" else None
+    if p is None:
         return None
+    reader = DRAWS[item.name][0]
     got = getattr(value, "array", value) if getattr(value, "is_number", True) else None
     if not isinstance(got, np.ndarray) or got.dtype.kind not in "biuf":
         return None

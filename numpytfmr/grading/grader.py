@@ -44,9 +44,9 @@ from .cases import (DEFAULTS, contract_names, input_names, items_from_config, lo
 from .channel import ChildFailure, Submission, decode_value, encode_call
 from .compare import (check_value, diagnose_values, forward_diagnoses, matching_variants,
                       nonfinite_sentence, option_variants, scaling_variants, solved_options)
-from .judge import (DRAWS, FD_STEP, FULL_CHECK_ENTRIES, NOT_COUNTED, RNG_DRAWS, changed_in_place,
-                    gradient_items, grad_name, no_gradient_reason, nontrivial, scaled_output,
-                    settle_claim)
+from .judge import (DRAWS, FD_STEP, FULL_CHECK_ENTRIES, NOT_COUNTED, changed_in_place,
+                    gradient_items, grad_name, no_gradient_reason, nontrivial, own_forward_head,
+                    own_forward_lines, redraw_seeds, scaled_output, settle_claim)
 from . import judge
 from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
@@ -929,16 +929,15 @@ class _ItemGrader:
             self.claims.remove(claim)
             if not claim.checked:
                 if fwd in self.skips or bwd in self.skips:
-                    claim.check_lines = [f"check of {bwd} against finite differences of your own "
-                                         f"{fwd}: not run ({(self.skips.get(fwd) or self.skips[bwd])[9:]})"]
+                    claim.check_lines = [f"{own_forward_head(fwd, bwd)}: not run "
+                                         f"({(self.skips.get(fwd) or self.skips[bwd])[9:]})"]
                 else:
                     deadline = time.monotonic() + self.ctx["timeout"]
                     try:
                         claim.check_lines, claim.consistent = self._self_check(
                             claim.gc, claim.names, claim.fwd_passed, deadline)
                     except StudentError as exc:
-                        claim.check_lines = [f"check of {bwd} against finite differences of your "
-                                             f"own {fwd}: could not run --"] + ["  " + x for x in exc.lines]
+                        claim.check_lines = [f"{own_forward_head(fwd, bwd)}: could not run --"] + ["  " + x for x in exc.lines]
                 claim.checked = True
             lines = claim.lines + claim.check_lines
             if not claim.consistent or claim.fwd_passed:
@@ -964,12 +963,7 @@ class _ItemGrader:
     def _draw_statistics_case(self, gc):
         """Whether a case of a random op is one whose mask is drawn again from other generators
         (the larger cases, with an integer seed): decided by the case alone."""
-        kwargs = gc.case.kwargs
-        if self.item.name not in DRAWS or not isinstance(kwargs.get("rng"), int):
-            return False
-        p = kwargs.get(DRAWS[self.item.name][1], 0.0) or 0.0
-        return bool(p) and kwargs.get("train", True) and \
-            np.count_nonzero(np.asarray(gc.case.args[0])) >= 200
+        return bool(redraw_seeds(self.item.name, gc.case.args, gc.case.kwargs))
 
     def _review(self, line):
         if line not in self.ctx["review"]:
@@ -980,13 +974,14 @@ class _ItemGrader:
         independent Bernoulli draws do (cases.rng_dependence). Only for the larger cases."""
         fwd = self.item.functions[0]
         args, kwargs = gc.case.args, gc.case.kwargs
-        if not self._draw_statistics_case(gc):
+        seeds = redraw_seeds(self.item.name, args, kwargs)
+        if not seeds:
             return True, []
         reader = DRAWS[self.item.name][0]
         answers = []
-        for j in range(1, RNG_DRAWS + 1):
+        for seed in seeds:
             try:
-                answers.append(self.request("call", fwd, args, dict(kwargs, rng=kwargs["rng"] + 7919 * j),
+                answers.append(self.request("call", fwd, args, dict(kwargs, rng=seed),
                                             deadline, pair=True, keep=False))
             except ChildFailure as f:
                 self._lost(f, fwd, gc.label)
@@ -1070,10 +1065,9 @@ class _ItemGrader:
         """Check the submission's backward against finite differences of its own forward:
         (feedback lines, whether they agree)."""
         fwd, bwd = self.item.functions
-        head = f"check of {bwd} against finite differences of your own {fwd}"
+        head = own_forward_head(fwd, bwd, gc.dtype)
         args = gc.case.args
         if gc.dtype == "float32":            # finite differences need float64: the same case in it
-            head += " (on the case's inputs in float64)"
             args = tuple(a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype == np.float32
                          else a for a in args)
         proxy = _StudentOp(self, fwd, bwd, gc.case.kwargs, deadline)
@@ -1092,15 +1086,8 @@ class _ItemGrader:
             return [f"{head}: could not finish -- {f.message}"], False
         except Exception as exc:  # noqa: BLE001 -- e.g. the output changed shape when perturbed
             return [f"{head}: could not run -- {type(exc).__name__}: {exc}"], False
-        if res.passed:
-            if fwd_passed:
-                return [f"{head}: PASSED -- your backward matches your forward here, though not the "
-                        "reference gradient (see above)"], True
-            return [f"{head}: PASSED -- your backward is consistent with your forward, so the mismatch "
-                    f"comes from {fwd}: fix the forward first (its test says how it differs)"], True
         report = [line for line in str(res).splitlines() if not line.startswith("reproduce:")]
-        return ([f"{head}: FAILED -- your backward does not match your forward:"]
-                + ["  " + line for line in report]), False
+        return own_forward_lines(fwd, bwd, res.passed, fwd_passed, report, gc.dtype), res.passed
 
     # -- plain functions -------------------------------------------------------------------------
 

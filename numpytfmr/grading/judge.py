@@ -533,6 +533,27 @@ DRAWS = {"dropout": (dropout_mask, "p", dropout_near_miss),
          "lora_linear": (lora_mask, "dropout", lora_near_miss)}
 
 
+def drop_probability(op, kwargs):
+    """The drop probability p of a case of ``op`` with options ``kwargs`` when the case draws a
+    mask (a random op, p > 0, ``train`` not False, an ``rng`` given); None otherwise."""
+    if op not in DRAWS:
+        return None
+    p = float(kwargs.get(DRAWS[op][1], 0.0) or 0.0)
+    if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
+        return None
+    return p
+
+
+def redraw_seeds(op, args, kwargs):
+    """The seeds of the more draws of a case's mask, from other generators: RNG_DRAWS of them
+    for the larger cases (at least 200 nonzero inputs, an integer seed), else none."""
+    seed = kwargs.get("rng")
+    if drop_probability(op, kwargs) is None or not isinstance(seed, int) or \
+            np.count_nonzero(np.asarray(args[0])) < 200:
+        return []
+    return [seed + 7919 * j for j in range(1, RNG_DRAWS + 1)]
+
+
 def read_draw(op, args, kwargs, got, dtype):
     """(mask, lines, near_miss) of a random op's forward output ``got`` (float64, the output's
     shape, finite): the mask read off it, or None with what is wrong in ``lines`` and the near
@@ -601,6 +622,26 @@ def nontrivial(items, grads):
             if not got.is_number or not np.any(got.array != 0):
                 return False
     return True
+
+
+def own_forward_head(fwd, bwd, dtype="float64"):
+    """The first words of the own-forward check's feedback."""
+    return (f"check of {bwd} against finite differences of your own {fwd}"
+            + (" (on the case's inputs in float64)" if dtype == "float32" else ""))
+
+
+def own_forward_lines(fwd, bwd, consistent, fwd_passed, report=(), dtype="float64"):
+    """The feedback of the own-forward check: a backward that failed against the expected
+    gradients, checked against finite differences of the student's own forward (``report``:
+    the lines that say where they differ)."""
+    head = own_forward_head(fwd, bwd, dtype)
+    if consistent and fwd_passed:
+        return [f"{head}: PASSED -- your backward matches your forward here, though not the "
+                "reference gradient (see above)"]
+    if consistent:
+        return [f"{head}: PASSED -- your backward is consistent with your forward, so the mismatch "
+                f"comes from {fwd}: fix the forward first (its test says how it differs)"]
+    return [f"{head}: FAILED -- your backward does not match your forward:"] + ["  " + line for line in report]
 
 
 def own_forward_credit(fwd, op, near_miss, passed, graded):

@@ -229,10 +229,11 @@ def judge_draw(draw, args, kw, got, tol, redraw=None):
     ok, lines = judge.mask_statistics(mask, args[0], draw["p"])
     if not ok:
         return False, "mask statistics", lines, True, ""
-    if redraw is not None and np.count_nonzero(np.asarray(args[0])) >= 200 and type(kw.get("rng")) is int:
+    seeds = judge.redraw_seeds(draw["op"], args, kw) if redraw is not None else []
+    if seeds:
         masks = [mask]
-        for j in range(1, judge.RNG_DRAWS + 1):
-            again = judge.returned(redraw(kw["rng"] + 7919 * j))
+        for seed in seeds:
+            again = judge.returned(redraw(seed))
             m = reader(args, kw, again.array.astype(np.float64), tol)[0] \
                 if again.kind == "array" and again.array.shape == mask.shape else None
             if m is None or isinstance(m, str):
@@ -470,14 +471,7 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
         claim = None
         if not ok and items is not None and case["check"] and not own_draw:
             consistent, extra = own_forward_check(fwd, args, kw, dout, items, names)
-            head = f"check of {bwd_name} against finite differences of your own {fwd_name}"
-            if consistent:
-                lines.append(f"{head}: PASSED -- your backward is consistent with your forward"
-                             + ("" if fwd_ok else f", so the mismatch comes from {fwd_name}: fix the "
-                                "forward first"))
-            else:
-                lines += [f"{head}: FAILED -- your backward does not match your forward:"]
-                lines += ["  " + line for line in extra]
+            lines += judge.own_forward_lines(fwd_name, bwd_name, consistent, fwd_ok, extra, tol)
             # the own-forward credit is decided once every visible forward verdict is known
             # (settle_claims): what it needs is kept with the verdict
             claim = {"consistent": consistent, "fwd_passed": fwd_ok, "near": near,

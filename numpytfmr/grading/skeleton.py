@@ -33,6 +33,7 @@ from ..registry import bind
 from ..shared.fileio import atomic_write_bytes, atomic_write_text, write_json
 from .cases import DEFAULTS, input_names, load_config, make_graded_cases, resolve
 from .contracts import backward_doc, forward_doc, helper_doc, notes_for
+from .judge import drop_probability
 from .notebook import make_notebook
 
 __all__ = ["BEGIN", "END", "function_skeleton", "make_assignment", "skeleton_source"]
@@ -194,12 +195,8 @@ def _encode(value, arrays, key):
 def _draw(item, gc, out):
     """What the self-check needs to judge a random case against the student's own draw, or None
     (the conditions are those of :func:`.cases.own_draw`)."""
-    kwargs = gc.case.kwargs
-    p_name = {"dropout": "p", "lora_linear": "dropout"}.get(item.name) if item.kind == "op" else None
-    if p_name is None:
-        return None
-    p = float(kwargs.get(p_name, 0.0) or 0.0)
-    if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
+    p = drop_probability(item.name, gc.case.kwargs) if item.kind == "op" else None
+    if p is None:
         return None
     return {"op": item.name, "p": p, "shape": list(np.shape(out))}
 
