@@ -81,6 +81,23 @@ def _flags_in(cell):
     return set(re.findall(r"(?<![\w-])--?[a-z][a-z0-9-]*", cell))
 
 
+def test_each_command_s_help_and_description_come_from_commands_json():
+    """run/commands/commands.json holds the help and description of every command and of
+    no other, the parsers show them, and the wheel packages the file."""
+    from numpytfmr.run.options import _command_texts
+    parser, commands = _subparsers()
+    texts = _command_texts()
+    assert sorted(texts) == sorted(commands)
+    listed = {a.dest: a.help for a in next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction))._choices_actions}
+    for name, sub in commands.items():
+        assert texts[name]["help"] and listed[name] == texts[name]["help"]
+        assert sub.description == texts[name]["description"]
+    with open(os.path.join(os.path.dirname(__file__), os.pardir, "pyproject.toml"),
+              encoding="utf-8") as f:
+        assert '"numpytfmr.run.commands" = ["commands.json"]' in f.read()
+
+
 def test_the_commands_page_has_a_section_and_a_summary_row_per_command():
     _, commands = _subparsers()
     sections, summary = _documented()

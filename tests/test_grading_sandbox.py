@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -291,6 +292,41 @@ def test_user_ids_are_fresh_across_forked_workers_and_within_bwraps_range():
     with sandbox.submission_user(Isolation("bubblewrap")) as uid:
         assert sandbox.child_uid() == sandbox.child_uid() == uid and uid not in uids
     assert sandbox.child_uid() != uid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="user IDs of their own need root")
+def test_kill_user_ends_every_process_of_the_user_id_and_stops_when_none_is_left(monkeypatch):
+    """Linux's kill(-1) succeeds whenever any other process runs, so its status never said
+    "nothing left" and the sweep ran all its rounds, four times a submission; now it stops as
+    soon as /proc shows no live process of the ID (a zombie is not one)."""
+    from numpytfmr.grading import sandbox
+    uid = sandbox.new_uid()
+    sleepers = [subprocess.Popen(["sleep", "60"], user=uid, group=uid, extra_groups=[])
+                for _ in range(2)]
+    assert sandbox._left_of(uid, os.getpid())
+    assert sandbox.kill_user(uid)
+    assert [p.wait(timeout=COMMAND_TIMEOUT) for p in sleepers] == [-9, -9]
+    assert not sandbox._left_of(uid, os.getpid())
+    monkeypatch.setattr(sandbox, "_KILL_ROUNDS", 3)     # no process of the ID: the first round
+    assert sandbox.kill_user(uid)                       # finds none (the old loop: all rounds)
+
+
+def test_the_cpu_time_of_a_process_tree_is_read_from_proc():
+    """A sandbox's Python is reaped inside its PID namespace, so its CPU time never reaches the
+    grader's count of its children: channel.process_tree_cpu reads it from /proc, descendants
+    included, before the process ends."""
+    from numpytfmr.grading.channel import process_tree_cpu
+    burn = ("import time\nwhile time.process_time() < 0.3: pass\nprint('done', flush=True)\n"
+            "time.sleep(60)")
+    tree = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "{burn}"; true'],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert tree.stdout.readline().strip() == "done"
+        assert process_tree_cpu(tree.pid) >= 0.25          # the shell's child, counted
+        assert process_tree_cpu(tree.pid) < 60
+    finally:
+        os.killpg(tree.pid, signal.SIGKILL)                 # the shell and its child
+        tree.wait()
 
 
 def test_the_machines_openblas_settings_reach_the_submission(monkeypatch):

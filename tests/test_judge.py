@@ -106,3 +106,11 @@ def test_which_cases_draw_and_which_draw_again():
     assert len(seeds) == judge.RNG_DRAWS == len(set(seeds)) and 5 not in seeds
     assert judge.redraw_seeds("dropout", (x[:3],), {"p": 0.3, "rng": 5}) == []      # a small case
     assert judge.redraw_seeds("dropout", (x,), {"p": 0.3, "rng": np.random.default_rng(5)}) == []
+
+
+def test_the_judges_random_ops_are_the_registrys():
+    """judge.DRAWS (which check.py reads without the registry) names the random ops and their
+    drop probability's keyword as their registrations do."""
+    from numpytfmr.registry import registry
+    declared = {name: spec.random for name, spec in registry().items() if spec.random}
+    assert declared == {op: p_name for op, (_, p_name, _) in judge.DRAWS.items()}

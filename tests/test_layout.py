@@ -628,3 +628,38 @@ def test_a_command_imports_no_other_command(module):
         f"{m} (line {line})" for line, m in found)
         + "; what commands share belongs in a module of helpers in numpytfmr/run/ "
         "(options.py for flags, outputs.py for the run folder and the end of a run)")
+
+
+# The flag groups several commands share (--summary, --force, the run folder, the time
+# budget, the adapters, the shape of a transformer) are declared once, in run/options.py,
+# and a command's sub-parser (its help and description) by options.command_parser.
+SHARED_FLAGS = ("--summary", "--force", "--out", "--resume", "--plot", "--threads", "--quiet",
+                "--minutes", "--steps", "--rank", "--alpha", "--targets", "--d-model",
+                "--n-layers", "--n-heads", "--n-kv-heads", "--d-ff", "--positional", "--norm",
+                "--activation")
+
+
+def _declared(relpath):
+    """``(line, flag)`` of the long flags ``relpath`` declares, and the lines of its
+    ``add_parser`` calls."""
+    flags, parsers = [], []
+    for node in ast.walk(_parse(relpath)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "add_argument":
+                flags += [(node.lineno, a.value) for a in node.args
+                          if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+            elif node.func.attr == "add_parser":
+                parsers.append(node.lineno)
+    return flags, parsers
+
+
+def test_the_shared_flags_are_declared_in_options_only():
+    options, parsers = _declared("run/options.py")
+    assert set(SHARED_FLAGS) <= {flag for _, flag in options} and len(parsers) == 1
+    for module in COMMAND_MODULES:
+        flags, parsers = _declared(module)
+        again = [f"{flag} (line {line})" for line, flag in flags if flag in SHARED_FLAGS]
+        assert not again, (f"{module} declares {', '.join(again)}; shared flags come from "
+                           "numpytfmr/run/options.py (add_force, add_summary, add_run_options...)")
+        assert not parsers, (f"{module} calls add_parser (line {parsers[0]}); a command's "
+                             "sub-parser is options.command_parser(sub, name)")

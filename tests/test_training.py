@@ -102,6 +102,96 @@ def test_train_loop_stops_on_a_diverged_loss():
         train_loop({"w": np.zeros(2)}, loss_and_grads, TrainSettings(steps=5, warmup_steps=0))
 
 
+def test_the_reference_loop_and_the_fast_loop_give_the_same_weights():
+    """fast=False steps with optim.clip_grad_norm / optim.adamw_step and the reference
+    gpt_loss; fast=True with their in-place fast twins and fast.gpt_loss: a few steps of a
+    tiny GPT in float64 end at the same weights and moments."""
+    from numpytfmr import fast
+    from numpytfmr.gpt import gpt_loss
+    config = tiny_config(max_len=8)
+    params = init_gpt(config, rng=np.random.default_rng(0), dtype=np.float64)
+    s = TrainSettings(steps=6, batch_size=4, lr=3e-2, warmup_steps=1, clip_norm=0.5, seed=1,
+                      eval_every=3)
+
+    def batches(loss):
+        def loss_and_grads(p, step):
+            ids = step_rng(s.seed, step).integers(0, config.vocab_size, size=(4, 9))
+            value, grads = loss(p, ids[:, :-1], ids[:, 1:], config=config)
+            return value, grads, ids.size
+        return loss_and_grads
+
+    evals = {}
+    runs = {}
+    for name, loss, use_fast in (("reference", gpt_loss, False), ("fast", fast.gpt_loss, True)):
+        evals[name] = []
+        runs[name] = train_loop(params, batches(loss), s, fast=use_fast,
+                                evaluate=lambda p: {"w": float(p["wte"].sum())},
+                                log=evals[name].append)
+    (ref_p, ref_state, ref_h), (fast_p, fast_state, fast_h) = runs["reference"], runs["fast"]
+    assert set(ref_p) == set(fast_p) == set(params)
+    for k in params:
+        assert ref_p[k].dtype == fast_p[k].dtype == np.float64
+        assert not np.array_equal(ref_p[k], params[k]), k         # every weight trained
+        np.testing.assert_allclose(fast_p[k], ref_p[k], rtol=0, atol=1e-12, err_msg=k)
+    for k in ref_state:
+        np.testing.assert_allclose(fast_state[k], ref_state[k], rtol=0, atol=1e-12, err_msg=k)
+    np.testing.assert_allclose(fast_h["loss"], ref_h["loss"], rtol=0, atol=1e-12)
+    assert [e["step"] for e in ref_h["evals"]] == [e["step"] for e in fast_h["evals"]] == [3, 6]
+    assert len(evals["reference"]) == len(evals["fast"]) == 2
+
+
+def test_the_training_loop_fits_on_a_screen():
+    """train_loop is the one flat loop a student reads: its code (docstring aside) fits on
+    a screen, and the update it runs is named, fast or reference."""
+    import ast
+    import inspect
+    from numpytfmr.run import loop
+    tree = ast.parse(inspect.getsource(loop.train_loop)).body[0]
+    body = tree.body[1:] if isinstance(tree.body[0], ast.Expr) else tree.body
+    lines = body[-1].end_lineno - body[0].lineno + 1
+    assert lines <= 45, lines
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert {"adamw_step", "clip_grad_norm", "adamw_step_", "clip_grad_norm_"} <= names
+    assert len([n for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For))]) == 1
+
+
+def test_run_loop_goes_on_with_the_settings_a_replan_gives():
+    """A re-plan ends the flat loop after a step and run_loop starts it again from there
+    with the new total: the schedule decays towards it, the evaluation of the step
+    reached is made once, and the run is the same as one planned that way from the start
+    for the steps before the re-plan."""
+    from numpytfmr.run.loop import run_loop, with_steps
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((32, 3)), rng.standard_normal(32)
+
+    def loss_and_grads(p, step):
+        r = X @ p["w"] - y
+        return float(np.mean(r ** 2)), {"w": 2 * X.T @ r / len(y)}, len(y)
+
+    s = TrainSettings(steps=6, lr=0.05, warmup_steps=1, eval_every=4)
+    calls = []
+
+    def replan(h, settings):
+        calls.append((h["step"], settings.steps))
+        return with_steps(settings, 10) if h["step"] == 4 and settings.steps == 6 else None
+
+    def evaluate(p):
+        return {"w0": float(p["w"][0])}
+    params = {"w": np.zeros(3)}
+    new, state, hist, final = run_loop(params, loss_and_grads, s, evaluate=evaluate,
+                                       replan=replan)
+    assert final.steps == 10 and hist["step"] == 10 and int(state["step"]) == 10
+    assert [e["step"] for e in hist["evals"]] == [4, 8, 10]       # step 4 evaluated once
+    assert [c[0] for c in calls] == list(range(1, 11))
+    assert [c[1] for c in calls] == [6] * 4 + [10] * 6
+    # the first four steps are those of a run of 6 steps, the rest those of a run of 10
+    first, state4, h4 = train_loop(params, loss_and_grads, s, evaluate=evaluate,
+                                   should_stop=lambda h: h["step"] == 4)
+    assert h4["step"] == 4 and h4["loss"] == hist["loss"][:4]
+    rest, _, _ = train_loop(first, loss_and_grads, final, opt_state=state4, history=h4)
+    assert np.array_equal(rest["w"], new["w"])
+
+
 def test_gpt_training_lowers_the_loss():
     _, summary = train_gpt(config=tiny_config(), settings=tiny_settings(steps=40, eval_every=40),
                            **TASK)

@@ -50,6 +50,7 @@ class Helper:
     reference: object
     make_cases: object
     exact: bool = False      # compare exactly (bool/int results)
+    omit: tuple = ()         # options no skeleton shows (the grader never passes them)
 
 
 @dataclass
@@ -144,7 +145,7 @@ def _helpers():
         Helper("padding_mask", nt.padding_mask, _padding_cases, exact=True),
         Helper("split_heads", nt.split_heads, _split_cases),
         Helper("merge_heads", nt.merge_heads, _merge_cases),
-        Helper("sinusoidal_encoding", nt.sinusoidal_encoding, _sinusoidal_cases),
+        Helper("sinusoidal_encoding", nt.sinusoidal_encoding, _sinusoidal_cases, omit=("dtype",)),
         Helper("lora_merge", nt.lora_merge, _lora_merge_cases),
         Helper("alibi_slopes", nt.alibi_slopes, _alibi_cases),
         Helper("rel_error", nt.rel_error, _rel_error_cases),
@@ -228,9 +229,8 @@ def droppable_options(item):
     are not listed.
     """
     import inspect
-    from .contracts import notes_for
     params = list(inspect.signature(_reference(item)).parameters.values())
-    omit = set(notes_for(item.name).omit)
+    omit = set(item.spec.omit)
     out = {}
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     for p in reversed(positional):                 # the trailing run of inputs defaulting to None
@@ -247,8 +247,7 @@ def droppable_options(item):
 def _expand_drop(item, drop):
     """The options left out of ``item``: the given ones, their dependents and the omitted ones."""
     import inspect
-    from .contracts import notes_for
-    notes = notes_for(item.name)
+    depends = dict(getattr(item.spec, "depends", ()))
     if isinstance(drop, str):
         drop = [drop]
     drop = list(drop or ())
@@ -259,7 +258,7 @@ def _expand_drop(item, drop):
             choices = ", ".join(allowed) or "none"
             raise ValueError(f"{item.name}: cannot drop {name!r}; the options that can be dropped "
                              f"are: {choices}")
-        for n in (name,) + tuple(notes.depends.get(name, ())):
+        for n in (name,) + tuple(depends.get(name, ())):
             if n not in out:
                 out.append(n)
     positional = [p.name for p in inspect.signature(_reference(item)).parameters.values()
@@ -272,7 +271,7 @@ def _expand_drop(item, drop):
             raise ValueError(f"{item.name}: dropping {dropped_pos[0]!r} also needs the inputs "
                              f"after it dropped ({', '.join(missing)}): only trailing inputs "
                              "can be left out")
-    return tuple(out) + tuple(n for n in notes.omit if n not in out)
+    return tuple(out) + tuple(n for n in item.spec.omit if n not in out)
 
 
 def _same_value(value, default):
@@ -428,9 +427,8 @@ def all_cases(item, rng, dtype=np.float64):
     """Every case of ``item``: the registry's (or the helper's), then the grading-only ones."""
     if item.kind == "op":
         cases = list(item.spec.make_cases(rng, dtype))
-        extra = EXTRA_CASES.get(item.name)
-        if extra is not None:
-            cases += extra(rng, dtype)
+        if item.spec.extra_cases is not None:
+            cases += item.spec.extra_cases(rng, dtype)
         return cases
     return list(item.spec.make_cases(rng))
 
@@ -502,78 +500,13 @@ def hidden_indices(item, chosen):
 
 
 # --- grading-only cases ------------------------------------------------------------------------
-# Behaviours a skeleton requires that the registry's cases do not reach: mha's KV-cache step,
-# per-sequence RoPE positions and given frequencies, GEGLU with the exact GELU, and random
-# ops on enough elements for the statistics of the student's own mask to mean something.
+# Behaviours a skeleton requires that the registry's cases do not reach (mha's KV-cache step,
+# per-sequence RoPE positions and given frequencies, GEGLU with the exact GELU, random ops on
+# enough elements for the statistics of the student's own mask): each op declares them beside
+# its registration (``OpSpec.extra_cases``).
 
-def _causal(n_q, n_k):
-    return np.arange(n_k)[None, :] <= (n_k - n_q) + np.arange(n_q)[:, None]
+EXTRA_CASES = {name: spec.extra_cases for name, spec in registry().items() if spec.extra_cases}
 
-
-def _mha_extra(rng, dtype):
-    def n(*shape, std=1.0):
-        return (std * rng.standard_normal(shape)).astype(dtype)
-
-    def weights(d_model, H, H_kv, d_head, biases):
-        s_in, s_out = d_model ** -0.5, (H * d_head) ** -0.5
-        W = [n(d_model, H * d_head, std=s_in), n(d_model, H_kv * d_head, std=s_in),
-             n(d_model, H_kv * d_head, std=s_in), n(H * d_head, d_model, std=s_out)]
-        b = [n(H * d_head, std=0.3), n(H_kv * d_head, std=0.3), n(H_kv * d_head, std=0.3),
-             n(d_model, std=0.3)]
-        if biases == "no bk":        # without RoPE the key bias has an exactly zero gradient
-            b[1] = None
-        return W + b
-
-    x1 = n(2, 1, 6)
-    x2 = n(2, 2, 6)
-    x3 = n(2, 4, 6)
-    positions = np.array([[0, 1, 2, 3], [5, 6, 7, 8]])
-    return [
-        Case((x1, x1.copy(), *weights(6, 4, 2, 2, True)),
-             {"n_heads": 4, "n_kv_heads": 2, "rope": "half", "mask": _causal(1, 4),
-              "kv_cache": {"k": n(2, 2, 3, 2), "v": n(2, 2, 3, 2)}},
-             "KV-cached step: 1 new token after 3 cached, RoPE half, GQA 4/2"),
-        Case((x2, x2.copy(), *weights(6, 2, 2, 3, "no bk")),
-             {"n_heads": 2, "mask": _causal(2, 5), "scale": 0.4,
-              "kv_cache": {"k": n(2, 2, 3, 3), "v": n(2, 2, 3, 3)}},
-             "KV-cached step: 2 new tokens after 3 cached, causal (2, 5), scale 0.4"),
-        Case((x3, x3.copy(), *weights(6, 2, 2, 2, True)),
-             {"n_heads": 2, "mask": _causal(4, 4),
-              "rope": {"layout": "interleaved", "base": 100.0, "positions_q": positions,
-                       "positions_k": positions}},
-             "RoPE dict: per-sequence positions (2, 4), base 100"),
-        Case((n(1, 3, 6), n(1, 5, 6), *weights(6, 2, 1, 4, True)),
-             {"n_heads": 2, "n_kv_heads": 1,
-              "rope": {"layout": "half", "freqs": np.array([0.9, 0.2]),
-                       "positions_q": np.array([2, 3, 4])}},
-             "RoPE dict: given freqs, query positions 2..4, cross-attention MQA"),
-    ]
-
-
-def _swiglu_extra(rng, dtype):
-    x = rng.standard_normal((2, 3, 7))
-    W_gate = rng.standard_normal((7, 5)) / np.sqrt(7)
-    W_up = rng.standard_normal((7, 5)) / np.sqrt(7)
-    W_down = rng.standard_normal((5, 7)) / np.sqrt(5)
-    args = tuple(a.astype(dtype) for a in (x, W_gate, W_up, W_down))
-    return [Case(args, {"activation": "gelu"}, "x (2, 3, 7), d_ff 5, GEGLU (exact gelu gate)")]
-
-
-def _dropout_extra(rng, dtype):
-    return [Case((rng.standard_normal((40, 50)).astype(dtype),), {"p": 0.3, "rng": 5},
-                 "x (40, 50), p 0.3: statistics of the mask")]
-
-
-def _lora_extra(rng, dtype):
-    def m(*shape, scale=1.0):
-        return (scale * rng.standard_normal(shape)).astype(dtype)
-    return [Case((m(60, 5), m(5, 4, scale=0.5), m(5, 2, scale=0.5), m(2, 4, scale=0.5), m(4)),
-                 {"alpha": 2.0, "dropout": 0.25, "rng": 7},
-                 "x (60, 5), r 2, dropout 0.25: statistics of the mask")]
-
-
-EXTRA_CASES = {"mha": _mha_extra, "swiglu_ffn": _swiglu_extra, "dropout": _dropout_extra,
-               "lora_linear": _lora_extra}
 
 
 # --- random ops: graded against the submission's own draw ----------------------------------------

@@ -35,6 +35,51 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py"),
     CHILD_SOURCE = _f.read()
 STARTUP_SECONDS = 60.0          # to start the sandbox, the interpreter and NumPy
 OUTPUT_CAP = 64 << 10           # bytes of the child's printed output kept (the last ones)
+END_SECONDS = 2.0               # for a process to exit once its requests end, before it is killed
+
+
+# CPU seconds of the submission processes this process has ended (:meth:`Submission.kill`):
+# "processes", measured from /proc before each ends (its whole tree: bwrap, its init and the
+# Python, whose CPU time never reaches the grader's own count of its children, because a PID
+# namespace's processes are reaped inside it); "reaped", the part the grader's count of its
+# children does hold (the processes it waited for itself), so that the two are not added twice.
+SPENT = {"processes": 0.0, "reaped": 0.0}
+
+
+def process_tree_cpu(pid):
+    """CPU seconds (user and system) of process ``pid`` and its live descendants, including
+    the children each has waited for; 0.0 where /proc cannot tell. Kernel-written figures
+    only: a process's name is skipped (it may hold any character)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, ticks = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        try:
+            parents.setdefault(int(fields[1]), []).append(int(name))
+            ticks[int(name)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (ValueError, IndexError):
+            continue
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += ticks.get(p, 0)
+        todo += parents.get(p, [])
+    return total / tick
+
+
+def _children_cpu():
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class ChildFailure(Exception):
@@ -156,6 +201,8 @@ class Submission:
         self._r = self._w = self._out = None
         self.returncode = None
         self._output = bytearray()
+        self.cpu_seconds = 0.0       # its processes' CPU time, known once it has ended
+        self._reaped = 0.0
         start = time.monotonic()
         try:
             self._start(chunks, protect, limits, modules)
@@ -286,10 +333,13 @@ class Submission:
             self.kill()
             raise ChildFailure("corrupt", f"the answer while {doing} was malformed ({detail}); "
                                           "did the submission write to the grader's channel?")
+        self._sample_cpu()
+        reaped = _children_cpu()
         try:
             self.returncode = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.returncode = None
+        self._reaped += _children_cpu() - reaped
         end = time.monotonic() + 0.5                # what it printed last, if it comes soon
         while self._out is not None and time.monotonic() < end:
             if select.select([self._out], [], [], end - time.monotonic())[0]:
@@ -316,6 +366,8 @@ class Submission:
         ones."""
         mode = self.isolation.mode
         if self.proc is not None:
+            self._sample_cpu()
+            reaped = _children_cpu()
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)   # the group: everything it started
             except (ProcessLookupError, PermissionError):
@@ -330,6 +382,11 @@ class Submission:
                     self.returncode = rc
             except subprocess.TimeoutExpired:
                 pass
+            self._reaped += _children_cpu() - reaped
+            self.cpu_seconds = max(self.cpu_seconds, self._reaped)
+            SPENT["processes"] += self.cpu_seconds
+            SPENT["reaped"] += self._reaped
+            self.proc = None
         sandbox.end_user(self.uid, mode)     # as root: every process of its user ID, its files
         for fd in (self._r, self._w, self._out):
             if fd is not None:
@@ -342,13 +399,35 @@ class Submission:
             shutil.rmtree(self.workdir, ignore_errors=True)   # descriptor-based: no link followed
             self.workdir = None
 
-    close = kill
+    def close(self, grace=END_SECONDS):
+        """End the process when its work is done: close its request pipe (the child exits when
+        its requests end), wait up to ``grace`` seconds for it, then :meth:`kill` whatever is
+        left. A process that ends by itself is waited for by its parents (bwrap's), so its CPU
+        time reaches the grader's count of its children; a killed sandbox's is lost."""
+        if self.proc is not None and self.returncode is None and self._w is not None:
+            self._sample_cpu()
+            try:
+                os.close(self._w)
+            except OSError:
+                pass
+            self._w = None
+            reaped = _children_cpu()
+            try:
+                self.returncode = self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+            self._reaped += _children_cpu() - reaped
+        self.kill()
+
+    def _sample_cpu(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.cpu_seconds = max(self.cpu_seconds, process_tree_cpu(self.proc.pid))
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.kill()
+        self.close()
 
 
 # --- the build-time check -------------------------------------------------------------------

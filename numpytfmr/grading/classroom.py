@@ -30,6 +30,7 @@ import statistics
 import time
 
 from ..shared.fileio import atomic_write_text, write_json
+from .channel import SPENT
 from .grader import POINT_DECIMALS, grade
 from .notebook import (SubmissionError, candidate_files, choose_submission, import_problems,
                        linked_entries, read_file)
@@ -177,7 +178,7 @@ def submission_notes(path, plan):
 def _grade_one(student, path, key, folder):
     """Grade one submission, write its results.json and report.txt; return its CSV row."""
     state = _WORKER
-    start, cpu = time.monotonic(), children_cpu()
+    start, mark = time.monotonic(), cpu_mark()
     try:
         chosen, notes = submission_notes(path, state["plan"])
         with submission_user(state["isolation"]):          # a user ID of its own (as root)
@@ -190,7 +191,9 @@ def _grade_one(student, path, key, folder):
                 "submission": os.fspath(path), "message": f"{type(exc).__name__}: {exc}"[:300]}
     seconds = time.monotonic() - start
     row = _row(student, path, report, seconds)
-    row["cpu_seconds"] = round(children_cpu() - cpu, 3)
+    sandboxed, grading = report.cpu_seconds, grading_cpu(mark)
+    row.update(cpu_seconds=round(sandboxed + grading, 3), sandbox_cpu_seconds=round(sandboxed, 3),
+               grader_cpu_seconds=round(grading, 3), processes=report.processes)
     results = report.gradescope(per_case=state["plan"].config.get("gradescope_tests") == "case")
     results["extra_data"].update({"student": student, "grading_key": key, "row": row})
     write_json(os.path.join(folder, "results.json"), results)
@@ -199,11 +202,32 @@ def _grade_one(student, path, key, folder):
 
 
 def children_cpu():
-    """CPU seconds (user and system) of this process's finished children: a worker grades one
-    submission at a time, so the difference across it is that submission's processes'."""
+    """CPU seconds (user and system) of this process's finished children (those it, and they,
+    waited for)."""
     import resource
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def own_cpu():
+    """CPU seconds (user and system) of this process, all its threads."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_mark():
+    """The CPU seconds spent so far, for :func:`grading_cpu`."""
+    return own_cpu(), children_cpu(), SPENT["reaped"]
+
+
+def grading_cpu(mark):
+    """CPU seconds of the grading itself since ``mark`` (:func:`cpu_mark`): this process's (the
+    reference's answers, the judging, the finite differences) and its children's other than
+    the submission processes (the report's ``cpu_seconds``), such as the user-ID sweeps. A
+    worker grades one submission at a time, so the difference across one is that one's."""
+    own, children, reaped = cpu_mark()
+    return own - mark[0] + children - mark[1] - (reaped - mark[2])
 
 
 def _reuse(folder, key):
@@ -398,6 +422,7 @@ class ClassResult:
     results: str
     jobs: int
     distribution: dict = field(default_factory=dict)
+    run_cpu_seconds: float = 0.0   # the whole run's: this process, its workers and their children
 
     @property
     def start_seconds_per_submission(self):
@@ -423,7 +448,13 @@ class ClassResult:
                 "start_seconds_per_submission": round(self.start_seconds_per_submission, 3),
                 "wall_seconds_per_submission": round(self.per_submission("seconds"), 3),
                 "cpu_seconds_per_submission": round(self.per_submission("cpu_seconds"), 3),
+                "sandbox_cpu_seconds_per_submission":
+                    round(self.per_submission("sandbox_cpu_seconds"), 3),
+                "grader_cpu_seconds_per_submission":
+                    round(self.per_submission("grader_cpu_seconds"), 3),
+                "processes_per_submission": round(self.per_submission("processes"), 3),
                 "cpu_seconds": round(math.fsum(r.get("cpu_seconds", 0.0) for r in self.rows), 3),
+                "run_cpu_seconds": round(self.run_cpu_seconds, 3),
                 "functions": self.functions}
 
 
@@ -452,7 +483,7 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
         raise FileExistsError(f"{csv_path} exists and was not written by numpytfmr grade; "
                               "give --force to replace it")
     jobs = max(1, int(jobs or os.cpu_count() or 1))
-    start = time.monotonic()
+    start, run_cpu = time.monotonic(), own_cpu() + children_cpu()
     folder = results_folder(csv_path)
     functions = [fn for item in plan.items for fn in item.functions]
     from .course import Course
@@ -503,6 +534,8 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
     if isolation.mode != "bubblewrap":
         os.makedirs(folder, exist_ok=True)       # the results: for the grader's user alone
         os.chmod(folder, 0o700)
+    if todo:
+        plan.warm()             # the cases and the reference's answers, once for every worker
     _WORKER.update(plan=plan, isolation=isolation)
     if jobs == 1 or len(todo) <= 1:
         for student, path, key, where in todo:
@@ -535,4 +568,5 @@ def grade_class(submissions, csv_path, *, plan, jobs=None, isolation=None, force
     return ClassResult(rows=sorted(final.values(), key=lambda r: r["student"]), functions=functions,
                        max_score=max_score, seconds=seconds, graded=len(todo), reused=reused,
                        csv=csv_path, results=folder, jobs=jobs,
-                       distribution=distribution(scored, max_score))
+                       distribution=distribution(scored, max_score),
+                       run_cpu_seconds=own_cpu() + children_cpu() - run_cpu)

@@ -70,13 +70,20 @@ class StudentNotes:
 
 # --- the notes, read from the registry's TOML files ----------------------------------------------
 
-# Options no skeleton shows (omit) and the options that go with a dropped one (depends). They are
-# not prose, and grading needs them: they stay here, where no TOML reader is needed (Gradescope's
-# default image runs Python 3.10, whose standard library has no tomllib).
-_OPTIONS = {
-    "sinusoidal_encoding": {"omit": ("dtype",)},
-    "lora_linear": {"depends": {"dropout": ("rng", "train")}},
-}
+# Options no skeleton shows (omit) and the options that go with a dropped one (depends) are not
+# prose, and grading needs them where no TOML reader is installed (Gradescope's default image runs
+# Python 3.10, whose standard library has no tomllib): each op or helper declares them with its
+# registration (``OpSpec.omit``/``depends``, ``Helper.omit``).
+
+def _options(name):
+    """``{"omit": ..., "depends": ...}`` of an op or helper, from its registration."""
+    from ..registry import registry
+    from .cases import helpers
+    spec = registry().get(name) or helpers().get(name)
+    if spec is None:
+        return {}
+    return {"omit": tuple(spec.omit), "depends": dict(getattr(spec, "depends", ()))}
+
 
 _PIECES = ("math", "text", "cache", "suggest", "allowed", "backward", "grads")
 _STRINGS = ("summary", "out")
@@ -149,7 +156,7 @@ def load_notes(files=None):
     A file holds ``[wording]`` (named texts any file's pieces use as ``${name}``), one
     ``[ops.NAME]`` table per op registered in the registry topic of the same name, and one
     ``[helpers.NAME]`` per plain function a skeleton can hold. The keys of a table are the
-    fields of :class:`StudentNotes` (``omit`` and ``depends`` excepted: see ``_OPTIONS``);
+    fields of :class:`StudentNotes` (``omit`` and ``depends`` excepted: see ``_options``);
     ``summary`` and ``out`` are strings, ``params`` a table, the others lists of pieces, a
     piece being a string or ``{ when = "opt", text = "..." }`` (``when = "!opt"``: only when
     ``opt`` is dropped).
@@ -175,7 +182,7 @@ def load_notes(files=None):
     for where, op, raw in tables:
         if op in notes:
             raise ValueError(f"{where}: {op!r} has notes twice")
-        notes[op] = StudentNotes(**_convert(where, raw, wording), **_OPTIONS.get(op, {}))
+        notes[op] = StudentNotes(**_convert(where, raw, wording), **_options(op))
     return notes
 
 
@@ -202,12 +209,12 @@ def notes_for(name):
     try:
         return _prose(name)
     except ModuleNotFoundError:
-        return StudentNotes(**_OPTIONS.get(name, {}))
+        return StudentNotes(**_options(name))
 
 
 def _prose(name):
     """The notes of ``name`` with their prose: they need the TOML reader."""
-    return _notes().get(name) or StudentNotes(**_OPTIONS.get(name, {}))
+    return _notes().get(name) or StudentNotes(**_options(name))
 
 
 # --- text -------------------------------------------------------------------------------------

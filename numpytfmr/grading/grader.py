@@ -26,6 +26,8 @@ for a whole run of coordinates at once (``sweep``); the outputs are cached by th
 of the perturbed input, so the checker sees exactly the values it would have got call by call.
 """
 import ast
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 import hashlib
@@ -38,17 +40,16 @@ import zlib
 import numpy as np
 
 from ..gradcheck import check_gradients
-from ..registry import bind
+from ..registry import bind, known_slips
 from .cases import (DEFAULTS, contract_names, input_names, items_from_config, load_config,
                     make_graded_cases, own_draw, resolve, rng_dependence)
-from .channel import ChildFailure, Submission, decode_value, encode_call
+from .channel import SPENT, ChildFailure, Submission, decode_value, encode_call
 from .compare import (check_value, diagnose_values, forward_diagnoses, matching_variants,
                       nonfinite_sentence, option_variants, scaling_variants, solved_options)
 from .judge import (DRAWS, FD_STEP, FULL_CHECK_ENTRIES, NOT_COUNTED, changed_in_place,
                     gradient_items, grad_name, no_gradient_reason, nontrivial, own_forward_head,
                     own_forward_lines, redraw_seeds, scaled_output, settle_claim)
 from . import judge
-from .mistakes import known_mistakes
 from .notebook import SubmissionError, find_submission, read_submission
 from .sandbox import DESCRIPTION, choose as choose_isolation
 
@@ -146,6 +147,7 @@ class Report:
     isolation: str = "none"        # how the submission's processes were isolated (sandbox.py)
     start_seconds: float = 0.0     # spent starting them (the isolation's cost)
     processes: int = 0             # how many were started
+    cpu_seconds: float = 0.0       # their CPU time (channel.SPENT), known once they ended
     # The same figures for loading and the visible cases alone: what a student sees before the
     # due date depends on nothing the hidden cases did (how many processes they needed, how
     # long they took), so that no hidden verdict shows through them.
@@ -153,16 +155,18 @@ class Report:
     visible_start_seconds: float = 0.0
     visible_elapsed: float = 0.0
 
-    def _isolation_line(self, processes, seconds, what=""):
+    def _isolation_line(self, processes, seconds, what="", cpu=None):
         line = f"isolation: {DESCRIPTION[self.isolation]}"
         if processes:
             line += f"; {processes} process{'es' if processes > 1 else ''} started in {seconds:.2f} s{what}"
+            if cpu is not None:
+                line += f", {cpu:.2f} s of CPU time in all"
         return line
 
     @property
     def isolation_line(self):
-        """The line of the full report (hidden cases included)."""
-        return self._isolation_line(self.processes, self.start_seconds)
+        """The line of the full report (hidden cases included), with the processes' CPU time."""
+        return self._isolation_line(self.processes, self.start_seconds, cpu=self.cpu_seconds)
 
     @property
     def visible_isolation_line(self):
@@ -246,6 +250,7 @@ class Report:
             "extra_data": {"submission": self.submission, "seed": self.seed,
                            "hidden_cases": self.hidden_seed is not None,
                            "isolation": self.isolation, "start_seconds": round(self.start_seconds, 3),
+                           "cpu_seconds": round(self.cpu_seconds, 3),
                            "review": list(self.review),
                            "processes": self.processes, "seconds": round(self.elapsed, 2)},
         }
@@ -590,7 +595,7 @@ def near_miss_candidates(item, gc, names, seen_options=None):
     def ref(*a, **kw):
         return bind(item.spec.forward, kw)(*a)
     ndim = next((a.ndim for a in args if isinstance(a, np.ndarray)), None)
-    return (known_mistakes(item.name, ref, args, kwargs)
+    return (known_slips(item.name, ref, args, kwargs)
             + scaling_variants(ref, args, kwargs, names)
             + option_variants(ref, args, kwargs, seen_options, ndim))
 
@@ -782,11 +787,7 @@ class _ItemGrader:
         names = input_names(spec)[:len(args)]
         names += [f"input {i}" for i in range(len(names), len(args))]
         try:
-            ref_out, ref_cache = bind(spec.forward, kwargs)(*args)
-            ref_out = np.asarray(ref_out)
-            dout = self._dout(ref_out, gc)
-            raw = spec.backward(dout.copy(), ref_cache)
-            ref_grads = list(raw) if len(args) > 1 else [raw]
+            ref_out, dout, ref_grads = self._reference(gc)
         except Exception as exc:  # noqa: BLE001 -- a registry problem, not the student's
             for t in (fwd_t, bwd_t):
                 t.set(False, "grader error", [f"grader error: the reference failed on this case: "
@@ -896,6 +897,22 @@ class _ItemGrader:
             self.claims.append(claim)
             lines = lines + claim.check_lines
         self._verdict(bwd_t, passed, short, lines, slips)
+
+    def _reference(self, gc):
+        """``(ref_out, dout, ref_grads)`` of an op's case: the reference's answers under the
+        case's upstream gradient, computed once per plan (a class's forked workers each keep
+        theirs) and copied for every submission, so that nothing one grading does reaches
+        another's."""
+        spec, args, kwargs = self.item.spec, gc.case.args, gc.case.kwargs
+        key = ("answers", _item_key(self.item), gc.index, gc.label, gc.hidden, gc.dtype, gc.seed)
+        memo = self.ctx["memo"]
+        if key not in memo:
+            ref_out, ref_cache = bind(spec.forward, kwargs)(*args)
+            ref_out = np.asarray(ref_out)
+            dout = self._dout(ref_out, gc)
+            raw = spec.backward(dout.copy(), ref_cache)
+            memo[key] = (ref_out, dout, list(raw) if len(args) > 1 else [raw])
+        return _fresh(memo[key])
 
     def _verdict(self, t, passed, short, lines, slips, credit=""):
         """Set test ``t``. Right values with contract slips (an input changed in place, a
@@ -1172,6 +1189,34 @@ class Plan:
     settings: dict
     items: object
     protect: tuple = ()
+    # what every submission's grading computes alike (the graded cases, the reference's
+    # answers), computed once and copied for each (see graded_cases, _ItemGrader._reference)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def warm(self):
+        """Draw the graded cases and compute the reference's answers now: a class does it before
+        its workers fork, so that they share them."""
+        for item in self.items or ():
+            cases = self.graded_cases(item)
+            if item.kind == "op":
+                grader = _ItemGrader({"memo": self.memo}, item, 0, cases)
+                for gc in cases:
+                    try:
+                        grader._reference(gc)
+                    except Exception:  # noqa: BLE001 -- reported when the case is graded
+                        pass
+
+    def graded_cases(self, item):
+        """The graded cases of ``item`` under this plan's seeds: drawn once, a fresh copy each
+        call."""
+        key = ("cases", _item_key(item))
+        if key not in self.memo:
+            s = self.settings
+            self.memo[key] = make_graded_cases(item, seed=s["seed"], hidden_seed=s["hidden_seed"],
+                                               float32_case=bool(s["float32_case"]))
+        return [dataclasses.replace(gc, case=dataclasses.replace(
+                    gc.case, args=_fresh(gc.case.args), kwargs=_fresh(gc.case.kwargs)),
+                    extra=_fresh(gc.extra)) for gc in self.memo[key]]
 
     def fingerprint(self):
         """A digest of everything that decides the grades (seeds, cases, weights, limits)."""
@@ -1183,6 +1228,25 @@ class Plan:
             for i in self.items]
         h.update(repr((__version__, sorted(self.settings.items()), items)).encode())
         return h.hexdigest()
+
+
+def _fresh(value):
+    """A copy of ``value`` with every array (and random generator) in its lists, tuples and
+    dicts copied; other objects are shared."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, np.random.Generator):
+        return copy.deepcopy(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fresh(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
+
+
+def _item_key(item):
+    """What decides an item's cases and answers under a plan."""
+    return repr((item.name, item.kind, item.cases, tuple(item.drop), item.hidden))
 
 
 def reference_paths():
@@ -1267,7 +1331,7 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     the reason as the message: the graded functions are the config's (or ``only``), else those
     its source defines.
     """
-    start = time.monotonic()
+    start, spent = time.monotonic(), SPENT["processes"]
     if plan is None:
         plan = make_plan(only=only, config=config, seed=seed, hidden_seed=hidden_seed,
                          timeout=timeout, memory_mb=memory_mb, protect=protect)
@@ -1322,10 +1386,10 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     ctx = {"chunks": chunks, "defined": defined, "timeout": float(s["timeout"]), "limits": limits,
            "memory_mb": s["memory_mb"], "load_error": load_error, "session": probe,
            "protect": plan.protect, "isolation": isolation, "start_seconds": start_seconds,
-           "slip_deduction": float(s["slip_deduction"]), "review": [], "modules": modules}
-    graders = [_ItemGrader(ctx, item, k, make_graded_cases(
-        item, seed=s["seed"], hidden_seed=s["hidden_seed"], float32_case=bool(s["float32_case"])))
-        for k, item in enumerate(items, start=1)]
+           "slip_deduction": float(s["slip_deduction"]), "review": [], "modules": modules,
+           "memo": plan.memo}
+    graders = [_ItemGrader(ctx, item, k, plan.graded_cases(item))
+               for k, item in enumerate(items, start=1)]
     visible = None
     try:
         # Every visible case first, in the process that loaded the submission; then the hidden
@@ -1357,7 +1421,8 @@ def grade(submission, *, only=None, config=None, seed=None, hidden_seed=None, ti
     return Report(submission=label, tests=tests, seed=s["seed"], hidden_seed=s["hidden_seed"],
                   elapsed=time.monotonic() - start, warnings=warnings, load_error=load_error,
                   review=ctx["review"], isolation=isolation.mode, start_seconds=math.fsum(start_seconds),
-                  processes=len(start_seconds), visible_processes=visible[0],
+                  processes=len(start_seconds), cpu_seconds=SPENT["processes"] - spent,
+                  visible_processes=visible[0],
                   visible_start_seconds=visible[1], visible_elapsed=visible[2])
 
 

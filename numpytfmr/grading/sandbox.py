@@ -670,7 +670,9 @@ def private_folder(mode, uid):
 
 def kill_user(uid):
     """Kill every process of user ``uid`` (root only): a forked process takes that user ID and
-    signals everything it may signal (``kill(-1)``) until nothing is left."""
+    signals everything it may signal (``kill(-1)``) until no process of the ID is left
+    (:func:`_left_of`; Linux's ``kill(-1)`` succeeds whenever the machine runs any other
+    process, so its status cannot tell). Returns whether none is left."""
     pid = os.fork()
     if pid == 0:                                     # the child: never returns
         code = 1
@@ -678,8 +680,12 @@ def kill_user(uid):
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-            for _ in range(10000):
+            me = os.getpid()
+            for _ in range(_KILL_ROUNDS):
                 os.kill(-1, signal.SIGKILL)
+                if not _left_of(uid, me):
+                    code = 0
+                    break
         except ProcessLookupError:
             code = 0
         except BaseException:                        # noqa: BLE001 -- report by exit status
@@ -687,6 +693,35 @@ def kill_user(uid):
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0
+
+
+_KILL_ROUNDS = 1000              # kill(-1) rounds (each with a look at /proc: a few seconds in
+                                 # all) before kill_user gives up on a process that will not die
+
+
+def _left_of(uid, me):
+    """Whether a live process (not a zombie) other than ``me`` has ``uid`` as its real, effective
+    or saved user ID: one ``kill(-1)`` from that user may signal. Read from each process's
+    ``/proc/PID/status`` (its credentials, whatever the owner of its ``/proc`` folder)."""
+    wanted = str(uid)
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                text = f.read(4096).decode("ascii", "replace")
+        except OSError:                              # gone meanwhile
+            continue
+        state = uids = None
+        for line in text.splitlines():
+            if line.startswith("State:"):
+                state = line.split()[1:2]
+            elif line.startswith("Uid:"):
+                uids = line.split()[1:4]
+                break
+        if uids and wanted in uids and state not in (["Z"], ["X"]):
+            return True
+    return False
 
 
 # file systems with nothing a submission could write to, and trees too large to walk

@@ -32,7 +32,7 @@ import numpy as np
 from ..registry import bind
 from ..shared.fileio import atomic_write_bytes, atomic_write_text, write_json
 from .cases import DEFAULTS, input_names, load_config, make_graded_cases, resolve
-from .contracts import backward_doc, forward_doc, helper_doc, notes_for
+from .contracts import backward_doc, forward_doc, helper_doc
 from .judge import drop_probability
 from .notebook import make_notebook
 
@@ -480,7 +480,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
             entry["weights"] = dict(i.weights)
         if i.hidden != "auto":
             entry["hidden"] = i.hidden
-        chosen = [d for d in i.drop if d not in notes_for(i.name).omit]
+        chosen = [d for d in i.drop if d not in i.spec.omit]
         if chosen:
             entry["drop"] = chosen
         functions.append(entry)

@@ -83,6 +83,18 @@ class OpSpec:
     tune:       ``((name, low, high), ...)``: numeric options the recogniser may solve for
                 when none of ``options`` reproduces the output (a scale, eps, beta, alpha),
                 searched on a log scale between ``low`` and ``high``
+    slips:      ``slips(forward, args, kwargs) -> [(sentence, thunk)]``: the wrong forwards
+                students write (LayerNorm's unbiased variance, attention without 1/sqrt(d_k)),
+                ``thunk()`` computing the wrong output on that case; the grader names a
+                forward whose output equals one. None: no named slips
+    extra_cases: ``extra_cases(rng, dtype) -> [Case]``: grading-only cases, behaviours a
+                skeleton requires that ``make_cases`` does not reach (mha's KV-cached step,
+                a random op's mask on enough elements for its statistics)
+    random:     the keyword of a random op's drop probability (dropout's ``p``, LoRA's
+                ``dropout``): such an op is judged against the student's own draw
+    omit:       options no skeleton shows (the grader never passes them)
+    depends:    ``((option, (others, ...)), ...)``: the options dropped with ``option`` when
+                an assignment leaves it out
     """
     name: str
     forward: Callable
@@ -93,6 +105,11 @@ class OpSpec:
     mistakes: tuple = ()
     options: Callable = None
     tune: tuple = ()
+    slips: Callable = None
+    extra_cases: Callable = None
+    random: str = ""
+    omit: tuple = ()
+    depends: tuple = ()
 
 
 def wrong(name, text, backward, names, inputs):
@@ -125,24 +142,44 @@ def bind(fn, kwargs):
 _REGISTRY = None
 
 
+def _topics():
+    for topic in _TOPICS:
+        try:
+            yield importlib.import_module(f"{__name__}.{topic}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{topic}":
+                raise
+
+
 def registry():
     """Return the registry: an ordered ``dict`` name -> :class:`OpSpec`."""
     global _REGISTRY
     if _REGISTRY is None:
         ops = {}
-        for topic in _TOPICS:
-            try:
-                module = importlib.import_module(f"{__name__}.{topic}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{topic}":
-                    raise
-                continue
+        for module in _topics():
             for spec in module.OPS:
                 if spec.name in ops:
                     raise RuntimeError(f"op {spec.name!r} is registered twice")
                 ops[spec.name] = spec
         _REGISTRY = ops
     return _REGISTRY
+
+
+def output_with(forward, kwargs):
+    """``out(*args, **changes)``: ``forward``'s output with the case's ``kwargs`` updated by
+    ``changes`` (what a slip's thunk computes with an option changed)."""
+    def out(*args, **changes):
+        return forward(*args, **dict(kwargs, **changes))[0]
+    return out
+
+
+def known_slips(name, forward, args, kwargs):
+    """The op ``name``'s named wrong forwards on one case: ``[(sentence, thunk)]`` (its
+    ``OpSpec.slips``; empty for an op without, or a name that is not an op)."""
+    spec = registry().get(name)
+    if spec is None or spec.slips is None:
+        return []
+    return spec.slips(forward, args, kwargs)
 
 
 def spec_of(forward):

@@ -21,7 +21,7 @@ from ..scoring import (
     neg_sq_dist_scores_backward, neg_sq_dist_scores_forward,
     scaled_dot_scores_backward, scaled_dot_scores_forward,
 )
-from . import Case, OpSpec, wrong
+from . import Case, OpSpec, output_with, wrong
 
 
 def _normal(rng, dtype, *shape, std=1.0):
@@ -407,10 +407,84 @@ def _mha_options(inputs, out):
     return found[:36]
 
 
+# ---------------------------------------------------------------------------------------
+# Named wrong forwards (OpSpec.slips) and grading-only cases (OpSpec.extra_cases)
+# ---------------------------------------------------------------------------------------
+
+def _attention_over_queries(Q, K, V, scale):
+    S = (Q @ np.swapaxes(K, -1, -2)) * scale
+    S = S - S.max(axis=-2, keepdims=True)
+    A = np.exp(S)
+    A = A / A.sum(axis=-2, keepdims=True)
+    return A @ V
+
+
+def attention_slips(forward, args, kwargs):
+    """Scaled dot-product attention's usual wrong forwards (also flash attention's)."""
+    if kwargs.get("scale") is not None:
+        return []
+    ref = output_with(forward, kwargs)
+    d_k = args[0].shape[-1]
+    out = [("a constant factor in the scores: the 1/sqrt(d_k) scaling is missing (your output "
+            "equals the expected output with scale = 1); scores are Q K^T / sqrt(d_k)",
+            lambda: ref(*args, scale=1.0)),
+           ("the scores are divided by d_k instead of sqrt(d_k)",
+            lambda: ref(*args, scale=1.0 / d_k))]
+    if kwargs.get("mask") is None and kwargs.get("bias") is None:
+        out.append(("the softmax runs over the queries (axis -2) instead of over the keys (axis -1); "
+                    "each row of weights, one per query, must sum to 1",
+                    lambda: _attention_over_queries(*args[:3], 1.0 / np.sqrt(d_k))))
+    return out
+
+
+def _causal(n_q, n_k):
+    return np.arange(n_k)[None, :] <= (n_k - n_q) + np.arange(n_q)[:, None]
+
+
+def _mha_extra(rng, dtype):
+    """mha's KV-cached step, per-sequence RoPE positions and given frequencies."""
+    def n(*shape, std=1.0):
+        return (std * rng.standard_normal(shape)).astype(dtype)
+
+    def weights(d_model, H, H_kv, d_head, biases):
+        s_in, s_out = d_model ** -0.5, (H * d_head) ** -0.5
+        W = [n(d_model, H * d_head, std=s_in), n(d_model, H_kv * d_head, std=s_in),
+             n(d_model, H_kv * d_head, std=s_in), n(H * d_head, d_model, std=s_out)]
+        b = [n(H * d_head, std=0.3), n(H_kv * d_head, std=0.3), n(H_kv * d_head, std=0.3),
+             n(d_model, std=0.3)]
+        if biases == "no bk":        # without RoPE the key bias has an exactly zero gradient
+            b[1] = None
+        return W + b
+
+    x1 = n(2, 1, 6)
+    x2 = n(2, 2, 6)
+    x3 = n(2, 4, 6)
+    positions = np.array([[0, 1, 2, 3], [5, 6, 7, 8]])
+    return [
+        Case((x1, x1.copy(), *weights(6, 4, 2, 2, True)),
+             {"n_heads": 4, "n_kv_heads": 2, "rope": "half", "mask": _causal(1, 4),
+              "kv_cache": {"k": n(2, 2, 3, 2), "v": n(2, 2, 3, 2)}},
+             "KV-cached step: 1 new token after 3 cached, RoPE half, GQA 4/2"),
+        Case((x2, x2.copy(), *weights(6, 2, 2, 3, "no bk")),
+             {"n_heads": 2, "mask": _causal(2, 5), "scale": 0.4,
+              "kv_cache": {"k": n(2, 2, 3, 3), "v": n(2, 2, 3, 3)}},
+             "KV-cached step: 2 new tokens after 3 cached, causal (2, 5), scale 0.4"),
+        Case((x3, x3.copy(), *weights(6, 2, 2, 2, True)),
+             {"n_heads": 2, "mask": _causal(4, 4),
+              "rope": {"layout": "interleaved", "base": 100.0, "positions_q": positions,
+                       "positions_k": positions}},
+             "RoPE dict: per-sequence positions (2, 4), base 100"),
+        Case((n(1, 3, 6), n(1, 5, 6), *weights(6, 2, 1, 4, True)),
+             {"n_heads": 2, "n_kv_heads": 1,
+              "rope": {"layout": "half", "freqs": np.array([0.9, 0.2]),
+                       "positions_q": np.array([2, 3, 4])}},
+             "RoPE dict: given freqs, query positions 2..4, cross-attention MQA"),
+    ]
+
 OPS = [
     OpSpec("attention", attention_forward, attention_backward, _attention_cases,
            "003 §5.1.1-5.1.2, 000 §2.1", mistakes=_ATTENTION,
-           options=_attention_options, tune=(("scale", 1e-3, 1e3),)),
+           options=_attention_options, tune=(("scale", 1e-3, 1e3),), slips=attention_slips),
     OpSpec("dot_scores", dot_scores_forward, dot_scores_backward, _qk_cases,
            "002 'Examples of attention weights'", mistakes=_DOT_SCORES),
     OpSpec("scaled_dot_scores", scaled_dot_scores_forward, scaled_dot_scores_backward,
@@ -430,5 +504,5 @@ OPS = [
            mistakes=_ADDITIVE_ATTENTION),
     OpSpec("mha", mha_forward, mha_backward, _mha_cases,
            "003 §5.1.3, §5.2, §7.3; 004 'Multi-Head Attention'", mistakes=_MHA,
-           options=_mha_options),
+           options=_mha_options, extra_cases=_mha_extra),
 ]

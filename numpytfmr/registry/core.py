@@ -495,6 +495,54 @@ def _swiglu_options(inputs, out):
     return [{"activation": a} for a in ("silu", "gelu_tanh", "gelu", "relu")]
 
 
+# ---------------------------------------------------------------------------------------
+# Named wrong forwards (OpSpec.slips) and grading-only cases (OpSpec.extra_cases)
+# ---------------------------------------------------------------------------------------
+
+def _layernorm_slip(x, gamma, beta, eps, *, ddof=0, eps_outside=False):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).sum(axis=-1, keepdims=True) / (x.shape[-1] - ddof)
+    y = (x - mu) / (np.sqrt(var) + eps) if eps_outside else (x - mu) / np.sqrt(var + eps)
+    if gamma is not None:
+        y = y * gamma
+    if beta is not None:
+        y = y + beta
+    return y
+
+
+def _layernorm_slips(forward, args, kwargs):
+    x, gamma, beta = args[:3]
+    eps = kwargs.get("eps", 1e-5)
+    return [("the variance is divided by n - 1 (the unbiased estimate, ddof=1); LayerNorm uses "
+             "the population variance, divided by n (np.var's default ddof=0)",
+             lambda: _layernorm_slip(x, gamma, beta, eps, ddof=1)),
+            ("eps is added to the standard deviation; it belongs inside the square root: "
+             "(x - mu) / sqrt(var + eps)",
+             lambda: _layernorm_slip(x, gamma, beta, eps, eps_outside=True))]
+
+
+def _rmsnorm_slip(x, gamma, eps, *, eps_outside=False, centered=False):
+    if centered:
+        x = x - x.mean(axis=-1, keepdims=True)
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    y = x / (np.sqrt(ms) + eps) if eps_outside else x / np.sqrt(ms + eps)
+    return y if gamma is None else y * gamma
+
+
+def _rmsnorm_slips(forward, args, kwargs):
+    x, gamma = args[:2]
+    eps = kwargs.get("eps", 1e-6)
+    return [("eps is added outside the square root; RMSNorm divides by sqrt(mean(x^2) + eps)",
+             lambda: _rmsnorm_slip(x, gamma, eps, eps_outside=True)),
+            ("the mean is subtracted first: that is LayerNorm; RMSNorm does not centre x",
+             lambda: _rmsnorm_slip(x, gamma, eps, centered=True))]
+
+
+def _dropout_extra(rng, dtype):
+    return [Case((rng.standard_normal((40, 50)).astype(dtype),), {"p": 0.3, "rng": 5},
+                 "x (40, 50), p 0.3: statistics of the mask")]
+
+
 OPS = [
     OpSpec("linear", linear.linear_forward, linear.linear_backward, _linear_cases,
            "004 eq. 17 (row form)", mistakes=_linear_mistakes()),
@@ -512,14 +560,17 @@ OPS = [
            options=_cross_entropy_options, tune=(("label_smoothing", 1e-4, 1.0),)),
     OpSpec("layernorm", norms.layernorm_forward, norms.layernorm_backward, _layernorm_cases,
            "004 eq. 27-28", mistakes=_LAYERNORM,
-           options=_eps_options(1e-5, 1e-6, 1e-8, 1e-12, 1e-3, 0.0), tune=(("eps", 1e-14, 1.0),)),
+           options=_eps_options(1e-5, 1e-6, 1e-8, 1e-12, 1e-3, 0.0), tune=(("eps", 1e-14, 1.0),),
+           slips=_layernorm_slips),
     OpSpec("rmsnorm", norms.rmsnorm_forward, norms.rmsnorm_backward, _rmsnorm_cases,
            "Zhang & Sennrich 2019", mistakes=_RMSNORM,
-           options=_eps_options(1e-6, 1e-5, 1e-8, 1e-12, 0.0), tune=(("eps", 1e-14, 1.0),)),
+           options=_eps_options(1e-6, 1e-5, 1e-8, 1e-12, 0.0), tune=(("eps", 1e-14, 1.0),),
+           slips=_rmsnorm_slips),
     OpSpec("embedding", embedding.embedding_forward, embedding.embedding_backward, _embedding_cases,
            "004 eq. 12 (lookup)", mistakes=_EMBEDDING),
     OpSpec("dropout", dropout.dropout_forward, dropout.dropout_backward, _dropout_cases,
-           "inverted dropout", mistakes=_DROPOUT, options=_dropout_options),
+           "inverted dropout", mistakes=_DROPOUT, options=_dropout_options,
+           extra_cases=_dropout_extra, random="p"),
     OpSpec("ffn", ffn.ffn_forward, ffn.ffn_backward, _ffn_cases, "004 eq. 17, 002",
            mistakes=_FFN, options=_ffn_options),
 ]
@@ -594,9 +645,19 @@ _SWIGLU = (_sw("gate only", "x through the gate only", "x feeds both projections
                  "= a: da = dh * u, du = dh * a", ("x", "W_gate", "W_up")))
 
 
+def _swiglu_extra(rng, dtype):
+    x = rng.standard_normal((2, 3, 7))
+    W_gate = rng.standard_normal((7, 5)) / np.sqrt(7)
+    W_up = rng.standard_normal((7, 5)) / np.sqrt(7)
+    W_down = rng.standard_normal((5, 7)) / np.sqrt(5)
+    args = tuple(a.astype(dtype) for a in (x, W_gate, W_up, W_down))
+    return [Case(args, {"activation": "gelu"}, "x (2, 3, 7), d_ff 5, GEGLU (exact gelu gate)")]
+
+
 OPS += [
     OpSpec("silu", activations.silu_forward, activations.silu_backward, _silu_cases,
            "Elfwing et al. 2018 (SwiGLU gate)", mistakes=_SILU),
     OpSpec("swiglu_ffn", ffn.swiglu_ffn_forward, ffn.swiglu_ffn_backward, _swiglu_cases,
-           "Shazeer 2020 (LLaMA FFN)", mistakes=_SWIGLU, options=_swiglu_options),
+           "Shazeer 2020 (LLaMA FFN)", mistakes=_SWIGLU, options=_swiglu_options,
+           extra_cases=_swiglu_extra),
 ]

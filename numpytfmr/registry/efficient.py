@@ -19,6 +19,7 @@ from ..efficient import (
     sliding_window_attention_backward, sliding_window_attention_forward, sliding_window_mask,
 )
 from . import Case, OpSpec, wrong
+from .attention import attention_slips
 
 
 def _normal(rng, dtype, *shape):
@@ -206,7 +207,7 @@ def _linear_attention_options(inputs, out):
 OPS = [
     OpSpec("flash_attention", flash_attention_forward, flash_attention_backward, _flash_cases,
            "001 §2.1 'Memory-Efficient Implementations'", mistakes=_FLASH,
-           options=_flash_options, tune=(("scale", 1e-3, 1e3),)),
+           options=_flash_options, tune=(("scale", 1e-3, 1e3),), slips=attention_slips),
     OpSpec("sliding_window_attention", sliding_window_attention_forward,
            sliding_window_attention_backward, _sliding_window_cases,
            "001 §2.1 'Sparse or Limited Attention'", mistakes=_SLIDING,

@@ -3,7 +3,7 @@ import copy
 
 import numpy as np
 
-from . import Case, Mistake, OpSpec, wrong
+from . import Case, Mistake, OpSpec, output_with, wrong
 from ..activations import sigmoid
 from ..lora import lora_linear_forward, lora_linear_backward
 from ..posttrain import reward_head_backward, reward_head_forward
@@ -318,15 +318,66 @@ def _reward_head_options(inputs, out):
     return [{"pooling": "last"}, {"pooling": "mean"}]
 
 
+# ---------------------------------------------------------------------------------------
+# Named wrong forwards (OpSpec.slips) and grading-only cases (OpSpec.extra_cases)
+# ---------------------------------------------------------------------------------------
+
+def _lora_slips(forward, args, kwargs):
+    ref = output_with(forward, kwargs)
+    r = args[2].shape[1] if isinstance(args[2], np.ndarray) and args[2].ndim == 2 else 1
+    alpha = kwargs.get("alpha")
+    if alpha is None or r <= 1:
+        return []
+    if kwargs.get("rank_stabilized"):
+        return [("the LoRA branch is scaled by alpha/r; with rank_stabilized=True the scale "
+                 "is alpha/sqrt(r)", lambda: ref(*args, rank_stabilized=False))]
+    return [("the LoRA branch is scaled by alpha instead of alpha/r (r = A.shape[1] = "
+             f"{r}): the update is (alpha/r) (x A) B", lambda: ref(*args, alpha=alpha * r)),
+            ("the LoRA branch is scaled by alpha/sqrt(r) (rsLoRA) instead of alpha/r",
+             lambda: ref(*args, rank_stabilized=True)),
+            ("the LoRA branch is not scaled: the update is (alpha/r) (x A) B",
+             lambda: ref(*args, alpha=float(r)))]
+
+
+def _lora_extra(rng, dtype):
+    """A LoRA layer with dropout on enough rows for the statistics of the student's mask."""
+    def m(*shape, scale=1.0):
+        return (scale * rng.standard_normal(shape)).astype(dtype)
+    return [Case((m(60, 5), m(5, 4, scale=0.5), m(5, 2, scale=0.5), m(2, 4, scale=0.5), m(4)),
+                 {"alpha": 2.0, "dropout": 0.25, "rng": 7},
+                 "x (60, 5), r 2, dropout 0.25: statistics of the mask")]
+
+
+def _dpo_slips(forward, args, kwargs):
+    ref = output_with(forward, kwargs)
+    pc, pr, rc, rr = args[:4]
+    out = [("the sign of the loss is flipped: DPO minimises -log sigma(z) (the loss is the "
+            "negative log-likelihood of the preference), you return +log sigma(z)",
+            lambda: -ref(*args)),
+           ("chosen and rejected are swapped: z = beta ((pc - rc) - (pr - rr)) has the wrong "
+            "sign", lambda: ref(pr, pc, rr, rc))]
+    if kwargs.get("beta", 0.1) != 1.0:
+        out.append(("beta is left out of z = beta ((pc - rc) - (pr - rr))",
+                    lambda: ref(*args, beta=1.0)))
+    return out
+
+
+def _bradley_terry_slips(forward, args, kwargs):
+    ref = output_with(forward, kwargs)
+    return [("the sign of the loss is flipped: the loss is -log sigma(r_c - r_r)",
+             lambda: -ref(*args))]
+
 OPS = [
     OpSpec("lora_linear", lora_linear_forward, lora_linear_backward, _lora_cases,
-           "000 §2.7.2", mistakes=_LORA, options=_lora_options, tune=(("alpha", 1e-3, 1e3),)),
+           "000 §2.7.2", mistakes=_LORA, options=_lora_options, tune=(("alpha", 1e-3, 1e3),),
+           slips=_lora_slips, extra_cases=_lora_extra, random="dropout",
+           depends=(("dropout", ("rng", "train")),)),
     OpSpec("sequence_logprobs", sequence_logprobs_forward, sequence_logprobs_backward,
            _seqlogp_cases, "003 eq. 9.1", mistakes=_SEQUENCE_LOGPROBS),
     OpSpec("dpo_loss", dpo_loss_forward, dpo_loss_backward, _dpo_cases, "003 §9.2, eq. 9.1",
-           mistakes=_DPO, options=_dpo_options, tune=(("beta", 1e-3, 1e2),)),
+           mistakes=_DPO, options=_dpo_options, tune=(("beta", 1e-3, 1e2),), slips=_dpo_slips),
     OpSpec("bradley_terry_loss", bradley_terry_loss_forward, bradley_terry_loss_backward,
-           _bt_cases, "003 §9.1.2", mistakes=_BRADLEY_TERRY),
+           _bt_cases, "003 §9.1.2", mistakes=_BRADLEY_TERRY, slips=_bradley_terry_slips),
     OpSpec("reward_head", reward_head_forward, reward_head_backward, _reward_head_cases,
            "003 §9.1.2", mistakes=_REWARD_HEAD,
            options=_reward_head_options),

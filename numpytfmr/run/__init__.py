@@ -3,7 +3,9 @@
 Nothing here is an equation of the notes; the topic modules one level up never import it.
 
     cli.py, commands/   the command line (``numpytfmr check``, ``train``, ``generate``, ...)
-    loop.py             TrainSettings, the AdamW training loop, the random stream of a step
+    loop.py             TrainSettings, the training loop (one flat loop, the fast or the
+                        reference update), what wraps it (progress, a time budget), the
+                        random stream of a step
     checkpoint.py       the checkpoint format: save, load, rebuild a model, resume a run
     models.py           the model families the commands train: default configs, seq2seq table
     tasks.py            training and evaluating a GPT on a character task, a seq2seq model on

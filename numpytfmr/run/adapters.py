@@ -5,8 +5,9 @@ weights stayed frozen."""
 import functools
 import time
 
-from numpytfmr.run.cli import UsageError
-from numpytfmr.run.options import BASE_DEFAULTS, check_data_flags, check_flags, parse_targets
+from numpytfmr.run.cli import UsageError, from_flag
+from numpytfmr.run.options import (BASE_DEFAULTS, check_base_kind, check_data_flags, check_flags,
+                                   parse_targets)
 from numpytfmr.run.outputs import check_out, logger, out_dir
 
 __all__ = ["adapter_settings", "train_adapters", "snapshot", "unchanged", "timed", "budget_note",
@@ -56,7 +57,7 @@ def _plan(args, adapters, loss_and_grads, settings, deadline, finish, eval_secon
 
 def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, history=None,
                    budget=None):
-    """``train_loop`` over the adapters only, with a progress bar unless ``--quiet``;
+    """``run_loop`` (the fast path) over the adapters only, with a progress bar unless ``--quiet``;
     ``history``: the training state to start from (e.g. holding the step-0 evaluation).
 
     budget: None, or ``(start, eval_seconds, finish)`` for ``--minutes``: the command began
@@ -72,13 +73,14 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
     ended with, and for a budget ``minutes``, ``planned_steps`` (the first plan) and
     ``stopped_by_budget``.
     """
-    from numpytfmr.run.loop import BudgetUsed, budget_replanner, train_loop
+    from numpytfmr.run.loop import BudgetUsed, budget_replanner, run_loop
     from numpytfmr.run.plot import plot_available
     from numpytfmr.run.progress import Progress
 
     plan = {"minutes": None, "planned_steps": None, "stopped_by_budget": False}
-    replan, step = None, loss_and_grads
-    if budget is not None:
+    if budget is None:
+        replan, step = None, loss_and_grads
+    else:
         start, eval_seconds, finish_evals = budget
         deadline = start + 60.0 * args.minutes
         finish = finish_evals * eval_seconds
@@ -108,10 +110,10 @@ def train_adapters(adapters, loss_and_grads, settings, evaluate, args, desc, his
     bar = Progress(settings.steps, desc) if not args.quiet else None
     t0 = time.perf_counter()
     try:
-        adapters, _, history, settings = train_loop(
+        adapters, _, history, settings = run_loop(
             adapters, step, settings, evaluate=evaluate, history=history, progress=bar,
-            log=logger(args), replan=replan or (lambda h, s: None),
-            save=keep if budget is not None else None)
+            log=logger(args), replan=replan, save=keep if budget is not None else None,
+            fast=True)
     except BudgetUsed:
         plan["stopped_by_budget"] = True
         settings = plan.get("settings", settings)
@@ -165,10 +167,7 @@ def base_model(args, *, where):
     from numpytfmr.run.models import default_gpt_config
     from numpytfmr.run.tasks import train_gpt
     if args.checkpoint:
-        try:
-            ck = load_model(args.checkpoint, kind="gpt")
-        except ValueError as exc:
-            raise UsageError(f"--checkpoint: {exc}") from None
+        ck = from_flag("--checkpoint", load_model, args.checkpoint, kind="gpt")
         task = ck.get("task") if isinstance(ck.get("task"), dict) else {}
         return {"params": ck["params"], "config": ck["model_config"], "tokenizer": ck["tokenizer"],
                 "task": task.get("task"), "min_len": task.get("min_prompt_len", 1),
@@ -195,15 +194,23 @@ def base_model(args, *, where):
             "seconds": summary["seconds"], "exact_match": summary["exact_match"]}
 
 
-def save_adapted(out, base, merged, adapters, meta):
-    """The merged model as a GPT checkpoint (``numpytfmr generate`` runs it) plus the
-    adapters alone in ``adapters.npz``; returns the checkpoint.json path."""
+def save_adapted(args, base, merged, adapters, targets, task, **extra):
+    """Into --out: the merged model as a GPT checkpoint (``numpytfmr generate`` runs it),
+    recording the ``task``, the adapters (``"lora"``: rank, alpha, targets, the base) and
+    ``extra``, plus the adapters alone in ``adapters.npz``. Returns the checkpoint.json
+    path, or None for ``--out none``."""
     import os
 
     from numpytfmr.shared import fileio
     from numpytfmr.run.checkpoint import save_checkpoint
+    out = out_dir(args)
+    if out is None:
+        return None
+    lora = {"rank": args.rank, "alpha": args.alpha, "targets": list(targets),
+            "base_checkpoint": base["checkpoint"], "base_task": base["task"]}
     path = save_checkpoint(out, kind="gpt", config=base["config"].to_dict(), params=merged,
-                           meta={"tokenizer": base["tokenizer"].to_dict(), **meta})
+                           meta={"tokenizer": base["tokenizer"].to_dict(), "task": task,
+                                 "lora": lora, **extra})
     fileio.save_arrays(os.path.join(out, "adapters.npz"), adapters)
     return path
 
@@ -221,12 +228,19 @@ def start_adapter_run(args, where):
     return targets, start, base_model(args, where=where)
 
 
-def adapter_command(run):
-    """The command ``run(args)`` with ``--threads`` BLAS threads (``blas_threads``), as
-    they were afterwards."""
-    @functools.wraps(run)
-    def command(args):
-        from numpytfmr.run.blas import blas_threads
-        with blas_threads(args.threads):
-            return run(args)
-    return command
+def adapter_command(where, text_run):
+    """The command ``where`` (lora, dpo) of ``run(args, targets, start, base)`` with
+    ``--threads`` BLAS threads (``blas_threads``), as they were afterwards: after the
+    shared start (:func:`start_adapter_run`), a model of text goes to
+    ``text_run(args, targets, start, base)`` (``run/tune_text.py``), a task model to ``run``."""
+    def wrap(run):
+        @functools.wraps(run)
+        def command(args):
+            from numpytfmr.run.blas import blas_threads
+            with blas_threads(args.threads):
+                targets, start, base = start_adapter_run(args, where)
+                if check_base_kind(args, base, where):
+                    return text_run(args, targets, start, base)
+                return run(args, targets, start, base)
+        return command
+    return wrap

@@ -37,6 +37,15 @@ class UsageError(ValueError):
         self.prog = prog
 
 
+def from_flag(flag, load, *args, **kwargs):
+    """``load(*args, **kwargs)``; its ValueError becomes the usage error ``FLAG: message``
+    (a checkpoint or file that the flag names and that cannot be read as expected)."""
+    try:
+        return load(*args, **kwargs)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are a :class:`UsageError` (one line, no usage
     block), not a printout and ``sys.exit``; the sub-command parsers are of this class too.
@@ -139,8 +148,14 @@ def checkpoint_path(text):
     if not os.path.isfile(record):
         raise argparse.ArgumentTypeError(f"is {text!r}, which holds no checkpoint.json; expected "
                                          "a checkpoint directory (or its checkpoint.json)")
-    if not os.access(record, os.R_OK):
-        raise argparse.ArgumentTypeError(f"is {text!r}, but {record} is not readable")
+    readable(record, f"is {text!r}, but {record} is not readable")
+    return path
+
+
+def readable(path, message):
+    """``path`` when this process may read it, else the argument error ``message``."""
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(message)
     return path
 
 

@@ -1,23 +1,35 @@
-"""The training loop: what every training command runs, as plain functions.
+"""The training loop: what every training command runs, as one flat loop.
 
-One optimisation step is the recipe of the notes (003 §2.1.2: minimise the mean
-next-token cross-entropy) with the usual transformer optimiser::
+:func:`train_loop` is the recipe of the notes (003 §2.1.2: minimise the mean next-token
+cross-entropy) with the usual transformer optimiser, in the shape of nanoGPT's
+``train.py``::
 
-    batch  = data(seed, step)                         a fixed function of (seed, step)
-    loss, g = loss_and_grads(params, batch)           forward, cross-entropy, backward
-    g, N   = clip_grad_norm(g, clip_norm)             global L2 norm at most clip_norm
-    lr     = lr_schedule(step, ...)                   linear warmup, cosine decay
-    params, opt_state = adamw_step(params, g, opt_state, lr=lr, ...)
+    while True:
+        if step % eval_every == 0 or step == steps:   evaluate, log, save
+        if step == steps:                             stop
+        loss, g = loss_and_grads(params, step)        the batch of step_rng(seed, step),
+                                                      forward, cross-entropy, backward
+        g, N   = clip_grad_norm(g, clip_norm)         global L2 norm at most clip_norm
+        lr     = lr_schedule(step, ...)               linear warmup, cosine decay
+        params, opt_state = adamw_step(params, g, opt_state, lr=lr, ...)
+        step  += 1
 
 Because a batch depends only on ``(seed, step)`` (:func:`step_rng`) and the whole training
 state (weights, AdamW moments, step, loss history) is saved (``checkpoint.py``), a run
 stopped after ``k`` steps and resumed continues exactly -- bit for bit -- as if it had
 never stopped.
 
-The clipping and the update are ``numpytfmr.fast.clip_grad_norm_`` and
-``numpytfmr.fast.adamw_step_``: the reference's numbers, computed in place on the loop's own
-copies of the weights and moments (made once at the start: nothing passed in is modified,
-and a step allocates nothing).
+The update is chosen explicitly: ``fast=True`` (what the commands run) clips and steps
+with ``numpytfmr.fast.clip_grad_norm_`` and ``numpytfmr.fast.adamw_step_``, the
+reference's numbers computed in place on the loop's own copies of the weights and moments
+(made once at the start: nothing passed in is modified, and a step allocates nothing);
+``fast=False`` runs ``optim.clip_grad_norm`` and ``optim.adamw_step``, the functions of
+the notes (tests/test_training.py checks that both give the same weights).
+
+What a command adds wraps around the loop (:func:`run_loop`): a progress bar, and the
+re-planning of a ``--minutes`` budget (:func:`budget_replanner`), which ends the loop
+through its ``should_stop`` and starts it again from where it stopped with the new
+number of steps.
 """
 from dataclasses import asdict, dataclass, fields
 import json
@@ -27,9 +39,9 @@ import time
 import numpy as np
 
 from ..fast import adamw_step_, clip_grad_norm_
-from ..optim import adamw_init, decay_exempt_keys, lr_schedule
+from ..optim import adamw_init, adamw_step, clip_grad_norm, decay_exempt_keys, lr_schedule
 
-__all__ = ["TrainSettings", "step_rng", "train_loop", "BudgetUsed", "plan_steps",
+__all__ = ["TrainSettings", "step_rng", "train_loop", "run_loop", "BudgetUsed", "plan_steps",
            "budget_replanner", "with_steps", "step_seconds", "STREAM_INIT", "STREAM_DATA", "STREAM_DROPOUT",
            "STREAM_TEST", "REPLAN_SECONDS", "EVALS_PLANNED", "FINISH_EVALS"]
 
@@ -115,86 +127,128 @@ def _new_history():
 
 
 def train_loop(params, loss_and_grads, settings, *, opt_state=None, history=None, evaluate=None,
-               save=None, progress=None, log=None, replan=None):
-    """Run AdamW from ``history["step"]`` up to ``settings.steps`` (module docstring).
+               save=None, log=None, should_stop=None, fast=True):
+    """Train from ``history["step"]`` up to ``settings.steps``: one flat loop (module docstring).
 
     params:         flat dict of float arrays (the trainable ones)
-    loss_and_grads: ``f(params, step) -> (loss, grads, n_tokens)``; it draws its batch
-                    from ``step_rng(settings.seed, step)`` so the data of a step is fixed
+    loss_and_grads: ``f(params, step) -> (loss, grads, n_tokens)``, forward and backward on
+                    the batch of ``step_rng(settings.seed, step)`` (the data of a step is fixed)
     settings:       :class:`TrainSettings`
     opt_state:      AdamW state to continue from (``None``: fresh, ``adamw_init``)
     history:        the training state to continue from (``None``: a new run): a dict
                     ``{"step", "seconds", "tokens", "loss": [per step], "evals": [...]}``
-    evaluate:       optional ``f(params) -> dict`` of metrics, run every
-                    ``settings.eval_every`` steps and after the last one; appended to
-                    ``history["evals"]`` with the step
-    save:           optional ``f(params, opt_state, history)``, called after each
-                    evaluation, and when the run is interrupted (Ctrl-C) before the
-                    KeyboardInterrupt goes on
-    progress:       optional ``numpytfmr.run.progress.Progress`` over the remaining steps
-    log:            optional ``f(str)`` for one line per evaluation
-    replan:         optional ``f(history, settings) -> TrainSettings or None``, called after
-                    every step; settings it returns replace the run's from the next step on
-                    (a wall-clock budget re-planning its number of steps as it goes; the
-                    schedule then decays towards the new total)
-    Returns ``(params, opt_state, history, settings)`` with ``replan``, else
-    ``(params, opt_state, history)``; nothing passed in is modified.
+    evaluate:       optional ``f(params) -> dict`` of metrics, every ``settings.eval_every``
+                    steps and at the last one, kept in ``history["evals"]`` with the step
+    save:           optional ``f(params, opt_state, history)``: after each evaluation, and on
+                    Ctrl-C (KeyboardInterrupt) before the interruption goes on
+    log:            optional ``f(str)``: one line per evaluation
+    should_stop:    optional ``f(history) -> bool`` after every step: True returns at once
+                    (progress bars and wall-clock budgets look at the run here: :func:`run_loop`)
+    fast:           True: clip and update in place with ``fast.clip_grad_norm_`` and
+                    ``fast.adamw_step_`` (what the commands run); False: the reference's
+                    ``optim.clip_grad_norm`` and ``optim.adamw_step``. The same numbers.
+    Returns ``(params, opt_state, history)``; nothing passed in is modified.
     """
-    history = _new_history() if history is None else json.loads(json.dumps(history))
-    # the loop's own arrays, updated in place from here on
-    params = {k: np.array(v, copy=True) for k, v in params.items()}
-    opt_state = (adamw_init(params) if opt_state is None else
-                 {k: np.array(v, copy=True) for k, v in opt_state.items()})
-    no_decay = decay_exempt_keys(params)
-    s = settings
-    start_time = time.perf_counter()
-    seconds_before = history["seconds"]
-    progress_start = history["step"]
+    params, opt_state, history = _own_copies(params, opt_state, history)
+    # the update: in place (numpytfmr.fast), or the reference's functions (numpytfmr.optim)
+    clip, adamw = (clip_grad_norm_, adamw_step_) if fast else (clip_grad_norm, adamw_step)
+    no_decay, s = decay_exempt_keys(params), settings
+    began, seconds_before = time.perf_counter(), history["seconds"]
     try:
-        while history["step"] < s.steps:
+        while True:
             step = history["step"]
-            loss, grads, n_tokens = loss_and_grads(params, step)
+            # every eval_every steps and at the end (once a step): evaluate, log, save
+            evaluated = bool(history["evals"]) and history["evals"][-1]["step"] >= step
+            if evaluate is not None and step > 0 and not evaluated and \
+                    (step % s.eval_every == 0 or step == s.steps):
+                metrics = dict(evaluate(params))
+                history["evals"].append({"step": step, **metrics})
+                if log is not None:
+                    log(f"step {step}: " + "  ".join(f"{k} {v:.4g}" if isinstance(v, float)
+                                                     else f"{k} {v}" for k, v in metrics.items()))
+                history["seconds"] = seconds_before + time.perf_counter() - began
+                if save is not None:
+                    save(params, opt_state, history)
+            if step >= s.steps:
+                break
+            loss, grads, n_tokens = loss_and_grads(params, step)       # forward, backward
             if not math.isfinite(loss):
                 raise ValueError(f"train_loop: the loss is {loss} at step {step}; training "
                                  "diverged (try a smaller lr)")
-            grads, _ = clip_grad_norm_(grads, s.clip_norm)     # ||g|| <= clip_norm
+            grads, _ = clip(grads, s.clip_norm)                           # ||g|| <= clip_norm
             lr = lr_schedule(step, base_lr=s.lr, warmup_steps=s.warmup_steps,
                              total_steps=s.steps, min_lr=s.min_lr)
-            adamw_step_(params, grads, opt_state, lr=lr, weight_decay=s.weight_decay,
-                        no_decay=no_decay)
+            params, opt_state = adamw(params, grads, opt_state, lr=lr,
+                                      weight_decay=s.weight_decay, no_decay=no_decay)
             history["loss"].append(float(loss))
             history["tokens"] += int(n_tokens)
             history["step"] = step + 1
-            history["seconds"] = seconds_before + time.perf_counter() - start_time
-            if progress is not None:
-                recent = history["loss"][-20:]
-                progress.update(metrics={"loss": float(np.mean(recent)), "lr": lr},
-                                tokens=int(n_tokens))
-            if replan is not None:
-                s = replan(history, s) or s
-                if progress is not None:
-                    progress.total = max(s.steps - progress_start, 1)
-            last = history["step"] == s.steps
-            if evaluate is not None and (history["step"] % s.eval_every == 0 or last):
-                metrics = dict(evaluate(params))
-                history["evals"].append({"step": history["step"], **metrics})
-                if progress is not None and "exact_match" in metrics:
-                    progress.update(0, metrics={"exact": float(metrics["exact_match"])})
-                if log is not None:
-                    log(f"step {history['step']}: " + "  ".join(
-                        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                        for k, v in metrics.items()))
-                history["seconds"] = seconds_before + time.perf_counter() - start_time
-                if save is not None:
-                    save(params, opt_state, history)
-    except KeyboardInterrupt:
+            history["seconds"] = seconds_before + time.perf_counter() - began
+            if should_stop is not None and should_stop(history):
+                break
+    except KeyboardInterrupt:                    # Ctrl-C (or a budget): keep what was done
         if save is not None and history["step"] > 0:
-            history["seconds"] = seconds_before + time.perf_counter() - start_time
+            history["seconds"] = seconds_before + time.perf_counter() - began
             save(params, opt_state, history)
         raise
-    if replan is not None:
-        return params, opt_state, history, s
     return params, opt_state, history
+
+
+def _own_copies(params, opt_state, history):
+    """The loop's own weights, AdamW state and history (the fast path updates them in place)."""
+    history = _new_history() if history is None else json.loads(json.dumps(history))
+    params = {k: np.array(v, copy=True) for k, v in params.items()}
+    opt_state = (adamw_init(params) if opt_state is None else
+                 {k: np.array(v, copy=True) for k, v in opt_state.items()})
+    return params, opt_state, history
+
+
+def run_loop(params, loss_and_grads, settings, *, progress=None, replan=None, **loop):
+    """:func:`train_loop` with a progress bar and a wall-clock budget's re-planning around it.
+
+    progress: optional ``numpytfmr.run.progress.Progress`` over the remaining steps: after
+              every step the mean loss of the last 20 steps and the learning rate, after an
+              evaluation its ``exact_match``
+    replan:   optional ``f(history, settings) -> TrainSettings or None`` after every step
+              (:func:`budget_replanner`): new settings end the loop there, and it goes on
+              with them from the next step (the schedule then decays towards the new total)
+    loop:     the other arguments of :func:`train_loop` (opt_state, history, evaluate, save,
+              log, fast)
+    Returns ``(params, opt_state, history, settings)``, ``settings`` those the run ended with.
+    """
+    opt_state, history, evaluate = (loop.pop(k, None) for k in ("opt_state", "history",
+                                                                 "evaluate"))
+    first = 0 if history is None else history["step"]
+    plan = {"settings": settings, "tokens": 0 if history is None else history["tokens"]}
+    if progress is not None and evaluate is not None:
+        def evaluate(p, evaluate=evaluate):
+            metrics = evaluate(p)
+            if "exact_match" in metrics:
+                progress.update(0, metrics={"exact": float(metrics["exact_match"])})
+            return metrics
+
+    def should_stop(h):
+        s = plan["settings"]
+        if progress is not None:
+            lr = lr_schedule(h["step"] - 1, base_lr=s.lr, warmup_steps=s.warmup_steps,
+                             total_steps=s.steps, min_lr=s.min_lr)
+            progress.update(metrics={"loss": float(np.mean(h["loss"][-20:])), "lr": lr},
+                            tokens=h["tokens"] - plan["tokens"])
+            plan["tokens"] = h["tokens"]
+        new = None if replan is None else replan(h, s)
+        if new is None:
+            return False
+        plan["settings"] = new
+        if progress is not None:
+            progress.total = max(new.steps - first, 1)
+        return True
+
+    while True:
+        params, opt_state, history = train_loop(
+            params, loss_and_grads, plan["settings"], opt_state=opt_state, history=history,
+            evaluate=evaluate, should_stop=should_stop, **loop)
+        if history["step"] >= plan["settings"].steps:
+            return params, opt_state, history, plan["settings"]
 
 
 # ---------------------------------------------------------------------------------------

@@ -59,17 +59,10 @@ def seq2seq_model(kind):
                 src_mask=src_mask, use_cache=use_cache, return_cross_weights=True)
             return out, per_layer[-1].mean(axis=1)   # (B, heads, steps, S) -> (B, steps, S)
 
-        return {
-            "config_cls": encdec.EncDecConfig, "shapes": encdec.encdec_param_shapes,
-            "src_vocab": lambda c: c.src_vocab_size, "tgt_vocab": lambda c: c.tgt_vocab_size,
-            "init": lambda c, rng: encdec.init_encdec(c, rng=rng),
-            "loss": lambda p, batch, c: encdec.encdec_loss(p, batch, config=c),
-            "generate": generate,
-            "default_config": lambda sv, tv: encdec.EncDecConfig(
-                src_vocab_size=sv, tgt_vocab_size=tv, n_enc_layers=2, n_dec_layers=2,
-                d_model=64, n_heads=4, d_ff=256, max_len=16, positional="learned",
-                norm="pre", activation="relu"),
-        }
+        return _family(encdec.EncDecConfig, encdec.encdec_param_shapes, encdec.init_encdec,
+                       encdec.encdec_loss, generate, dict(
+                           n_enc_layers=2, n_dec_layers=2, d_model=64, n_heads=4, d_ff=256,
+                           max_len=16, positional="learned", norm="pre", activation="relu"))
     if kind == "rnn":
         def generate(params, src, src_mask, cfg, max_new, use_cache=True):
             # one GRU step per word: the state carries the past, there is no KV cache
@@ -77,14 +70,21 @@ def seq2seq_model(kind):
                                             bos_id=BOS_ID, eos_id=EOS_ID, src_mask=src_mask,
                                             return_weights=True)
 
-        return {
-            "config_cls": rnn.RNNSeq2SeqConfig, "shapes": rnn.rnn_seq2seq_param_shapes,
-            "src_vocab": lambda c: c.src_vocab_size, "tgt_vocab": lambda c: c.tgt_vocab_size,
-            "init": lambda c, rng: rnn.init_seq2seq_rnn(c, rng=rng),
-            "loss": lambda p, batch, c: rnn.rnn_seq2seq_loss(p, batch, config=c),
-            "generate": generate,
-            "default_config": lambda sv, tv: rnn.RNNSeq2SeqConfig(
-                src_vocab_size=sv, tgt_vocab_size=tv, d_emb=32, d_hidden=64,
-                bidirectional=True),
-        }
+        return _family(rnn.RNNSeq2SeqConfig, rnn.rnn_seq2seq_param_shapes, rnn.init_seq2seq_rnn,
+                       rnn.rnn_seq2seq_loss, generate,
+                       dict(d_emb=32, d_hidden=64, bidirectional=True))
     raise ValueError(f"seq2seq_model: kind is {kind!r}; expected one of {SEQ2SEQ_KINDS}")
+
+
+def _family(config_cls, shapes, init, loss, generate, defaults):
+    """The dict of :func:`seq2seq_model` for one family: its config class, its functions
+    and its default shape (``defaults``, the config's fields besides the two vocabularies)."""
+    return {
+        "config_cls": config_cls, "shapes": shapes,
+        "src_vocab": lambda c: c.src_vocab_size, "tgt_vocab": lambda c: c.tgt_vocab_size,
+        "init": lambda c, rng: init(c, rng=rng),
+        "loss": lambda p, batch, c: loss(p, batch, config=c),
+        "generate": generate,
+        "default_config": lambda sv, tv: config_cls(src_vocab_size=sv, tgt_vocab_size=tv,
+                                                    **defaults),
+    }

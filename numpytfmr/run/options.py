@@ -1,21 +1,44 @@
 """The command line's shared flag groups and the reading of their values: what several
 commands of ``numpytfmr/run/commands/`` declare alike is declared here once.
 
+- :func:`add_force`, :func:`add_summary`, :func:`add_threads`, :func:`add_quiet`,
+  :func:`add_minutes`, :func:`add_steps`: one flag each, for every command that takes it;
 - :func:`add_run_options`: ``--out``, ``--resume``, ``--force``, ``--summary``, ``--plot``,
   ``--threads``, ``--quiet`` (every command that trains);
+- :func:`add_model_options`: the shape of a transformer (``train``, ``pretrain``,
+  ``train-seq2seq``);
 - :func:`add_training_options`: the optimisation of ``train`` and ``train-seq2seq``;
 - :func:`add_base_options`, :func:`add_adapter_options`, :func:`add_adapter_run_options`:
   the base model, the adapters (``--rank``, ``--alpha``, ``--targets``) and the time budget
   (``--minutes`` or ``--steps``) of ``lora`` and ``dpo``, checked by :func:`check_flags`;
-- argument types and readers of files: :func:`text_file`, :func:`read_text`.
+- argument types and readers of files: :func:`text_file`, :func:`read_text`;
+- :func:`command_parser`: a command's sub-parser, its help and description read from
+  ``run/commands/commands.json`` (prose kept as data, beside the modules that add the flags).
 
 The run folder and what a command prints and writes at the end are in ``run/outputs.py``.
 """
 import argparse
+import functools
+import json
 import os
 
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_float, nonnegative_int,
-                               output_dir, output_file, positive_float, positive_int)
+                               output_dir, output_file, positive_float, positive_int, readable)
+
+@functools.lru_cache(maxsize=1)
+def _command_texts():
+    path = os.path.join(os.path.dirname(__file__), "commands", "commands.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def command_parser(sub, name):
+    """The sub-parser of the command ``name``: its one-line help (the list of ``numpytfmr
+    --help``) and its description (``numpytfmr NAME --help``) are data, in
+    run/commands/commands.json; the command's module adds its flags."""
+    text = _command_texts()[name]
+    return sub.add_parser(name, help=text["help"], description=text["description"])
+
 
 # ---------------------------------------------------------------------------------------
 # The flags several commands take, each declared here once (its name, type and metavar); the
@@ -36,6 +59,11 @@ def add_summary(p, help="write the final metrics as one JSON object to FILE (its
 def add_threads(p, help="BLAS threads (default 1: these matrices are too small to share)"):
     """``--threads N`` (default 1): the BLAS threads of the run (``run/blas.py``)."""
     p.add_argument("--threads", type=positive_int, default=1, metavar="N", help=help)
+
+
+def add_quiet(p, help="no progress bar"):
+    """``--quiet``: nothing on stderr while the command works."""
+    p.add_argument("--quiet", action="store_true", help=help)
 
 
 def add_minutes(p, help):
@@ -82,6 +110,31 @@ def add_training_options(p, d, *, out, out_help=None):
                     "nothing", resume=True)
 
 
+def add_model_options(g, m, *, layers="decoder blocks"):
+    """The shape of a transformer, defaults ``m`` shown in the help: ``--d-model``,
+    ``--n-layers`` (``layers``: what one layer is), ``--n-heads``, for a GPT (``m`` has
+    ``n_kv_heads``) ``--n-kv-heads`` and ``--d-ff``, then ``--positional``, ``--norm`` and,
+    where ``m`` has one, ``--activation`` (``train``, ``pretrain``, ``train-seq2seq``)."""
+    g.add_argument("--d-model", type=positive_int, metavar="N",
+                   help=f"width (default {m['d_model']})")
+    g.add_argument("--n-layers", type=positive_int, metavar="N",
+                   help=f"{layers} (default {m['n_layers']})")
+    g.add_argument("--n-heads", type=positive_int, metavar="N",
+                   help=f"attention heads (default {m['n_heads']})")
+    if "n_kv_heads" in m:
+        g.add_argument("--n-kv-heads", type=positive_int, metavar="N",
+                       help="key/value heads: GQA, 1 = MQA (default: n-heads)")
+        g.add_argument("--d-ff", type=positive_int, metavar="N",
+                       help="FFN width (default 4 d-model)")
+    g.add_argument("--positional", choices=("learned", "sinusoidal", "rope"),
+                   help=f"position representation (default {m['positional']})")
+    g.add_argument("--norm", choices=("pre", "post"),
+                   help=f"pre- or post-norm (default {m['norm']})")
+    if "activation" in m:
+        g.add_argument("--activation", choices=("relu", "gelu", "gelu_tanh"),
+                       help=f"FFN activation (default {m['activation']})")
+
+
 def add_run_options(p, out, out_help, *, resume=False):
     """--out, --force (and --resume), --summary, --threads, --quiet: shared by every command
     that trains."""
@@ -98,7 +151,7 @@ def add_run_options(p, out, out_help, *, resume=False):
                    help="draw the run's curves into this PNG (default: curves.png in --out, "
                    "when matplotlib is installed: pip install 'numpytfmr[plot]')")
     add_threads(g)
-    g.add_argument("--quiet", action="store_true", help="no progress bar or evaluation lines")
+    add_quiet(g, "no progress bar or evaluation lines")
 
 
 def settings_from_args(args, defaults):
@@ -133,9 +186,7 @@ def text_file(text):
     if not os.path.isfile(path):
         raise argparse.ArgumentTypeError(f"is {text!r}, which is not a file; expected an "
                                          "existing file")
-    if not os.access(path, os.R_OK):
-        raise argparse.ArgumentTypeError(f"is {text!r}, which is not readable")
-    return path
+    return readable(path, f"is {text!r}, which is not readable")
 
 
 def read_text(path, flag):

@@ -1,17 +1,34 @@
-"""What the commands that train share about their output: the run folder (``--out``,
-refused when it holds work, unless ``--force`` or ``--resume``), the evaluation lines on
-stderr, the hint to resume after Ctrl-C, and the end of a run (its curves, its result
-lines and ``--summary``). The flags themselves are declared in ``run/options.py``.
+"""What the commands share about their output: no file or folder written over without
+``--force`` (:func:`refuse_overwrite`), the run folder of the commands that train
+(``--out``, refused when it holds work, unless ``--force`` or ``--resume``), the
+evaluation lines on stderr, the hint to resume after Ctrl-C, and the end of a run (its
+curves, its result lines and ``--summary``). The files themselves are written atomically
+by ``numpytfmr/shared/fileio.py``; the flags are declared in ``run/options.py``.
 """
 from contextlib import contextmanager
 import os
 import sys
 
-from numpytfmr.run.cli import UsageError
+from numpytfmr.run.cli import UsageError, from_flag
 
 
 def out_dir(args):
     return None if args.out in (None, "", "none") else args.out
+
+
+def refuse_overwrite(flag, path, force, *, folder=False, instead=", or name another file"):
+    """Refuse, unless ``force`` (``--force``), to write over what ``flag`` names: a file
+    that exists, or with ``folder`` a folder that holds files. ``instead``: the way out
+    the message offers after "pass --force to replace it"."""
+    if force:
+        return
+    if folder and os.path.isdir(path) and os.listdir(path):
+        what = "already holds files"
+    elif not folder and os.path.exists(path):
+        what = "already exists"
+    else:
+        return
+    raise UsageError(f"{flag} {path} {what}; pass --force to replace it{instead}")
 
 
 def check_out(args, command):
@@ -25,9 +42,7 @@ def check_out(args, command):
         if not plot_available():
             raise UsageError(f"--plot {args.plot}: matplotlib is not installed; install it "
                              "(pip install 'numpytfmr[plot]') or drop --plot")
-        if os.path.exists(args.plot) and not args.force:
-            raise UsageError(f"--plot {args.plot} already exists; pass --force to replace it, "
-                             "or name another file")
+        refuse_overwrite("--plot", args.plot, args.force)
     if resume and args.force:
         raise UsageError("--resume continues the run in --out and --force replaces it; "
                          "give one of them")
@@ -40,10 +55,7 @@ def check_out(args, command):
             raise UsageError(f"--resume: no checkpoint in {out} (--out) to continue; expected "
                              f"a directory written by numpytfmr {command}")
         from numpytfmr.run.checkpoint import load_checkpoint
-        try:
-            load_checkpoint(out)
-        except ValueError as exc:
-            raise UsageError(f"--resume: {exc}") from None
+        from_flag("--resume", load_checkpoint, out)
         return out
     if os.path.isdir(out) and os.listdir(out) and not args.force:
         what = ("a checkpoint" if os.path.exists(os.path.join(out, "checkpoint.json"))
@@ -85,6 +97,18 @@ def finish(args, summary, lines, panels=None, title=None):
         print(line)
     if args.summary:
         fileio.write_summary(args.summary, summary)
+
+
+def task_lines(name, summary, held_out):
+    """The result of ``train`` and ``train-seq2seq``: the exact match on the ``held_out``
+    set, the steps, the train loss, the time and speed, and the checkpoint if one was saved."""
+    lines = [f"{name}: exact match {100 * summary['exact_match']:.1f}% on "
+             f"{summary['n_test']} held-out {held_out} after {summary['steps']} steps "
+             f"(train loss {summary['loss']:.4f}, "
+             f"{summary['seconds']:.0f} s, {summary['tokens_per_second']:,.0f} tokens/s)"]
+    if summary["checkpoint"] is not None:
+        lines.append(f"checkpoint: {summary['checkpoint']}")
+    return lines
 
 
 @contextmanager

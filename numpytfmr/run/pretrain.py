@@ -7,7 +7,7 @@ of it and takes the mean cross-entropy of every next token (003 eq. 2.2)::
 
     text -> tokenizer (byte-level BPE, bytes or characters) -> ids, one stream
     x, y = get_batch(train_ids, B, T, rng=step_rng(seed, step))    y: x shifted by one
-    loss, grads = fast.gpt_loss(params, x, y)                       train_loop (loop.py):
+    loss, grads = fast.gpt_loss(params, x, y)                       train_loop (loop.py),
     params = AdamW(params, grads), warmup then cosine decay         clip, schedule, checkpoint
 
 The held-out text is scored in **bits per byte**::
@@ -55,9 +55,8 @@ from .batches import TOKEN_FILE_MAGIC, get_batch, open_tokens, read_token_header
 from .checkpoint import (checkpoint_file, load_model, resume_checkpoint, resumed_settings,
                          save_checkpoint)
 from .corpus import default_corpus, split_text
-from .loop import (EVALS_PLANNED, FINISH_EVALS, REPLAN_SECONDS, STREAM_DROPOUT, STREAM_INIT,  # noqa: F401
-                   BudgetUsed, TrainSettings, budget_replanner, plan_steps, step_rng,
-                   step_seconds, train_loop)
+from .loop import (FINISH_EVALS, STREAM_DROPOUT, STREAM_INIT, BudgetUsed, TrainSettings,
+                   budget_replanner, plan_steps, run_loop, step_rng, step_seconds)
 from .models import replace_config
 from .progress import Progress
 from .tokenizers import (DEFAULT_VOCAB_SIZE, TEXT_TOKENIZERS, make_tokenizer, save_tokenizer,
@@ -705,8 +704,10 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
         if minutes is not None:
             settings = _planned_settings(settings, params, batch_loss, deadline, eval_seconds,
                                          minutes)
-    replan, planned = None, {"settings": settings}
-    if minutes is not None:
+    planned = {"settings": settings}
+    if minutes is None:
+        replan = None
+    else:
         replanner = _replanner(deadline, eval_seconds, history["step"])
 
         def replan(h, s):                    # the plan as it stands, for a stop by the budget
@@ -721,10 +722,9 @@ def _run(params, config, data, settings, grad_accum, opt_state, history, start, 
                    "pretrain" if not begin else f"pretrain from {begin}") if progress else None
     stopped = False
     try:
-        params, opt_state, history, settings = train_loop(
+        params, opt_state, history, settings = run_loop(
             params, loss_and_grads, settings, opt_state=opt_state, history=history,
-            evaluate=evaluate, save=save, progress=bar, log=log,
-            replan=replan or (lambda h, s: None))
+            evaluate=evaluate, save=save, progress=bar, log=log, replan=replan, fast=True)
     except _BudgetUsed:
         stopped = True
         settings = planned["settings"]

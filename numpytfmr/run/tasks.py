@@ -22,7 +22,7 @@ from .checkpoint import checkpoint_file, resume_checkpoint, resumed_settings, sa
 from .data import (BOS_ID, BRACKETS, DIGITS, EOS_ID, MAX_SOURCE_WORDS, SEP_ID, SPECIAL_TOKENS,
                    CharTokenizer, decode_completion, evaluate_generation, exact_match, make_task,
                    make_translation, next_token_arrays, translation_tokenizers)
-from .loop import STREAM_DROPOUT, STREAM_INIT, STREAM_TEST, TrainSettings, step_rng, train_loop
+from .loop import STREAM_DROPOUT, STREAM_INIT, STREAM_TEST, TrainSettings, step_rng, run_loop
 from .models import SEQ2SEQ_KINDS, default_gpt_config, seq2seq_model
 from .progress import Progress
 
@@ -210,10 +210,10 @@ def train_gpt(*, config=None, settings=None, task=None, min_len=None, max_len=No
     bar = Progress(max(settings.steps - start, 1),
                    "train" if not start else f"train from {start}") if progress else None
     try:
-        params, opt_state, history = train_loop(
+        params, opt_state, history, _ = run_loop(
             params, loss_and_grads, settings, opt_state=opt_state, history=history,
             evaluate=lambda p: evaluate_gpt(p, config, test_data),
-            save=save if out is not None else None, progress=bar, log=log)
+            save=save if out is not None else None, progress=bar, log=log, fast=True)
     finally:
         if bar is not None:
             bar.close()
@@ -409,9 +409,10 @@ def train_seq2seq(*, kind="encdec", config=None, settings=None, n_test=None, out
     def evaluate(p):
         return evaluate_seq2seq(p, kind, config, test_data)
     try:
-        params, opt_state, history = train_loop(
+        params, opt_state, history, _ = run_loop(
             params, loss_and_grads, settings, opt_state=opt_state, history=history,
-            evaluate=evaluate, save=save if out is not None else None, progress=bar, log=log)
+            evaluate=evaluate, save=save if out is not None else None, progress=bar, log=log,
+            fast=True)
     finally:
         if bar is not None:
             bar.close()

@@ -6,6 +6,7 @@ attention takes.
     numpytfmr bench --quick                  # a tiny model: checks that everything runs
     numpytfmr bench --threads 2 --profile    # two threads each; cProfile of the training step
     numpytfmr bench --scaling                # only: the step's time and memory against its size
+    numpytfmr bench --grading-class 200      # only: grade a class of 200 in the sandbox
 
 Measures, in one run (see ``numpytfmr/run/bench.py`` for how): the GPT training step -- on the
 fast path (``numpytfmr.fast``, what ``train`` runs) and with the reference code -- against
@@ -16,8 +17,8 @@ and linear attention at n = 1024, 4096, 8192.
 """
 import sys
 
-from numpytfmr.run.cli import positive_int
-from numpytfmr.run.options import add_summary, add_threads
+from numpytfmr.run.cli import UsageError, positive_int
+from numpytfmr.run.options import add_quiet, add_summary, add_threads, command_parser
 
 # (label, summary key, target, "<=" or ">=", how to print the value, threads it applies
 # to: None = any)
@@ -219,6 +220,11 @@ def cmd_bench(args):
     from numpytfmr.shared import fileio
     from numpytfmr.run.progress import Progress
 
+    if args.grading_class:
+        return _grading_class(args)
+    for flag, value in (("--jobs", args.jobs), ("--isolation", args.isolation)):
+        if value is not None:
+            raise UsageError(f"{flag} applies to --grading-class only")
     quick = args.quick
     repeat = args.repeat or (2 if quick else 8)
     n_attention = len(args.attention_n or (bench.QUICK_ATTENTION_N if quick
@@ -250,14 +256,38 @@ def cmd_bench(args):
     return 0
 
 
+# the flags of the step, decoding and attention benchmarks, with their defaults
+_NOT_FOR_GRADING = (("--quick", "quick", False), ("--threads", "threads", 1),
+                    ("--clock", "clock", "auto"), ("--skip-torch", "skip_torch", False),
+                    ("--attention-n", "attention_n", None), ("--block-size", "block_size", 128),
+                    ("--window", "window", 256), ("--repeat", "repeat", None),
+                    ("--profile", "profile", False), ("--keep-freed-memory", "keep_freed_memory", False),
+                    ("--blas-coretype", "blas_coretype", "auto"), ("--scaling", "scaling", False))
+
+
+def _grading_class(args):
+    from numpytfmr.run import bench_grading
+    from numpytfmr.shared import fileio
+
+    for flag, name, default in _NOT_FOR_GRADING:
+        if getattr(args, name) != default:
+            raise UsageError(f"{flag} does not apply to --grading-class (it measures the grader "
+                             "alone)")
+
+    def show(line):
+        if not args.quiet:
+            print("  grade: " + line, flush=True)
+    figures = bench_grading.run_grading_class(args.grading_class, jobs=args.jobs or 2,
+                                              isolation=args.isolation or "bubblewrap",
+                                              on_line=show)
+    print("\n".join(bench_grading.report_lines(figures)))
+    if args.summary:
+        fileio.write_summary(args.summary, figures)
+    return 0
+
+
 def add_command(sub):
-    p = sub.add_parser(
-        "bench", help="time the training step (vs PyTorch), decoding and attention",
-        description="Measure in one run: the GPT training step against the same model in "
-        "PyTorch eager mode, its matmul FLOP/s against NumPy's A @ B, decoding 512 tokens with "
-        "and without the KV cache and against Hugging Face transformers' GPT-2, and time and "
-        "peak memory of standard, flash, sliding-window and linear attention. Takes a few "
-        "minutes. With --scaling: only the training step's time and memory against its size.")
+    p = command_parser(sub, "bench")
     add_summary(p, help="write every figure as one JSON object to FILE")
     p.add_argument("--quick", action="store_true",
                    help="a tiny model and small n: checks that everything runs (seconds)")
@@ -291,5 +321,15 @@ def add_command(sub):
                    help="instead of the rest: time the fast training step as d_model, n_layers, "
                    "seq_len and batch grow, with the log-log slopes beside the FLOP and memory "
                    "counts of cost.train_step_cost (under a minute)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--grading-class", type=positive_int, metavar="N",
+                   help="instead of the rest: build a class of N ten-pair submissions from the "
+                   "reference's code, a quarter with a planted bug, and grade it with numpytfmr "
+                   "grade (--jobs, --isolation) as a subprocess; reports its wall time, CPU time "
+                   "and sandbox start-up per submission from grade's own --summary")
+    p.add_argument("--jobs", type=positive_int, metavar="J",
+                   help="with --grading-class: the grade command's --jobs (default 2)")
+    p.add_argument("--isolation", choices=("bubblewrap", "user", "none"),
+                   help="with --grading-class: the grade command's --isolation (default "
+                   "bubblewrap)")
+    add_quiet(p)
     p.set_defaults(func=cmd_bench)

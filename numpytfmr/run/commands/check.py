@@ -9,6 +9,7 @@ call it. It lives here, above both the gradient checker and the registry: the ch
 import time
 
 from numpytfmr.run.cli import UsageError, nonnegative_int, one_line
+from numpytfmr.run.options import command_parser
 
 __all__ = ["add_command", "check_op", "cmd_check"]
 
@@ -38,7 +39,7 @@ def check_op(spec, *, seed=0, mode=None):
 
 
 def add_command(sub):
-    p = sub.add_parser("check", help="gradient-check every registered op against finite differences")
+    p = command_parser(sub, "check")
     p.add_argument("--op", action="append", metavar="NAME",
                    help="check only this op (repeatable); default: every registered op")
     p.add_argument("--mode", choices=("full", "directional"), default=None,

@@ -13,16 +13,11 @@ figures. The builder lives in ``numpytfmr.site``; its libraries are the ``docs``
 import os
 import sys
 
-from numpytfmr.run.options import add_force
+from numpytfmr.run.options import add_force, command_parser
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "docs", help="build the reader: an offline HTML site, each equation beside its code",
-        description="Build a static HTML site that sets every op's equations (rendered as "
-                    "MathML) beside its forward and backward source, with the notes' chapters, "
-                    "the errata, the API reference and docs/contract.md. Needs no network to "
-                    "build or to view; open DIR/index.html in a browser.")
+    p = command_parser(sub, "docs")
     p.add_argument("-o", "--output", default="site", metavar="DIR",
                    help="the folder to write the site into (default: site); an existing folder "
                         "must be empty or hold an earlier site")

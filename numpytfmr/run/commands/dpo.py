@@ -39,12 +39,12 @@ import time
 
 from numpytfmr.run import tune_text
 from numpytfmr.run.adapters import (adapter_command, adapter_settings, budget_note,
-                                    save_adapted, snapshot, start_adapter_run, timed,
+                                    save_adapted, snapshot, timed,
                                     train_adapters, unchanged)
 from numpytfmr.run.cli import nonnegative_float, positive_float, positive_int
-from numpytfmr.run.options import (add_adapter_options, add_adapter_run_options,
-                                   add_base_options, add_data_options, check_base_kind)
-from numpytfmr.run.outputs import finish, out_dir
+from numpytfmr.run.options import (add_adapter_options, add_adapter_run_options, add_base_options,
+                                   add_data_options, command_parser)
+from numpytfmr.run.outputs import finish
 
 DPO_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wv", "steps": 200, "lr": 1e-3,
                 "batch_size": 64, "warmup_steps": 10, "eval_every": 50}
@@ -123,8 +123,8 @@ def _logprobs(params, adapters, ids, mask, *, config, alpha, batch=512):
                            for i in range(0, ids.shape[0], batch)])
 
 
-@adapter_command
-def cmd_dpo(args):
+@adapter_command("dpo", tune_text.dpo_text)
+def cmd_dpo(args, targets, start, base):
     import numpy as np
 
     from numpytfmr.run.data import make_preference_pairs
@@ -134,10 +134,6 @@ def cmd_dpo(args):
     from numpytfmr.run.loop import STREAM_DATA, STREAM_INIT, STREAM_TEST, step_rng
     from numpytfmr.run.tasks import task_record
 
-    where = "dpo"
-    targets, start, base = start_adapter_run(args, where)
-    if check_base_kind(args, base, where):
-        return tune_text.dpo_text(args, targets, start, base)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     prefer, max_len = args.prefer, base["max_len"]
     min_len = max(2, base["min_len"])          # one digit has no order to prefer
@@ -160,7 +156,7 @@ def cmd_dpo(args):
         sample_stats = {}
     n_pairs = pairs["chosen_ids"].shape[0]
     if n_pairs == 0:
-        raise ValueError(f"{where}: no preference pairs: every sampled completion of every prompt "
+        raise ValueError("dpo: no preference pairs: every sampled completion of every prompt "
                          "had the same label; use --samples larger or --pairs synthetic")
     # the reference log-probs never change: computed once
     ref_c = _logprobs(params, None, pairs["chosen_ids"], pairs["chosen_mask"], config=config,
@@ -212,14 +208,10 @@ def cmd_dpo(args):
     kl = completion_kl(params, adapters, rates_after["seqs"], rates_after["mask"], config=config,
                        alpha=alpha)
 
-    out = out_dir(args)
-    checkpoint = None
-    if out is not None:
-        checkpoint = save_adapted(out, base, merged, adapters, {
-            "task": task_record(prefer, min_len, max_len, args.n_test),
-            "lora": {"rank": args.rank, "alpha": alpha, "targets": list(targets),
-                     "base_checkpoint": base["checkpoint"], "base_task": base["task"]},
-            "dpo": {"beta": beta, "nll_weight": args.nll_weight, "pairs": args.pairs}})
+    checkpoint = save_adapted(args, base, merged, adapters, targets,
+                              task_record(prefer, min_len, max_len, args.n_test),
+                              dpo={"beta": beta, "nll_weight": args.nll_weight,
+                                   "pairs": args.pairs})
     seconds = time.perf_counter() - start
     summary = {
         "command": "dpo", "prefer": prefer, "base_task": base["task"],
@@ -263,17 +255,7 @@ def cmd_dpo(args):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "dpo", help="DPO: tune a model of text on your preference pairs (--data), or make a "
-        "sort-either task model prefer ascending answers",
-        description="Direct Preference Optimization (003 §9.2), against the frozen start model "
-        "as reference. On a model of text (--checkpoint of pretrain, lora or dpo) with --data "
-        "FILE.jsonl of {\"prompt\", \"chosen\", \"rejected\"} rows (TRL's preference format): "
-        "LoRA adapters, or every weight with --full; held-out TRL rewards before and after. "
-        "Without --data, on the built-in task: a sort-either model (trained here, or "
-        "--checkpoint of train) learns to prefer ascending answers from pairs built from its "
-        "own samples; reports the preferred rate, preference accuracy, reward margin and KL "
-        "divergence from the reference.")
+    p = command_parser(sub, "dpo")
     add_base_options(p, task="sort_either", steps=1000)
     g = p.add_argument_group("preferences of the built-in task (without --data)")
     g.add_argument("--prefer", choices=tuple(OPPOSITE),

@@ -8,13 +8,11 @@ print nothing to compare). The examples themselves live in ``numpytfmr.run.examp
 import time
 
 from numpytfmr.run.cli import UsageError
+from numpytfmr.run.options import command_parser
 
 
 def add_command(sub):
-    p = sub.add_parser("examples", help="recompute the notes' worked examples beside the printed values",
-                       description="Recompute each numeric worked example of the notes with numpytfmr and "
-                                   "print the computed values beside the values the notes print; rows "
-                                   "where the notes are wrong are marked WRONG with a footnote.")
+    p = command_parser(sub, "examples")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="examples to run (default: all; see --list)")
     p.add_argument("--list", action="store_true", help="list the examples with their sections and exit")

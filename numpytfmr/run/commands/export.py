@@ -11,19 +11,15 @@ same ids), tokenizer.json for the character and word tokenizers of the tasks. Th
 character tokenizer of ``pretrain --tokenizer char`` has no transformers form: the model
 is written without it, and the command says so.
 """
-import os
 import warnings
 
-from numpytfmr.run.cli import UsageError, checkpoint_path, output_dir
-from numpytfmr.run.options import add_force
+from numpytfmr.run.cli import UsageError, checkpoint_path, from_flag, output_dir
+from numpytfmr.run.options import add_force, command_parser
+from numpytfmr.run.outputs import refuse_overwrite
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "export", help="write a trained GPT as a Hugging Face folder (transformers loads it)",
-        description="Write the GPT of a run (pretrain, train, lora, dpo) as a folder that "
-        "transformers' AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained "
-        "load, with the same logits and the same token ids.")
+    p = command_parser(sub, "export")
     p.add_argument("--checkpoint", required=True, type=checkpoint_path, metavar="RUN",
                    help="the run folder (or its checkpoint.json)")
     p.add_argument("-o", "--output", required=True, type=output_dir, metavar="DIR",
@@ -41,13 +37,9 @@ def cmd_export(args):
     from numpytfmr.run.hf import save_hf_checkpoint
     if args.output == "none":
         raise UsageError("--output none: export writes a folder; name one")
-    if os.path.isdir(args.output) and os.listdir(args.output) and not args.force:
-        raise UsageError(f"--output {args.output} already holds files; pass --force to replace "
-                         "it, or name another folder")
-    try:
-        params, config, tokenizer = load_run(args.checkpoint)
-    except ValueError as exc:
-        raise UsageError(f"--checkpoint: {exc}") from None
+    refuse_overwrite("--output", args.output, args.force, folder=True,
+                     instead=", or name another folder")
+    params, config, tokenizer = from_flag("--checkpoint", load_run, args.checkpoint)
     dtype = None if args.dtype is None else np.dtype(args.dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")           # the notes below say it in one line each

@@ -20,8 +20,9 @@ with a warning on stderr (the answer of a model that never saw 9 digits is a gue
 import argparse
 import sys
 
-from numpytfmr.run.cli import UsageError, checkpoint_path, nonnegative_float, nonnegative_int, \
-    positive_float, positive_int
+from numpytfmr.run.cli import (UsageError, checkpoint_path, from_flag, nonnegative_float,
+                               nonnegative_int, positive_float, positive_int)
+from numpytfmr.run.options import command_parser
 
 
 def cmd_generate(args):
@@ -129,10 +130,7 @@ def _generate_text(args):
     if args.raw:
         raise UsageError("--raw: the checkpoint holds a model of plain text (numpytfmr "
                          "pretrain), whose prompts have no special tokens")
-    try:
-        ck = load_text_model(args.checkpoint)
-    except ValueError as exc:
-        raise UsageError(f"--checkpoint: {exc}") from None
+    ck = from_flag("--checkpoint", load_text_model, args.checkpoint)
     config, tok = ck["model_config"], ck["tokenizer"]
     n_prompt = len(encode_text(tok, args.prompt))
     if n_prompt == 0:
@@ -166,10 +164,7 @@ def _generate(args):
     if args.top_p is not None:
         raise UsageError("--top-p applies to checkpoints of numpytfmr pretrain (models of "
                          "text); task checkpoints sample with --temperature and --top-k")
-    try:
-        ck = load_model(args.checkpoint)
-    except ValueError as exc:
-        raise UsageError(f"--checkpoint: {exc}") from None
+    ck = from_flag("--checkpoint", load_model, args.checkpoint)
     if ck["kind"] == "gpt":
         _check_gpt_prompt(ck, args)
         greedy = args.temperature == 0 or args.top_k == 1
@@ -203,11 +198,7 @@ def _top_p(text):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "generate", help="complete a prompt with a trained checkpoint",
-        description="Complete a prompt with a checkpoint of 'numpytfmr train', decoding until "
-        "<eos>; continue a text with one of 'numpytfmr pretrain'; or translate a sentence with "
-        "one of 'numpytfmr train-seq2seq'.")
+    p = command_parser(sub, "generate")
     p.add_argument("--checkpoint", default="runs/gpt", type=checkpoint_path, metavar="PATH",
                    help="checkpoint directory or its checkpoint.json (default runs/gpt)")
     p.add_argument("--prompt", required=True, metavar="TEXT",

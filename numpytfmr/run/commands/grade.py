@@ -23,7 +23,7 @@ import sys
 import time
 
 from numpytfmr.run.cli import UsageError, nonnegative_int, output_file, positive_float, positive_int
-from numpytfmr.run.options import add_force, add_summary
+from numpytfmr.run.options import add_force, add_summary, command_parser
 
 MIN_MEMORY_MB = 256
 
@@ -187,13 +187,13 @@ def cmd_grade(args):
         if value:
             raise UsageError(f"{flag} applies to a whole class: give --csv FILE too")
     from numpytfmr.grading import grade
-    from numpytfmr.grading.classroom import children_cpu, submission_notes
+    from numpytfmr.grading.classroom import cpu_mark, grading_cpu, submission_notes
     from numpytfmr.grading.sandbox import submission_user
 
     start = time.monotonic()
     plan = _plan(args)
     isolation = _isolation(args, plan.protect, allow_none=args.config is None)
-    cpu = children_cpu()
+    mark = cpu_mark()
     _warn_exposed(isolation, plan)
     chosen, notes = submission_notes(target, plan)
     with submission_user(isolation):
@@ -209,7 +209,9 @@ def cmd_grade(args):
                                      "score": report.score, "max_score": report.max_score,
                                      "passed": report.passed, "isolation": report.isolation,
                                      "sandbox_start_seconds": round(report.start_seconds, 3),
-                                     "cpu_seconds": round(children_cpu() - cpu, 3),
+                                     "cpu_seconds": round(report.cpu_seconds + grading_cpu(mark), 3),
+                                     "sandbox_cpu_seconds": round(report.cpu_seconds, 3),
+                                     "grader_cpu_seconds": round(grading_cpu(mark), 3),
                                      "processes": report.processes})
     return 0 if report.passed else 1
 
@@ -261,9 +263,11 @@ def _grade_class(args, target):
     print(f"{len(result.rows)} submissions in {result.seconds:.1f} s ({result.graded} graded now, "
           f"{result.reused} unchanged since the last run; {result.jobs} jobs)")
     print(f"isolation: {isolation.description}; per submission: "
-          f"{result.per_submission('seconds'):.2f} s wall time, "
-          f"{result.per_submission('cpu_seconds'):.2f} s CPU time, of which starting the isolated "
-          f"processes took {result.start_seconds_per_submission:.2f} s")
+          f"{result.per_submission('seconds'):.2f} s wall time, of which starting the isolated "
+          f"processes took {result.start_seconds_per_submission:.2f} s; "
+          f"{result.per_submission('cpu_seconds'):.2f} s CPU time: "
+          f"{result.per_submission('sandbox_cpu_seconds'):.2f} s its processes', "
+          f"{result.per_submission('grader_cpu_seconds'):.2f} s the grading's")
     print(distribution_table(result.distribution, result.max_score))
     print(f"grades: {result.csv}\nresults: {result.results}{os.sep}<student>{os.sep}results.json "
           "and report.txt")
@@ -398,15 +402,7 @@ def _similarity(submissions, plan):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "grade", help="grade a homework submission (.py or .ipynb), or a whole class, against the "
-                      "reference",
-        description="Run the functions a submission defines in a separate, limited, sandboxed "
-                    "process and compare them with the reference on the op registry's cases: "
-                    "forward outputs, every gradient, and the backward against finite differences "
-                    "of the submission's own forward. With --csv, grade every submission in a "
-                    "folder (or matching a glob) in parallel, and write one CSV row per student "
-                    "and a results.json per student.")
+    p = command_parser(sub, "grade")
     p.add_argument("submission", metavar="SUBMISSION", nargs="?",
                    help="a .py file, a .ipynb notebook, or a folder holding one; with --csv, a "
                         "folder of submissions (files or one folder per student) or a glob "

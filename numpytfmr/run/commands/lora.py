@@ -26,11 +26,11 @@ import time
 
 from numpytfmr.run import tune_text
 from numpytfmr.run.adapters import (adapter_command, adapter_settings, budget_note,
-                                    save_adapted, snapshot, start_adapter_run, timed,
+                                    save_adapted, snapshot, timed,
                                     train_adapters, unchanged)
 from numpytfmr.run.cli import UsageError
 from numpytfmr.run.options import (BASE_DEFAULTS, add_adapter_options, add_adapter_run_options,
-                                   add_base_options, add_data_options, check_base_kind)
+                                   add_base_options, add_data_options, command_parser)
 from numpytfmr.run.outputs import finish, out_dir
 
 RELATED_TASKS = {"sort": "sort_desc", "sort_desc": "sort", "reverse": "rotate",
@@ -47,8 +47,22 @@ LORA_DEFAULTS = {"rank": 4, "alpha": 8.0, "targets": "Wq,Wk,Wv,Wo", "steps": 120
 # numpytfmr lora
 # ---------------------------------------------------------------------------------------
 
-@adapter_command
-def cmd_lora(args):
+def add_command(sub):
+    from numpytfmr.run.data import TASKS
+    p = command_parser(sub, "lora")
+    add_base_options(p, task="sort", steps=BASE_DEFAULTS["steps"])
+    g = p.add_argument_group("target")
+    g.add_argument("--task", choices=[t for t in TASKS if t not in ("sort_either", "dyck")],
+                   default=None, help="target task (default: related to the base's task: "
+                   "sort <-> sort_desc, reverse <-> rotate)")
+    add_data_options(p, "lora")
+    add_adapter_options(p, LORA_DEFAULTS)
+    add_adapter_run_options(p, "runs/lora")
+    p.set_defaults(func=cmd_lora)
+
+
+@adapter_command("lora", tune_text.lora_text)
+def cmd_lora(args, targets, start, base):
     import numpy as np
 
     from numpytfmr.run.data import make_task
@@ -58,10 +72,6 @@ def cmd_lora(args):
     from numpytfmr.run.loop import STREAM_INIT, STREAM_TEST, step_rng
     from numpytfmr.run.tasks import IGNORE, evaluate_gpt, gpt_task_data, task_record
 
-    where = "lora"
-    targets, start, base = start_adapter_run(args, where)
-    if check_base_kind(args, base, where):
-        return tune_text.lora_text(args, targets, start, base)
     params, config, tok = base["params"], base["config"], base["tokenizer"]
     task = args.task or RELATED_TASKS.get(base["task"])
     if task is None:
@@ -111,14 +121,10 @@ def cmd_lora(args):
     exact = history["evals"][-1]["exact_match"]
     restored = unmerge_lora(merged, adapters, alpha=alpha)
     unmerge_error = max(float(np.max(np.abs(restored[k] - params[k]))) for k in params)
-    out = out_dir(args)
-    checkpoint = None
-    if out is not None:
-        checkpoint = save_adapted(out, base, merged, adapters, {
-            "task": task_record(task, min_len, max_len, args.n_test),
-            "lora": {"rank": args.rank, "alpha": alpha, "targets": list(targets),
-                     "base_checkpoint": base["checkpoint"], "base_task": base["task"]}})
-        merged = load_model(out, kind="gpt")["params"]     # score what was saved
+    checkpoint = save_adapted(args, base, merged, adapters, targets,
+                              task_record(task, min_len, max_len, args.n_test))
+    if checkpoint is not None:
+        merged = load_model(out_dir(args), kind="gpt")["params"]     # score what was saved
     merged_exact = evaluate_gpt(merged, config, test)["exact_match"]
     base_task_after = adapted_base_task = None
     if base_test is not None:
@@ -154,26 +160,3 @@ def cmd_lora(args):
         lines.append(f"merged model: {checkpoint} (exact match {100 * merged_exact:.1f}%)")
     finish(args, summary, lines)
     return 0
-
-
-def add_command(sub):
-    from numpytfmr.run.data import TASKS
-    p = sub.add_parser(
-        "lora", help="LoRA: tune a model of text on your text (--text) or prompt/completion "
-        "rows (--data), or adapt a task model to a related task",
-        description="Freeze a trained GPT and train low-rank adapters W' = W + (alpha/r) A B on "
-        "chosen projections, then save the merged model. On a model of text (--checkpoint of "
-        "pretrain, lora or dpo): continued language modelling of --text FILE, or --data "
-        "FILE.jsonl of {\"prompt\", \"completion\"} rows (TRL's prompt-completion format, "
-        "the loss on the completions); held-out bits per byte before and after. Without "
-        "them, on the built-in tasks: a task model (trained here, or --checkpoint of train) "
-        "learns a related task (sort -> sort_desc); held-out exact match.")
-    add_base_options(p, task="sort", steps=BASE_DEFAULTS["steps"])
-    g = p.add_argument_group("target")
-    g.add_argument("--task", choices=[t for t in TASKS if t not in ("sort_either", "dyck")],
-                   default=None, help="target task (default: related to the base's task: "
-                   "sort <-> sort_desc, reverse <-> rotate)")
-    add_data_options(p, "lora")
-    add_adapter_options(p, LORA_DEFAULTS)
-    add_adapter_run_options(p, "runs/lora")
-    p.set_defaults(func=cmd_lora)

@@ -1,7 +1,7 @@
 """``numpytfmr make-assignment NAMES... -o DIR``: a homework skeleton and its autograder."""
 import os
 
-from numpytfmr.run.options import add_force
+from numpytfmr.run.options import add_force, command_parser
 
 
 def _weights(values):
@@ -97,13 +97,7 @@ def cmd_make_assignment(args):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "make-assignment", help="write a homework skeleton, its notebook and a Gradescope autograder",
-        description="Make a student skeleton from the reference (signatures, and docstrings that "
-                    "say what is required and graded and what is only suggested; bodies replaced "
-                    "by raise NotImplementedError), a notebook version, a grading config and "
-                    "Gradescope's setup.sh/run_autograder. Refuses an existing, non-empty output "
-                    "folder unless --force is given.")
+    p = command_parser(sub, "make-assignment")
     p.add_argument("names", nargs="+", metavar="NAMES",
                    help="ops (softmax, layernorm, attention, ...) or functions (causal_mask, ...)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder to write into")
@@ -112,23 +106,23 @@ def add_command(sub):
     p.add_argument("--hidden-seed", type=int, default=None,
                    help="seed of the hidden cases (default: a random one, stored in grading.json; "
                         "with --force, the one of the existing grading.json)")
-    p.add_argument("--weight", action="append", metavar="NAME=POINTS",
-                   help="points of one name (repeatable; default 10 each): an op (its forward "
-                        "gets 40%%, its backward 60%%), one function of a pair "
-                        "(softmax_backward=8), or a helper")
-    p.add_argument("--hidden", action="append", metavar="NAME:SPEC",
-                   help="which cases of NAME are hidden (graded, shown after the due date; "
-                        "repeatable): auto (default: the last third, the registry's edge cases), "
-                        "none, all, redraw (every case visible, and each again with other values), "
-                        "or case numbers/labels, e.g. attention:3,5")
-    p.add_argument("--drop", action="append", metavar="OP:OPTION[,OPTION...]",
-                   help="leave options out of the assignment, e.g. --drop "
-                        "lora_linear:dropout,rank_stabilized or --drop attention:bias "
-                        "(repeatable): they vanish from the skeleton's signature and docstring, "
-                        "the graded cases that use them are skipped, and grading.json records "
-                        "the choice. Keyword options with a default and trailing inputs that "
-                        "default to None can be dropped; dropping LoRA's dropout drops rng and "
-                        "train with it")
+    for flag, metavar, help in (      # the repeatable choices of what is graded, and how
+            ("--weight", "NAME=POINTS",
+             "points of one name (repeatable; default 10 each): an op (its forward gets 40%%, "
+             "its backward 60%%), one function of a pair (softmax_backward=8), or a helper"),
+            ("--hidden", "NAME:SPEC",
+             "which cases of NAME are hidden (graded, shown after the due date; repeatable): "
+             "auto (default: the last third, the registry's edge cases), none, all, redraw "
+             "(every case visible, and each again with other values), or case numbers/labels, "
+             "e.g. attention:3,5"),
+            ("--drop", "OP:OPTION[,OPTION...]",
+             "leave options out of the assignment, e.g. --drop lora_linear:dropout,"
+             "rank_stabilized or --drop attention:bias (repeatable): they vanish from the "
+             "skeleton's signature and docstring, the graded cases that use them are skipped, "
+             "and grading.json records the choice. Keyword options with a default and trailing "
+             "inputs that default to None can be dropped; dropping LoRA's dropout drops rng and "
+             "train with it")):
+        p.add_argument(flag, action="append", metavar=metavar, help=help)
     add_force(p, "write into an existing, non-empty folder (its skeleton, notebook and "
               "autograder are replaced; the hidden seed of its grading.json is kept)")
     p.add_argument("--new-seed", action="store_true",

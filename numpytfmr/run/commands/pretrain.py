@@ -26,9 +26,10 @@ import os
 
 from numpytfmr.run.cli import (UsageError, checkpoint_path, nonnegative_int, output_file,
                                positive_int)
-from numpytfmr.run.options import (add_minutes, add_training_options, read_text,
-                                   settings_from_args, text_file)
-from numpytfmr.run.outputs import check_out, finish, logger, out_dir, resume_hint
+from numpytfmr.run.options import (add_minutes, add_model_options, add_training_options,
+                                   command_parser, read_text, settings_from_args, text_file)
+from numpytfmr.run.outputs import (check_out, finish, logger, out_dir, refuse_overwrite,
+                                   resume_hint)
 
 SHAPE_FLAGS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "positional", "norm",
                "activation", "context")
@@ -101,9 +102,8 @@ def check_flags(args):
         if shape:
             raise UsageError(f"{shape[0]}: the model comes from --init {args.init} and keeps its "
                              f"shape; drop {shape[0]} (only --dropout may change)")
-    if args.tokenizer_out and os.path.exists(args.tokenizer_out) and not args.force:
-        raise UsageError(f"--tokenizer-out {args.tokenizer_out} already exists; pass --force to "
-                         "replace it, or name another file")
+    if args.tokenizer_out:
+        refuse_overwrite("--tokenizer-out", args.tokenizer_out, args.force)
 
 
 def _tokenizer(args):
@@ -230,21 +230,15 @@ def summary_lines(s):
 def add_command(sub):
     from numpytfmr.run.pretrain import PRETRAIN_DEFAULTS, PRETRAIN_MODEL, PRETRAIN_SETTINGS
     m, d = PRETRAIN_MODEL, PRETRAIN_DEFAULTS
-    p = sub.add_parser(
-        "pretrain", help="train a GPT on real text, against n-gram baselines",
-        description="Pre-train a decoder-only transformer on a text (default: the docstrings of "
-        "the installed Python standard library) or on token files, by next-token prediction, "
-        "and report held-out bits per byte and perplexity beside smoothed unigram, bigram and "
-        "trigram models fitted on the same training text.")
+    p = command_parser(sub, "pretrain")
     g = p.add_argument_group("data")
-    g.add_argument("--text", type=text_file, metavar="FILE",
-                   help="training text, UTF-8 (default: standard-library docstrings)")
-    g.add_argument("--val-text", type=text_file, metavar="FILE",
-                   help="held-out text (default: the last tenth of --text)")
-    g.add_argument("--tokens", type=text_file, metavar="FILE",
-                   help="training tokens: a token file of 'numpytfmr tokenize' (instead of --text)")
-    g.add_argument("--val-tokens", type=text_file, metavar="FILE",
-                   help="held-out tokens (default: the last tenth of --tokens)")
+    for flag, help in (
+            ("--text", "training text, UTF-8 (default: standard-library docstrings)"),
+            ("--val-text", "held-out text (default: the last tenth of --text)"),
+            ("--tokens", "training tokens: a token file of 'numpytfmr tokenize' "
+                         "(instead of --text)"),
+            ("--val-tokens", "held-out tokens (default: the last tenth of --tokens)")):
+        g.add_argument(flag, type=text_file, metavar="FILE", help=help)
     g.add_argument("--tokenizer", type=tokenizer_arg, default=None, metavar="KIND|FILE",
                    help="bpe, byte or char: learnt on --text (default bpe); or a tokenizer "
                    "file (--tokenizer-out of a run, a run's tokenizer.json); with --tokens or "
@@ -260,21 +254,7 @@ def add_command(sub):
                    "dpo): continued pretraining on new text; its shape and tokenizer are kept")
     g.add_argument("--context", type=positive_int, metavar="T",
                    help=f"context length: tokens per training window (default {d['context']})")
-    g.add_argument("--d-model", type=positive_int, metavar="N",
-                   help=f"width (default {m['d_model']})")
-    g.add_argument("--n-layers", type=positive_int, metavar="N",
-                   help=f"decoder blocks (default {m['n_layers']})")
-    g.add_argument("--n-heads", type=positive_int, metavar="N",
-                   help=f"attention heads (default {m['n_heads']})")
-    g.add_argument("--n-kv-heads", type=positive_int, metavar="N",
-                   help="key/value heads: GQA, 1 = MQA (default: n-heads)")
-    g.add_argument("--d-ff", type=positive_int, metavar="N", help="FFN width (default 4 d-model)")
-    g.add_argument("--positional", choices=("learned", "sinusoidal", "rope"),
-                   help=f"position representation (default {m['positional']})")
-    g.add_argument("--norm", choices=("pre", "post"),
-                   help=f"pre- or post-norm (default {m['norm']})")
-    g.add_argument("--activation", choices=("relu", "gelu", "gelu_tanh"),
-                   help=f"FFN activation (default {m['activation']})")
+    add_model_options(g, m)
     g.add_argument("--dropout", type=dropout_rate, metavar="P",
                    help=f"dropout rate on the embeddings and every sublayer output in training "
                    f"(default {m['dropout']:g})")

@@ -17,7 +17,8 @@ import os
 import time
 
 from numpytfmr.run.cli import UsageError, output_file, positive_int
-from numpytfmr.run.options import add_force
+from numpytfmr.run.options import add_force, add_quiet, command_parser
+from numpytfmr.run.outputs import refuse_overwrite
 
 
 def text_file(text):
@@ -49,11 +50,7 @@ def tokenizer_spec(text):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "tokenize", help="turn a text file into a token file for pre-training",
-        description="Stream a UTF-8 text file, line by line, through a tokenizer into a token "
-                    "file (a small header, then uint16 or uint32 ids) that "
-                    "numpytfmr.run.batches.open_tokens maps into memory.")
+    p = command_parser(sub, "tokenize")
     p.add_argument("--text", required=True, type=text_file, metavar="FILE",
                    help="the UTF-8 text file to tokenize")
     p.add_argument("--tokenizer", required=True, type=tokenizer_spec, metavar="T",
@@ -69,7 +66,7 @@ def add_command(sub):
     p.add_argument("-o", "--output", required=True, type=output_file, metavar="FILE",
                    help="the token file to write")
     add_force(p, "replace --output if it exists")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(p)
     p.set_defaults(func=cmd_tokenize)
 
 
@@ -114,8 +111,7 @@ def cmd_tokenize(args):
     from numpytfmr.run.tokenizers import load_tokenizer
     from numpytfmr.run.progress import Progress
 
-    if os.path.exists(args.output) and not args.force:
-        raise UsageError(f"--output {args.output} already exists; pass --force to replace it")
+    refuse_overwrite("--output", args.output, args.force, instead="")
     learn = args.tokenizer == "bpe"
     if learn and not args.tokenizer_out:
         raise UsageError("--tokenizer bpe learns a tokenizer on --text; name its file with "
@@ -124,10 +120,8 @@ def cmd_tokenize(args):
         flag = "--tokenizer-out" if args.tokenizer_out else "--vocab-size"
         raise UsageError(f"{flag} goes with --tokenizer bpe (a tokenizer learnt here); "
                          f"--tokenizer {args.tokenizer} is given as it is")
-    if learn and os.path.exists(args.tokenizer_out) and not args.force:
-        raise UsageError(f"--tokenizer-out {args.tokenizer_out} already exists; pass --force to "
-                         "replace it")
     if learn:
+        refuse_overwrite("--tokenizer-out", args.tokenizer_out, args.force, instead="")
         tokenizer = _learn(args)
     else:
         try:

@@ -12,9 +12,9 @@ already holds files, ``train`` starts only with ``--resume`` (continue that run)
 ``--force`` (replace it).
 """
 from numpytfmr.run.cli import UsageError, positive_int
-from numpytfmr.run.options import (TRAIN_DEFAULTS, add_training_options, model_config,
-                                   settings_from_args)
-from numpytfmr.run.outputs import check_out, finish, logger, out_dir, resume_hint
+from numpytfmr.run.options import (TRAIN_DEFAULTS, add_model_options, add_training_options,
+                                   command_parser, model_config, settings_from_args)
+from numpytfmr.run.outputs import check_out, finish, logger, out_dir, resume_hint, task_lines
 
 # Defaults shown in --help (the training's, TRAIN_DEFAULTS, are in run/options.py); the
 # option values stay None unless given, so that --resume can tell an option the user asked
@@ -57,23 +57,14 @@ def _train(args):
                                     min_len=args.min_prompt_len, max_len=args.max_prompt_len,
                                     n_test=args.n_test, out=out, progress=not args.quiet,
                                     log=logger(args))
-    lines = [f"{summary['task']}: exact match {100 * summary['exact_match']:.1f}% on "
-             f"{summary['n_test']} held-out prompts after {summary['steps']} steps "
-             f"(train loss {summary['loss']:.4f}, "
-             f"{summary['seconds']:.0f} s, {summary['tokens_per_second']:,.0f} tokens/s)"]
-    if out is not None:
-        lines.append(f"checkpoint: {summary['checkpoint']}")
-    finish(args, summary, lines, title=f"numpytfmr train: {summary['task']}")
+    finish(args, summary, task_lines(summary["task"], summary, "prompts"),
+           title=f"numpytfmr train: {summary['task']}")
     return 0
 
 
 def add_command(sub):
     from numpytfmr.run.data import TASKS
-    p = sub.add_parser(
-        "train", help="train a small GPT on a built-in task (default: sort digits)",
-        description="Train a decoder-only transformer on a built-in character task "
-        "('<bos> prompt <sep> answer <eos>', loss on the answer), evaluate it by greedy "
-        "generation with the KV cache on held-out prompts, and save a checkpoint.")
+    p = command_parser(sub, "train")
     g = p.add_argument_group("task")
     g.add_argument("--task", choices=[t for t in TASKS], default=None,
                    help="the task (default sort)")
@@ -84,16 +75,6 @@ def add_command(sub):
     g.add_argument("--n-test", type=positive_int, metavar="N",
                    help="held-out prompts for the exact match (default 500)")
     g = p.add_argument_group("model")
-    g.add_argument("--d-model", type=positive_int, metavar="N", help="width (default 64)")
-    g.add_argument("--n-layers", type=positive_int, metavar="N", help="decoder blocks (default 2)")
-    g.add_argument("--n-heads", type=positive_int, metavar="N", help="attention heads (default 4)")
-    g.add_argument("--n-kv-heads", type=positive_int, metavar="N", help="key/value heads: GQA, "
-                   "1 = MQA (default: n-heads)")
-    g.add_argument("--d-ff", type=positive_int, metavar="N", help="FFN width (default 4 d-model)")
-    g.add_argument("--positional", choices=("learned", "sinusoidal", "rope"),
-                   help="position representation (default learned)")
-    g.add_argument("--norm", choices=("pre", "post"), help="pre- or post-norm (default pre)")
-    g.add_argument("--activation", choices=("relu", "gelu", "gelu_tanh"),
-                   help="FFN activation (default relu)")
+    add_model_options(g, GPT_DEFAULTS)
     add_training_options(p, TRAIN_DEFAULTS, out="runs/gpt")
     p.set_defaults(func=cmd_train)

@@ -14,9 +14,9 @@ directory that already holds a run is continued with ``--resume`` or replaced wi
 import argparse
 
 from numpytfmr.run.cli import UsageError, positive_int
-from numpytfmr.run.options import (TRAIN_DEFAULTS, add_training_options, model_config,
-                                   settings_from_args)
-from numpytfmr.run.outputs import check_out, finish, logger, out_dir, resume_hint
+from numpytfmr.run.options import (TRAIN_DEFAULTS, add_model_options, add_training_options,
+                                   command_parser, model_config, settings_from_args)
+from numpytfmr.run.outputs import check_out, finish, logger, out_dir, resume_hint, task_lines
 
 SEQ2SEQ_TRAIN_DEFAULTS = dict(TRAIN_DEFAULTS, steps=500, eval_every=100)
 MODELS = {"transformer": "encdec", "rnn": "rnn"}
@@ -96,12 +96,7 @@ def _train_seq2seq(args):
                                                 n_test=args.n_test, out=out,
                                                 progress=not args.quiet, log=logger(args))
     name = "transformer" if kind == "encdec" else "rnn (GRU + Bahdanau attention)"
-    lines = [f"{name}: exact match {100 * summary['exact_match']:.1f}% on "
-             f"{summary['n_test']} held-out sentences "
-             f"after {summary['steps']} steps (train loss {summary['loss']:.4f}, "
-             f"{summary['seconds']:.0f} s, {summary['tokens_per_second']:,.0f} tokens/s)"]
-    if out is not None:
-        lines.append(f"checkpoint: {summary['checkpoint']}")
+    lines = task_lines(name, summary, "sentences")
     words, source, weights = translate(params, kind, config, src_tok, tgt_tok, args.sentence)
     where = ("cross-attention of the last decoder layer, mean over heads" if kind == "encdec"
              else "Bahdanau attention weights")
@@ -114,12 +109,7 @@ def _train_seq2seq(args):
 
 
 def add_command(sub):
-    p = sub.add_parser(
-        "train-seq2seq", help="train an encoder-decoder on toy English -> French translation",
-        description="Train the encoder-decoder transformer (or the recurrent model with "
-        "Bahdanau attention) on a small English -> French grammar, evaluate it by greedy "
-        "decoding on held-out sentences, and print the attention alignment of one "
-        "translation, rows = target words, columns = source words.")
+    p = command_parser(sub, "train-seq2seq")
     p.add_argument("--model", choices=tuple(MODELS), default=None,
                    help="transformer (default) or rnn (GRU encoder-decoder with Bahdanau "
                    "attention)")
@@ -128,13 +118,8 @@ def add_command(sub):
     p.add_argument("--n-test", type=positive_int, metavar="N",
                    help="held-out sentences for the exact match (default 400)")
     g = p.add_argument_group("transformer")
-    g.add_argument("--d-model", type=positive_int, metavar="N", help="width (default 64)")
-    g.add_argument("--n-layers", type=positive_int, metavar="N",
-                   help="encoder and decoder blocks, each (default 2)")
-    g.add_argument("--n-heads", type=positive_int, metavar="N", help="attention heads (default 4)")
-    g.add_argument("--positional", choices=("learned", "sinusoidal", "rope"),
-                   help="position representation (default learned)")
-    g.add_argument("--norm", choices=("pre", "post"), help="pre- or post-norm (default pre)")
+    add_model_options(g, {"d_model": 64, "n_layers": 2, "n_heads": 4, "positional": "learned",
+                          "norm": "pre"}, layers="encoder and decoder blocks, each")
     g = p.add_argument_group("rnn")
     g.add_argument("--d-hidden", type=positive_int, metavar="N", help="GRU state size (default 64)")
     g.add_argument("--d-emb", type=positive_int, metavar="N",
