@@ -74,7 +74,7 @@ def test_the_student_folder_holds_no_reference_code_and_no_hidden_case(assignmen
     out, paths = assignment
     student = pathlib.Path(paths["student"])
     assert sorted(p.name for p in student.iterdir()) == ["check.py", "check_data.json", "check_data.npz",
-                                                         "homework.ipynb", "homework.py"]
+                                                         "homework.ipynb", "homework.py", "judge.py"]
     texts = {p.name: p.read_text(errors="replace") for p in student.iterdir() if p.suffix != ".npz"}
     # no line of a reference body, and nothing of numpytfmr imported
     lines = [line for fn in _reference_functions() for line in _body_lines(fn)]
@@ -83,12 +83,19 @@ def test_the_student_folder_holds_no_reference_code_and_no_hidden_case(assignmen
         flat = "\n".join(t.strip() for t in text.splitlines())
         leaked = [line for line in lines if line in flat]
         assert not leaked, (name, leaked[:3])
-    for name in ("check.py", "homework.py"):
+    for name in ("check.py", "homework.py", "judge.py"):
         tree = ast.parse(texts[name])
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
                     for a in n.names}
-        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert imported <= set(sys.stdlib_module_names) | {"numpy"}, (name, imported)
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                     and not n.level}
+        # check.py's one import beyond them is its judge, judge.py beside it (``from . import
+        # judge`` inside the package)
+        sibling = {"judge"} if name == "check.py" else set()
+        assert imported <= set(sys.stdlib_module_names) | {"numpy"} | sibling, (name, imported)
+        relative = [(n.module, [a.name for a in n.names]) for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.level]
+        assert relative == ([(None, ["judge"])] if name == "check.py" else []), (name, relative)
     # the data holds the visible cases only: no hidden label, no hidden input
     data = json.loads(texts["check_data.json"])
     assert not any("hidden" in c["label"] for i in data["items"] for c in i["cases"])

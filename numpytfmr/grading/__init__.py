@@ -6,7 +6,8 @@
 - :func:`grade_class` grades a whole class in parallel into a CSV and a results.json per
   student, skipping unchanged submissions on a later run (``numpytfmr grade DIR --csv``).
 - :func:`make_assignment` writes the students' folder (a skeleton, its notebook and the
-  self-check ``check.py``, see :mod:`.selfcheck`), a grading config and the Gradescope
+  self-check ``check.py``, see :mod:`.selfcheck`, with its judge ``judge.py``: :mod:`.judge`,
+  the comparison and verdict code the grader imports too), a grading config and the Gradescope
   ``setup.sh``/``run_autograder`` pair and ``autograder.zip`` (``numpytfmr make-assignment``).
 - A class's logistics: :mod:`.course` (identity, late policy, overrides), :mod:`.exports`
   (Canvas and Moodle), :mod:`.similarity` (alike submissions, for review). The instructor's

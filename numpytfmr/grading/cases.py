@@ -30,6 +30,8 @@ import os
 import numpy as np
 
 from ..registry import Case, registry
+from .judge import DRAWS, SLIP_DEDUCTION, drop_probability, mask_statistics, read_draw
+from .judge import rng_dependence as judge_rng_dependence
 
 __all__ = ["Item", "GradedCase", "helpers", "resolve", "contract_names", "load_config",
            "DEFAULTS", "make_graded_cases", "input_names", "droppable_options", "EXTRA_CASES",
@@ -37,7 +39,8 @@ __all__ = ["Item", "GradedCase", "helpers", "resolve", "contract_names", "load_c
 
 FORWARD_SHARE = 0.4         # of an op's weight, when the instructor does not split it
 DEFAULTS = {"seed": 0, "hidden_seed": None, "timeout": 10.0, "memory_mb": 2048,
-            "float32_case": True, "weight": 10.0, "slip_deduction": 0.1}
+            "float32_case": True, "weight": 10.0,
+            "slip_deduction": SLIP_DEDUCTION}
 
 
 @dataclass(frozen=True)
@@ -513,9 +516,6 @@ EXTRA_CASES = {name: spec.extra_cases for name, spec in registry().items() if sp
 # submission's forward output, the reference is re-run with that mask (a generator that replays
 # it), and the output, the gradients and the mask's statistics are judged against that.
 
-DRAW_ALPHA = 1e-6     # a fair mask fails the statistics test with at most this probability
-
-
 @dataclass
 class DrawCheck:
     """The verdict on a random case: see :func:`own_draw`."""
@@ -543,174 +543,6 @@ class _Replay(np.random.Generator):
         return self._u.astype(dtype)
 
 
-def _binomial_pmf(n, q):
-    """P(K = k) for k = 0..n, K ~ Binomial(n, q): one pass in logs, normalised."""
-    pmf = np.zeros(n + 1)
-    if q >= 1.0 or q <= 0.0:
-        pmf[n if q >= 1.0 else 0] = 1.0
-        return pmf
-    lg = [math.lgamma(i + 1) for i in range(n + 1)]
-    logs = np.array([lg[n] - lg[i] - lg[n - i] for i in range(n + 1)])
-    i = np.arange(n + 1)
-    logs = logs + i * math.log(q) + (n - i) * math.log1p(-q)
-    w = np.exp(logs - logs.max())
-    return w / w.sum()
-
-
-def _binomial_tails(n, k, q):
-    """P(K <= k) and P(K >= k) for K ~ Binomial(n, q)."""
-    pmf = _binomial_pmf(n, q)
-    return float(pmf[:k + 1].sum()), float(pmf[k:].sum())
-
-
-def _fair_range(n, q, alpha=DRAW_ALPHA):
-    """The kept counts a fair draw lands in except with probability ``alpha``."""
-    pmf = _binomial_pmf(n, q)
-    low = np.cumsum(pmf)                      # P(K <= k)
-    high = np.cumsum(pmf[::-1])[::-1]         # P(K >= k)
-    lo = next((k for k in range(n + 1) if low[k] >= alpha / 2), 0)
-    hi = next((k for k in range(n, -1, -1) if high[k] >= alpha / 2), n)
-    return lo, hi
-
-
-def _tolerance(dtype):
-    from .compare import TOLERANCES
-    return TOLERANCES["float32" if dtype == "float32" else "float64"]
-
-
-def _dropout_mask(args, kwargs, got, dtype):
-    """dropout: kept where out = x/(1-p), dropped where out = 0 exactly."""
-    x = np.asarray(args[0], dtype=np.float64)
-    p = float(kwargs["p"])
-    want = x / (1.0 - p)
-    rtol, atol = _tolerance(dtype)
-    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
-    dropped = got == 0
-    kept = ~dropped & (np.abs(got - want) <= atol * scale + rtol * np.abs(want))
-    known = x != 0
-    bad = ~(kept | dropped) & known
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        lines = [f"out: {int(bad.sum())} of {bad.size} entries are neither 0 (dropped) nor "
-                 f"x/(1-p) = x * {1 / (1 - p):.6g} (kept)",
-                 f"  first at index {idx}: got {got[idx]:.10g}, x = {x[idx]:.10g}, expected 0 or "
-                 f"{want[idx]:.10g}"]
-        ratio = got[known & ~dropped] / x[known & ~dropped]
-        if ratio.size and np.allclose(ratio, ratio[0], rtol=1e-6):
-            lines.append(f"  diagnosis: every kept entry is x * {ratio[0]:.6g}; inverted dropout "
-                         f"scales the kept entries by 1/(1-p) = {1 / (1 - p):.6g}")
-        return None, lines
-    return kept | ~known, []
-
-
-def _lora_scale(kwargs, A):
-    """The LoRA branch's scale s: alpha/r, or alpha/sqrt(r) with rank_stabilized."""
-    r = A.shape[1]
-    return kwargs["alpha"] / (math.sqrt(r) if kwargs.get("rank_stabilized") else r)
-
-
-def _lora_mask(args, kwargs, got, dtype, s=None):
-    """lora_linear: per row, the one dropout mask of the branch input that gives ``out``
-    (with the branch scale ``s``; default: the right one)."""
-    x, W, A, B = (np.asarray(a, dtype=np.float64) for a in args[:4])
-    b = args[4] if len(args) > 4 and args[4] is not None else None
-    p = float(kwargs["dropout"])
-    s = _lora_scale(kwargs, A) if s is None else s
-    d_in = x.shape[-1]
-    if d_in > 14:
-        return "too wide", []
-    X = x.reshape(-1, d_in)
-    base = X @ W + (0.0 if b is None else np.asarray(b, dtype=np.float64))
-    Y = np.asarray(got, dtype=np.float64).reshape(base.shape)
-    C = (s / (1.0 - p)) * (A @ B)                                 # (d_in, d_out)
-    M = ((np.arange(2 ** d_in)[:, None] >> np.arange(d_in)) & 1).astype(bool)   # every mask
-    rtol, atol = _tolerance(dtype)
-    scale = max(1.0, float(np.max(np.abs(Y))) if Y.size else 1.0)
-    mask = np.zeros(X.shape, dtype=bool)
-    for i in range(X.shape[0]):
-        cand = base[i] + (M * X[i]) @ C                           # (2^d_in, d_out)
-        err = np.abs(cand - Y[i]) - rtol * np.abs(cand)
-        worst = err.max(axis=1)
-        best = int(np.argmin(worst))
-        if worst[best] > atol * scale:
-            plain = base[i] + s * (X[i] @ A) @ B
-            lines = [f"out: row {i} of the flattened output is x W + b + s (drop(x) A) B for no "
-                     f"dropout mask of that row's x (the closest mask is off by "
-                     f"{worst[best] + rtol * np.abs(cand[best]).max():.3g})"]
-            if np.allclose(Y[i], plain, rtol=rtol, atol=atol * scale):
-                lines.append("  diagnosis: this row equals the output without dropout")
-            return None, lines
-        mask[i] = M[best]
-    return mask.reshape(x.shape), []
-
-
-# op -> (reader of the mask, name of the drop probability)
-DRAWS = {"dropout": (_dropout_mask, "p"), "lora_linear": (_lora_mask, "dropout")}
-
-
-def _dropout_near_miss(args, kwargs, got, dtype):
-    """Dropout whose kept entries are all scaled by one wrong factor: the sentence, or ""."""
-    x = np.asarray(args[0], dtype=np.float64)
-    p = float(kwargs["p"])
-    known = x != 0
-    used = (got != 0) & known
-    if not used.any() or used.sum() == known.sum():   # drops nothing: not dropout at all
-        return ""
-    ratio = got[used] / x[used]
-    rtol = _tolerance(dtype)[0]
-    if not np.allclose(ratio, ratio[0], rtol=max(rtol, 1e-6), atol=0):
-        return ""
-    c = float(ratio[0])
-    named = {1.0: "no scaling", 1.0 / p: "1/p", 1.0 - p: "1 - p", p: "p"}
-    label = next((f" = {n}" for v, n in named.items() if math.isclose(c, v, rel_tol=1e-6)), "")
-    return (f"dropout that scales the kept entries by {c:.6g}{label} instead of 1/(1-p) = "
-            f"{1 / (1 - p):.6g}")
-
-
-def _lora_near_miss(args, kwargs, got, dtype):
-    """LoRA whose branch is scaled by a wrong constant s' (for one dropout mask): the sentence
-    naming s' in the case's terms, or ""."""
-    x, W, A, B = (np.asarray(a, dtype=np.float64) for a in args[:4])
-    b = args[4] if len(args) > 4 and args[4] is not None else None
-    p = float(kwargs["dropout"])
-    d_in = x.shape[-1]
-    if d_in > 14:
-        return ""
-    X = x.reshape(-1, d_in)
-    base = X @ W + (0.0 if b is None else np.asarray(b, dtype=np.float64))
-    R = np.asarray(got, dtype=np.float64).reshape(base.shape) - base
-    i = int(np.argmax(np.abs(R).max(axis=1)))
-    if not np.any(R[i]):
-        return ""
-    M = ((np.arange(2 ** d_in)[:, None] >> np.arange(d_in)) & 1).astype(bool)
-    G = (M * X[i]) @ (A @ B) / (1.0 - p)                          # the branch per mask, s' = 1
-    gg = np.einsum("md,md->m", G, G)
-    fit = np.where(gg > 0, G @ R[i] / np.where(gg > 0, gg, 1.0), 0.0)
-    resid = np.abs(fit[:, None] * G - R[i]).max(axis=1)
-    s = _lora_scale(kwargs, A)
-    tol = _tolerance(dtype)
-    for k in np.argsort(resid)[:8]:
-        c = float(fit[k])
-        if c == 0.0 or resid[k] > 1e-3 * np.abs(R[i]).max() or math.isclose(c, s, rel_tol=tol[0]):
-            continue
-        mask, _ = _lora_mask(args, kwargs, got, dtype, s=c)
-        if mask is None or isinstance(mask, str):
-            continue
-        alpha, r = kwargs["alpha"], A.shape[1]
-        named = {alpha / d_in: f"alpha/d_in (d_in = A.shape[0] = {d_in})",
-                 alpha / math.sqrt(r): "alpha/sqrt(r)", alpha / r: "alpha/r", alpha: "alpha",
-                 1.0 / r: "1/r", 1.0: "1 (no scale)", alpha * r: "alpha r",
-                 alpha / B.shape[1]: f"alpha/d_out (d_out = B.shape[1] = {B.shape[1]})"}
-        label = next((f" = {n}" for v, n in named.items() if math.isclose(c, v, rel_tol=1e-6)), "")
-        right = "alpha/sqrt(r)" if kwargs.get("rank_stabilized") else "alpha/r"
-        return (f"LoRA with its branch scaled by {c:.6g}{label} instead of s = {right} = {s:.6g} "
-                f"(r = A.shape[1] = {r})")
-    return ""
-
-
-_NEAR_MISSES = {"dropout": _dropout_near_miss, "lora_linear": _lora_near_miss}
-
-
 def own_draw(item, gc, value, dout):
     """Grade a random case against the submission's own draw.
 
@@ -724,13 +556,11 @@ def own_draw(item, gc, value, dout):
     when no mask reproduces the output (``out`` is then None) or the statistics fail.
     """
     from ..registry import bind
-    if item.kind != "op" or item.name not in DRAWS:
-        return None
-    reader, p_name = DRAWS[item.name]
     args, kwargs = gc.case.args, gc.case.kwargs
-    p = float(kwargs.get(p_name, 0.0) or 0.0)
-    if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
+    p = drop_probability(item.name, kwargs) if item.kind == "op" else None
+    if p is None:
         return None
+    reader = DRAWS[item.name][0]
     got = getattr(value, "array", value) if getattr(value, "is_number", True) else None
     if not isinstance(got, np.ndarray) or got.dtype.kind not in "biuf":
         return None
@@ -740,16 +570,10 @@ def own_draw(item, gc, value, dout):
     got = got.astype(np.float64)
     if not np.isfinite(got).all():
         return None
-    mask, lines = reader(args, kwargs, got, gc.dtype)
+    mask, lines, near = read_draw(item.name, args, kwargs, got, gc.dtype)
     if isinstance(mask, str):
         return None
     if mask is None:
-        try:
-            near = _NEAR_MISSES[item.name](args, kwargs, got, gc.dtype)
-        except Exception:  # noqa: BLE001 -- looking for a near miss never fails the grading
-            near = ""
-        if near and not any(line.startswith("  diagnosis:") for line in lines):
-            lines = lines + [f"  diagnosis: your output is {near}"]
         return DrawCheck(False, "out: no dropout mask gives it", lines, near_miss=near)
     replay = _Replay(mask, p)
     out, cache = item.spec.forward(*args, **dict(kwargs, rng=replay))
@@ -759,46 +583,13 @@ def own_draw(item, gc, value, dout):
         return None
     raw = item.spec.backward(np.array(dout, copy=True), cache)
     grads = list(raw) if len(args) > 1 else [raw]
-    check = DrawCheck(True, out=np.asarray(out), grads=grads, mask=mask)
-    known = np.asarray(args[0]) != 0
-    n, k, q = int(known.sum()), int((mask & known).sum()), 1.0 - p
-    low, high = _binomial_tails(n, k, q)
-    if min(low, high) < DRAW_ALPHA / 2:
-        lo, hi = _fair_range(n, q)
-        check.ok, check.short = False, "mask statistics"
-        check.lines = [
-            f"mask: your forward keeps {k} of {n} entries ({k / max(n, 1):.3f}); each entry must "
-            f"be kept with probability 1 - p = {q:g}, and a fair draw keeps between {lo} and {hi} "
-            f"of {n} (all but {DRAW_ALPHA:g} of the time)"]
-        if abs(k / max(n, 1) - p) < abs(k / max(n, 1) - q):
-            check.lines.append("  diagnosis: the fraction kept is close to p: is the mask the "
-                               "dropped entries instead of the kept ones (keep = rng.random(shape) "
-                               "< 1 - p)?")
-    return check
-
-
-RNG_DRAWS = 6         # more draws of a random case's mask, from other generators
+    ok, lines = mask_statistics(mask, args[0], p)
+    return DrawCheck(ok, "" if ok else "mask statistics", lines, out=np.asarray(out), grads=grads,
+                     mask=mask)
 
 
 def rng_dependence(item, gc, masks):
-    """Whether the masks of one case drawn from ``1 + RNG_DRAWS`` different generators look like
-    independent Bernoulli(1 - p) draws: not all the same, and few positions kept (or dropped) in
-    every draw -- a fair draw does that at a fraction q = p^n + (1-p)^n of the positions, a mask
-    that ignores ``rng`` at all of them. Returns (ok, lines)."""
-    _, p_name = DRAWS[item.name]
-    p = float(gc.case.kwargs[p_name])
-    known = np.asarray(gc.case.args[0]) != 0
-    stack = np.stack([np.asarray(m) for m in masks])[:, known]
-    n_draws, n = stack.shape
-    always = int(np.sum(stack.all(axis=0) | (~stack).all(axis=0)))
-    q = p ** n_draws + (1 - p) ** n_draws
-    _, hi = _fair_range(n, q)
-    if always <= hi:
-        return True, []
-    same = all(np.array_equal(stack[0], m) for m in stack[1:])
-    return False, [
-        f"mask: over {n_draws} calls with different generators (rng), {always} of {n} entries were "
-        f"kept in every call or dropped in every call; independent draws do that to at most {hi} "
-        "(all but 1e-6 of the time)" + (": the mask was the same every time" if same else ""),
-        "  diagnosis: draw the mask from the rng argument (keep = rng.random(x.shape) < 1 - p), "
-        "not from a fixed seed, np.random's global state or the input's values"]
+    """(ok, lines) of :func:`.judge.rng_dependence` for the masks of case ``gc`` of ``item``
+    drawn from ``1 + judge.RNG_DRAWS`` different generators."""
+    p = float(gc.case.kwargs[DRAWS[item.name][1]])
+    return judge_rng_dependence(masks, gc.case.args[0], p)

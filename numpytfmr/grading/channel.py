@@ -28,6 +28,7 @@ import numpy as np
 
 from . import sandbox
 from .child import MAX_HEADER, MAX_MESSAGE, frame, parse_header, split_body
+from .judge import Returned   # the judge's class of a returned value, rebuilt here
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py"),
           encoding="utf-8") as _f:
@@ -149,36 +150,6 @@ def encode_call(args, kwargs):
     enc_args = [encode(a, arrays, f"a{i}") for i, a in enumerate(args)]
     enc_kwargs = {k: encode(v, arrays, f"k_{k}") for k, v in kwargs.items()}
     return enc_args, enc_kwargs, arrays
-
-
-class Returned:
-    """A value the submission returned, as described by the child and re-checked here.
-
-    kind: "array" | "scalar" (NumPy scalar) | "pyscalar" (Python number) | "none" |
-          "tuple" | "list" (``items``) | "refused" (``why``)
-    array: the value as an ndarray for the three number kinds.
-    """
-
-    def __init__(self, kind, array=None, items=None, type_name=None, why=None):
-        self.kind, self.array, self.items = kind, array, items
-        self.type_name, self.why = type_name, why
-
-    @property
-    def is_number(self):
-        return self.kind in ("array", "scalar", "pyscalar")
-
-    def describe(self):
-        if self.kind == "array":
-            return f"an array of shape {self.array.shape} and dtype {self.array.dtype}"
-        if self.kind == "scalar":
-            return f"a NumPy scalar ({self.type_name})"
-        if self.kind == "pyscalar":
-            return f"a Python {self.type_name}"
-        if self.kind == "none":
-            return "None"
-        if self.kind in ("tuple", "list"):
-            return f"a {self.kind} of {len(self.items)}"
-        return f"an object of type {self.type_name}"
 
 
 def decode_value(desc, arrays, depth=0):

@@ -701,14 +701,10 @@ class Server:
             return {"ok": False, "error": _error(exc, self.filenames, time.perf_counter() - start)}, {}
         elapsed = time.perf_counter() - start
         _restore()
-        flags = []
         names = _arg_names(fn, _len(args))
-        for i, (a, b) in enumerate(zip(before, args)):
-            if not _same(a, b):
-                flags.append(f"{name} changed its input {names[i]} in place; a function must not "
-                             "modify its inputs (copy first, e.g. x = x.copy())")
+        changed = [names[i] for i, (a, b) in enumerate(zip(before, args)) if not _same(a, b)]
         out = {}
-        answer = {"ok": True, "elapsed": elapsed, "flags": flags}
+        answer = {"ok": True, "elapsed": elapsed, "changed": changed}   # the grader words them
         if meta.get("pair"):
             if _type(result) not in (tuple, list) or _len(result) != 2:
                 answer["value"] = _describe_value(result, out, "r")
@@ -759,15 +755,9 @@ class Server:
         sys.setprofile(None)
         elapsed = time.perf_counter() - start
         _restore()
-        flags = []
-        if not _same(pristine, cache):
-            flags.append(f"{name} changed its cache in place; a backward must leave the cache "
-                         "as the forward returned it (a second backward call would see other values)")
-        if not _same(dout_given, dout):
-            flags.append(f"{name} changed dout in place; dout belongs to the caller -- copy it "
-                         "before modifying it")
         out = {}
-        answer = {"ok": True, "elapsed": elapsed, "flags": flags, "forward_calls": forward_calls[0],
+        answer = {"ok": True, "elapsed": elapsed, "changed_cache": not _same(pristine, cache),
+                  "changed_dout": not _same(dout_given, dout), "forward_calls": forward_calls[0],
                   "value": _describe_value(result, out, "g")}
         return answer, out
 

@@ -17,149 +17,16 @@ diagnosis. Diagnoses come from three places:
 - NaN/inf where the expected output is finite (overflow), and, for boolean results, an
   inverted or off-by-one mask.
 """
-from dataclasses import dataclass, field
 import math
 
 import numpy as np
 
-from ..gradcheck import rel_error
+from .judge import (TOLERANCES, Verdict, check_value, close_at, describe_shape_problem,
+                    diagnose_bool, option_ratio, option_sentence)
 
 __all__ = ["TOLERANCES", "Verdict", "check_value", "describe_shape_problem", "nonfinite_sentence",
            "diagnose_values", "forward_diagnoses", "matching_variants", "scaling_variants",
-           "option_variants", "close_at"]
-
-# (rtol, atol): an entry is right when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected|
-TOLERANCES = {"float64": (1e-6, 1e-9), "float32": (2e-3, 1e-5)}
-
-
-@dataclass
-class Verdict:
-    ok: bool
-    short: str = ""
-    lines: list = field(default_factory=list)
-    got: np.ndarray = None          # the value as float64 (when comparable)
-    expected: np.ndarray = None
-    wrong: np.ndarray = None        # boolean mask of wrong entries
-    slip: str = ""                  # right values with a contract slip (a float64 result ...)
-
-
-def _fmt(v):
-    if isinstance(v, (bool, np.bool_)):
-        return str(bool(v))
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    return f"{float(v):.10g}"
-
-
-def _index(idx):
-    return "(" + ", ".join(str(int(i)) for i in idx) + ("," if len(idx) == 1 else "") + ")"
-
-
-def describe_shape_problem(got_shape, exp_shape):
-    """A hint on how a wrong shape came about, or ""."""
-    got_shape, exp_shape = tuple(got_shape), tuple(exp_shape)
-    if len(got_shape) == len(exp_shape) >= 2 and got_shape[:-2] + got_shape[-1:-3:-1] == exp_shape:
-        return "the last two axes are swapped: transposed?"
-    if got_shape == tuple(d for d in exp_shape if d != 1) and got_shape != exp_shape:
-        return "axes of size 1 are missing (keepdims=True, or a squeeze too many?)"
-    if tuple(d for d in got_shape if d != 1) == exp_shape:
-        return "extra axes of size 1 (keepdims where none belongs?)"
-    if len(got_shape) > len(exp_shape) and got_shape[len(got_shape) - len(exp_shape):] == exp_shape:
-        return ("leading axes too many: a gradient has its input's shape -- sum over the axes "
-                "the input was broadcast along")
-    if len(got_shape) < len(exp_shape) and exp_shape[len(exp_shape) - len(got_shape):] == got_shape:
-        return "leading (batch) axes are missing: summed over the batch, or batch axes not supported?"
-    if sorted(got_shape) == sorted(exp_shape):
-        return "the same sizes in another order: axes permuted?"
-    return ""
-
-
-def check_value(ret, expected, what, *, tol="float64", none_reason=""):
-    """Verdict on one returned value (a :class:`~.channel.Returned`) against ``expected``.
-
-    expected: an ndarray (0-d for scalars), or None when the contract says None
-    (``none_reason`` says why, e.g. "W is frozen").
-    """
-    if expected is None:
-        if ret.kind == "none":
-            return Verdict(True)
-        why = f" ({none_reason})" if none_reason else ""
-        return Verdict(False, f"{what}: expected None", [
-            f"{what}: returned {ret.describe()}; expected None{why}"])
-    exp = np.asarray(expected)
-    want = f"an np.ndarray of shape {exp.shape} and dtype {exp.dtype}"
-    if ret.kind == "refused":
-        why = ret.why if "expected" in ret.why else f"{ret.why}; expected {want}"
-        return Verdict(False, f"{what}: wrong type", [f"{what}: {why}"])
-    if ret.kind == "none":
-        return Verdict(False, f"{what}: returned None", [f"{what}: returned None; expected {want}"])
-    if ret.kind in ("tuple", "list"):
-        return Verdict(False, f"{what}: returned a {ret.kind}", [
-            f"{what}: returned a {ret.kind}; expected {want} (convert with np.array, and keep "
-            "results as arrays throughout)"])
-    got = ret.array
-    if ret.kind != "array" and exp.ndim > 0:
-        return Verdict(False, f"{what}: returned a scalar", [
-            f"{what}: returned {ret.describe()}; expected {want}"])
-    lines, problems = [], []
-    if got.shape != exp.shape:
-        hint = describe_shape_problem(got.shape, exp.shape)
-        return Verdict(False, f"{what}: wrong shape", [
-            f"{what}: shape {got.shape}; expected {exp.shape}" + (f" -- {hint}" if hint else "")])
-    dtype_ok = got.dtype == exp.dtype
-    if not dtype_ok:
-        if ret.kind == "pyscalar":
-            problems.append(f"{what}: returned a Python {ret.type_name} (that is {got.dtype}); expected "
-                            f"a value of dtype {exp.dtype} (e.g. np.asarray(value, dtype=x.dtype))")
-        elif exp.dtype == np.float32 and got.dtype == np.float64:
-            problems.append(f"{what}: dtype float64; expected float32 -- float32 inputs give float32 "
-                            "results: look for a float64 constant or array mixed in, or a missing "
-                            ".astype(x.dtype)")
-        else:
-            problems.append(f"{what}: dtype {got.dtype}; expected {exp.dtype}")
-    if exp.dtype.kind in "biu":                        # masks and ids: compared exactly
-        g, e = got.astype(np.float64), exp.astype(np.float64)
-        wrong = g != e
-        if not wrong.any():
-            ok = dtype_ok
-            return Verdict(ok, "" if ok else f"{what}: wrong dtype", problems, got, exp, wrong)
-        idx = tuple(int(i) for i in np.argwhere(wrong)[0]) if exp.ndim else ()
-        lines = problems + [
-            f"{what}: {int(wrong.sum())} of {wrong.size} entries differ (shape {exp.shape})",
-            f"  first mismatch at index {_index(idx)}: got {_fmt(got[idx])}, expected {_fmt(exp[idx])}"]
-        lines += [f"  diagnosis: {s}" for s in diagnose_bool(got, exp)]
-        return Verdict(False, f"{what}: wrong values", lines, got, exp, wrong)
-
-    rtol, atol = TOLERANCES[tol]
-    g = got.astype(np.float64)
-    e = exp.astype(np.float64)
-    finite = np.isfinite(e)
-    scale = max(1.0, float(np.max(np.abs(e[finite]))) if finite.any() else 1.0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(g - e)
-        wrong = ~(diff <= atol * scale + rtol * np.abs(e))
-        same_inf = ~finite & (g == e)                 # -inf expected and got (masked log-probs)
-        wrong &= ~same_inf
-        wrong |= np.isnan(g) & ~np.isnan(e)
-    if not wrong.any():
-        if exp.dtype == np.float32 and got.dtype == np.float64 and ret.kind in ("array", "scalar",
-                                                                                "pyscalar"):
-            # right values in float64 (an array, np.float64 or a Python float): a slip
-            return Verdict(True, "", [], g, e, wrong, slip=problems[0])
-        ok = dtype_ok
-        return Verdict(ok, "" if ok else f"{what}: wrong dtype", problems, g, e, wrong)
-    both = finite & np.isfinite(g)
-    if (finite & ~np.isfinite(g)).any():      # NaN/inf where a finite value was expected
-        max_abs = max_rel = float("nan")
-    else:
-        max_abs = float(np.max(diff[both])) if both.any() else float("nan")
-        max_rel = rel_error(g[both], e[both]) if both.any() else float("nan")
-    idx = tuple(int(i) for i in np.argwhere(wrong)[0]) if e.ndim else ()
-    lines = problems + [
-        f"{what}: {int(wrong.sum())} of {wrong.size} entries differ (shape {exp.shape}, dtype {got.dtype})",
-        f"  max abs error {max_abs:.3g}, max rel error {max_rel:.3g}",
-        f"  first mismatch at index {_index(idx)}: got {_fmt(got[idx])}, expected {_fmt(exp[idx])}"]
-    return Verdict(False, f"{what}: wrong values", lines, g, e, wrong)
+           "option_variants", "close_at", "diagnose_bool"]
 
 
 # --- diagnoses --------------------------------------------------------------------------------
@@ -285,15 +152,9 @@ def solved_options(got, expected, forward, args, kwargs, terms=None, tol="float6
             continue
         try:
             with np.errstate(all="ignore"):
-                moved = np.asarray(bind(forward, dict(kwargs, **{key: 2.0 * value}))(*args)[0],
-                                   dtype=np.float64)
-                d = (moved - e).reshape(-1)
-                dd = float(np.dot(d, d))
-                if not np.isfinite(dd) or dd == 0.0:
-                    continue
-                t = float(np.dot((got - e).reshape(-1), d)) / dd
-                ratio = 1.0 + t
-                if abs(t) < 1e-6 or ratio == 0.0:
+                moved = bind(forward, dict(kwargs, **{key: 2.0 * value}))(*args)[0]
+                ratio = option_ratio(got, e, moved)
+                if ratio is None:
                     continue
                 solved = np.asarray(bind(forward, dict(kwargs, **{key: ratio * value}))(*args)[0],
                                     dtype=np.float64)
@@ -312,9 +173,7 @@ def solved_options(got, expected, forward, args, kwargs, terms=None, tol="float6
                          f"{key}/{top})")
             else:
                 check = f" -- check how {expr} enters the expression of {key}"
-        out.append(f"your output equals the expected output with {key} = {ratio * value:.4g} "
-                   f"instead of {value:.4g}, i.e. {key} multiplied by {ratio:.4g}{named}: the "
-                   f"factor {key} enters the formula with is wrong{check}")
+        out.append(option_sentence(key, value, ratio, named, check))
     return out
 
 
@@ -340,44 +199,6 @@ def _simple_diagnose(a, n):
     if abs(c - 1) > 1e-4 and np.max(np.abs(a - c * n)) <= 1e-5 * max(np.max(np.abs(n)), 1e-300):
         return [f"analytic = {c:.4g} x numeric: a constant factor (or a sign) is wrong"]
     return []
-
-
-def diagnose_bool(got, expected):
-    """Inverted or off-by-one boolean (or integer) results."""
-    out = []
-    g, e = np.asarray(got), np.asarray(expected)
-    if g.shape != e.shape or not g.size:
-        return out
-    if e.dtype == bool and np.array_equal(g.astype(bool), ~e):
-        out.append("your result is the logical NOT of the expected one (True must mean 'may "
-                   "attend'; a blocked position is False)")
-        return out
-    for axis, name in ((-1, "last"), (-2, "second-to-last")):
-        if g.ndim < -axis or g.shape[axis] < 2:
-            continue
-        gm, em = np.moveaxis(g, axis, -1), np.moveaxis(e, axis, -1)
-        if np.array_equal(gm[..., :-1], em[..., 1:]):
-            out.append(f"off by one: your result is the expected one shifted by one position "
-                       f"along the {name} axis (index i holds the expected value of i + 1) -- "
-                       "check < against <=, or a diagonal offset (k=) one too small")
-        elif np.array_equal(gm[..., 1:], em[..., :-1]):
-            out.append(f"off by one: your result is the expected one shifted by one position "
-                       f"along the {name} axis (index i holds the expected value of i - 1) -- "
-                       "check < against <=, or a diagonal offset (k=) one too large")
-    return out
-
-
-def close_at(got, candidate, tol="float64"):
-    """Whether ``got`` equals ``candidate`` at the case's tolerance (same shape, finite)."""
-    try:
-        c = np.asarray(candidate, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    if c.shape != got.shape or not np.isfinite(c).all() or not np.isfinite(got).all():
-        return False
-    rtol, atol = TOLERANCES[tol]
-    scale = max(1.0, float(np.max(np.abs(c))) if c.size else 1.0)
-    return bool(np.all(np.abs(got - c) <= atol * scale + rtol * np.abs(c)))
 
 
 def matching_variants(got, variants, *, limit=2, tol="float64"):

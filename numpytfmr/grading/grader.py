@@ -41,21 +41,24 @@ import numpy as np
 
 from ..gradcheck import check_gradients
 from ..registry import bind, known_slips
-from .cases import (DEFAULTS, DRAWS, RNG_DRAWS, contract_names, input_names, items_from_config,
-                    load_config, make_graded_cases, own_draw, resolve, rng_dependence)
+from .cases import (DEFAULTS, contract_names, input_names, items_from_config, load_config,
+                    make_graded_cases, own_draw, resolve, rng_dependence)
 from .channel import SPENT, ChildFailure, Submission, decode_value, encode_call
-from .compare import (close_at, check_value, diagnose_values, forward_diagnoses, matching_variants,
+from .compare import (check_value, diagnose_values, forward_diagnoses, matching_variants,
                       nonfinite_sentence, option_variants, scaling_variants, solved_options)
+from .judge import (DRAWS, FD_STEP, FULL_CHECK_ENTRIES, NOT_COUNTED, changed_in_place,
+                    gradient_items, grad_name, no_gradient_reason, nontrivial, own_forward_head,
+                    own_forward_lines, redraw_seeds, scaled_output, settle_claim)
+from . import judge
 from .notebook import SubmissionError, find_submission, read_submission
 from .sandbox import DESCRIPTION, choose as choose_isolation
 
 __all__ = ["grade", "make_plan", "Plan", "Report", "TestResult", "split_points", "POINT_DECIMALS",
            "own_forward_credit", "recognised_forward", "near_miss_candidates"]
 
-H = 1e-3                       # finite-difference step: check_gradients' default (five-point stencil)
+H = FD_STEP                    # finite-difference step: check_gradients' default (five-point stencil)
 _REFINED = H * 0.0625          # the checker's refinement step h/16
 _MAX_CRASHES = 3               # process deaths in one function before its remaining cases are skipped
-_FULL_CHECK_ENTRIES = 1000     # float input entries above which the self-check goes by directions
 NUMERICAL_CALLS = 3            # forward calls inside one backward call that flag it for review
 POINT_DECIMALS = 2             # test points are whole multiples of 0.01
 
@@ -505,20 +508,19 @@ class _StudentOp:
         return key in self.memo
 
 
-def _grad_name(name):
-    """``dx``, ``dW``; ``d_policy_chosen`` for long names."""
-    return f"d_{name}" if "_" in name or len(name) > 5 else f"d{name}"
-
-
 def _nontrivial(value, ref_grads):
-    """Whether a backward's answer is nonzero wherever the correct gradient is: a forward and a
-    backward that both ignore an input are consistent, and earn nothing for it."""
-    items = value.items if value.kind in ("tuple", "list") else [value]
-    for got, exp in zip(items, ref_grads):
-        if exp is not None and np.any(np.asarray(exp) != 0):
-            if not got.is_number or not np.any(got.array != 0):
-                return False
-    return True
+    """Whether a backward's answer is nonzero wherever the correct gradient is (see
+    :func:`.judge.nontrivial`)."""
+    return nontrivial(value.items if value.kind in ("tuple", "list") else [value], ref_grads)
+
+
+def _changed(fn, ans):
+    """The slips of ``fn`` that changed something in place, from the submission process's
+    answer: the inputs it names (``changed``), the cache and ``dout`` of a backward."""
+    names = ans.get("changed")
+    names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+    return changed_in_place(fn, names, cache=ans.get("changed_cache") is True,
+                            dout=ans.get("changed_dout") is True)
 
 
 def _plain_gradients(value, fn):
@@ -557,20 +559,9 @@ class _Claim:
 
 def own_forward_credit(item, near_miss, passed, graded):
     """Why a backward that is the gradient of the student's own forward (wrong on this case)
-    keeps its points, in words; None when it does not.
-
-    The credit is for a forward that is recognisably the op: on this case a near miss the
-    grader can name (``near_miss``, see :func:`recognised_forward`: a scale, a rank, a keep
-    probability, an option, a known slip), or a forward that matches the reference on most of
-    the cases counted (``passed`` of ``graded``). Never for a forward unrelated to the op,
-    whose exact gradient any backward can be (``out = x + sum(others)``, ``dx = dout``).
-    """
-    if near_miss:
-        return f"your {item.functions[0]} is {item.name} with one mistake the grader names: {near_miss}"
-    if graded and 2 * passed > graded:
-        return (f"your {item.functions[0]} matches the reference on {passed} of {graded} cases "
-                "(most of them)")
-    return None
+    keeps its points, in words; None when it does not (:func:`.judge.own_forward_credit`;
+    ``near_miss``: see :func:`recognised_forward`)."""
+    return judge.own_forward_credit(item.functions[0], item.name, near_miss, passed, graded)
 
 
 def recognised_forward(item, gc, got, expected, names, seen_options=None):
@@ -584,11 +575,9 @@ def recognised_forward(item, gc, got, expected, names, seen_options=None):
     e = np.asarray(expected, dtype=np.float64)
     if got.shape != e.shape or not got.size or not np.isfinite(got).all() or not np.isfinite(e).all():
         return ""
-    ee = float(np.vdot(e, e))
-    if ee > 0:
-        c = float(np.vdot(got, e)) / ee
-        if c != 0 and abs(c - 1) > 1e-9 and close_at(got, c * e, tol):
-            return f"your output is the expected output times {c:.4g} (a scale, or a sign)"
+    scaled = scaled_output(got, e, tol)
+    if scaled:
+        return scaled
     found = matching_variants(got, near_miss_candidates(item, gc, names, seen_options), limit=1, tol=tol)
     if found:
         return found[0]
@@ -856,7 +845,7 @@ class _ItemGrader:
                             lines += [f"  diagnosis: {s}" for s in self._forward_diagnoses(gc, v, names)]
                         elif near:
                             lines.append(f"  diagnosis: {near}")
-                    slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
+                    slips = _changed(fwd, ans) + [v.slip] * bool(v.slip)
                     fwd_passed = v.ok and (draw is None or draw.ok)
                     short = v.short or ("" if draw is None or draw.ok else draw.short)
                     self._verdict(fwd_t, fwd_passed, short, lines, slips)
@@ -888,7 +877,7 @@ class _ItemGrader:
         verdicts, lines, shorts, comparable, slips = self._check_gradients(
             value, ref_grads, args, names, dout, tol,
             (bind(spec.forward, kwargs), ref_out) if draw is None else (None, None))
-        slips += [f for f in ans.get("flags", []) if isinstance(f, str)]
+        slips += _changed(bwd, ans)
         calls = ans.get("forward_calls", 0)
         if isinstance(calls, int) and calls >= NUMERICAL_CALLS:
             self._review(f"{bwd} called a forward function {calls} times on case '{gc.label}': it "
@@ -951,45 +940,35 @@ class _ItemGrader:
         in the process of the diagnoses (see :func:`grade`)."""
         fwd, bwd = self.item.functions
         forward_tests = [t for t in self.tests if t.function == fwd and (hidden or not t.hidden)
-                         and t.short not in ("not run", "not defined", "submission not loaded")]
+                         and t.short not in NOT_COUNTED]
         passed = sum(t.passed for t in forward_tests)
         for claim in [c for c in self.claims if c.gc.hidden == hidden]:
             self.claims.remove(claim)
             if not claim.checked:
                 if fwd in self.skips or bwd in self.skips:
-                    claim.check_lines = [f"check of {bwd} against finite differences of your own "
-                                         f"{fwd}: not run ({(self.skips.get(fwd) or self.skips[bwd])[9:]})"]
+                    claim.check_lines = [f"{own_forward_head(fwd, bwd)}: not run "
+                                         f"({(self.skips.get(fwd) or self.skips[bwd])[9:]})"]
                 else:
                     deadline = time.monotonic() + self.ctx["timeout"]
                     try:
                         claim.check_lines, claim.consistent = self._self_check(
                             claim.gc, claim.names, claim.fwd_passed, deadline)
                     except StudentError as exc:
-                        claim.check_lines = [f"check of {bwd} against finite differences of your "
-                                             f"own {fwd}: could not run --"] + ["  " + x for x in exc.lines]
+                        claim.check_lines = [f"{own_forward_head(fwd, bwd)}: could not run --"] + ["  " + x for x in exc.lines]
                 claim.checked = True
             lines = claim.lines + claim.check_lines
             if not claim.consistent or claim.fwd_passed:
                 self._verdict(claim.test, False, claim.short, lines, claim.slips)
                 continue
             why = own_forward_credit(self.item, claim.near_miss, passed, len(forward_tests))
-            if why is not None and claim.nontrivial:
-                credit = (f"{bwd} is the gradient of your own {fwd} (checked by finite differences), "
-                          f"and {why}: so it keeps its points; {fwd}'s own test costs the mistake")
+            credited, sentence = settle_claim(fwd, bwd, self.item.name, why, claim.nontrivial,
+                                              passed, len(forward_tests))
+            if credited:
                 self._verdict(claim.test, True, "consistent with your own forward",
                               ["For reference, against the correct gradient:"] + lines,
-                              claim.slips, credit=credit)
-                continue
-            reason = ("it is nonzero only where the correct gradient is zero: a forward and a "
-                      "backward that both ignore an input earn nothing for it"
-                      if why is not None else
-                      f"your {fwd} is not recognisably {self.item.name} on this case: no near miss "
-                      f"the grader can name (a scale, a factor, an option, a known slip) gives its "
-                      f"output, and it matches the reference on {passed} of {len(forward_tests)} "
-                      "cases")
-            self._verdict(claim.test, False, claim.short, lines + [
-                f"not credited: {bwd} agrees with your own {fwd}, but {reason}; so it is graded "
-                "against the correct gradient"], claim.slips)
+                              claim.slips, credit=sentence)
+            else:
+                self._verdict(claim.test, False, claim.short, lines + [sentence], claim.slips)
 
     def _near_miss(self, gc, v, names):
         """The near miss that gives a wrong forward output on this case, in words, or "" (see
@@ -1001,12 +980,7 @@ class _ItemGrader:
     def _draw_statistics_case(self, gc):
         """Whether a case of a random op is one whose mask is drawn again from other generators
         (the larger cases, with an integer seed): decided by the case alone."""
-        kwargs = gc.case.kwargs
-        if self.item.name not in DRAWS or not isinstance(kwargs.get("rng"), int):
-            return False
-        p = kwargs.get(DRAWS[self.item.name][1], 0.0) or 0.0
-        return bool(p) and kwargs.get("train", True) and \
-            np.count_nonzero(np.asarray(gc.case.args[0])) >= 200
+        return bool(redraw_seeds(self.item.name, gc.case.args, gc.case.kwargs))
 
     def _review(self, line):
         if line not in self.ctx["review"]:
@@ -1017,13 +991,14 @@ class _ItemGrader:
         independent Bernoulli draws do (cases.rng_dependence). Only for the larger cases."""
         fwd = self.item.functions[0]
         args, kwargs = gc.case.args, gc.case.kwargs
-        if not self._draw_statistics_case(gc):
+        seeds = redraw_seeds(self.item.name, args, kwargs)
+        if not seeds:
             return True, []
         reader = DRAWS[self.item.name][0]
         answers = []
-        for j in range(1, RNG_DRAWS + 1):
+        for seed in seeds:
             try:
-                answers.append(self.request("call", fwd, args, dict(kwargs, rng=kwargs["rng"] + 7919 * j),
+                answers.append(self.request("call", fwd, args, dict(kwargs, rng=seed),
                                             deadline, pair=True, keep=False))
             except ChildFailure as f:
                 self._lost(f, fwd, gc.label)
@@ -1057,44 +1032,15 @@ class _ItemGrader:
         """Compare the gradients a backward returned with the reference's. ``case`` is the
         reference forward with the case's options bound and its output, for the diagnoses."""
         forward, ref_out = case
-        n = len(args)
         bwd = self.item.functions[1]
-        slips = []
-        if n == 1:
-            if value.kind in ("tuple", "list") and len(value.items) == 1 and value.items[0].is_number:
-                slips.append(f"{bwd} returned a {value.kind} of one gradient for an op with one input; "
-                             "the gradient of a single input is returned bare, not in a tuple")
-                items = value.items
-            elif value.kind in ("tuple", "list"):
-                return [False], [f"{bwd} returned a {value.kind} of {len(value.items)} for an op with one "
-                                 "input; the gradient of a single input is returned bare, not in a "
-                                 "tuple"], ["not a bare gradient"], False, slips
-            else:
-                items = [value]
-        else:
-            if value.kind not in ("tuple", "list"):
-                return [False], [f"{bwd} returned {value.describe()}; expected a tuple of {n} "
-                                 f"gradients ({', '.join(_grad_name(x) for x in names)}), None for inputs "
-                                 "that take no gradient"], ["not a tuple of gradients"], False, slips
-            if len(value.items) != n:
-                return [False], [f"{bwd} returned {len(value.items)} gradients; expected {n}, one per "
-                                 f"input ({', '.join(_grad_name(x) for x in names)}), None for inputs that "
-                                 "take no gradient"], ["wrong number of gradients"], False, slips
-            items = value.items
+        items, slips, short, lines = gradient_items(value, names, bwd)
+        if items is None:
+            return [False], lines, [short], False, slips
         verdicts, lines, shorts = [], [], []
         comparable = True
         for p, (got, exp) in enumerate(zip(items, ref_grads)):
-            a = args[p]
-            if exp is None:
-                if a is None:
-                    reason = f"{names[p]} was passed as None"
-                elif isinstance(a, np.ndarray) and a.dtype.kind != "f":
-                    reason = f"{names[p]} holds integers, which take no gradient"
-                else:
-                    reason = f"{names[p]} takes no gradient (frozen)"
-            else:
-                reason = ""
-            v = check_value(got, None if exp is None else np.asarray(exp), _grad_name(names[p]), tol=tol,
+            reason = no_gradient_reason(names[p], args[p]) if exp is None else ""
+            v = check_value(got, None if exp is None else np.asarray(exp), grad_name(names[p]), tol=tol,
                             none_reason=reason)
             verdicts.append(v.ok)
             if v.slip:
@@ -1136,17 +1082,16 @@ class _ItemGrader:
         """Check the submission's backward against finite differences of its own forward:
         (feedback lines, whether they agree)."""
         fwd, bwd = self.item.functions
-        head = f"check of {bwd} against finite differences of your own {fwd}"
+        head = own_forward_head(fwd, bwd, gc.dtype)
         args = gc.case.args
         if gc.dtype == "float32":            # finite differences need float64: the same case in it
-            head += " (on the case's inputs in float64)"
             args = tuple(a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype == np.float32
                          else a for a in args)
         proxy = _StudentOp(self, fwd, bwd, gc.case.kwargs, deadline)
         # every entry of a small case; random directions (and a few entries) of a large one,
         # whose entry-by-entry sweep would outlast the time limit
         size = sum(a.size for a in args if isinstance(a, np.ndarray) and a.dtype.kind == "f")
-        mode = "directional" if size > _FULL_CHECK_ENTRIES else self.item.spec.mode
+        mode = "directional" if size > FULL_CHECK_ENTRIES else self.item.spec.mode
         try:
             with np.errstate(all="ignore"):
                 res = check_gradients(proxy.forward, proxy.backward, args, h=H, seed=gc.index,
@@ -1158,15 +1103,8 @@ class _ItemGrader:
             return [f"{head}: could not finish -- {f.message}"], False
         except Exception as exc:  # noqa: BLE001 -- e.g. the output changed shape when perturbed
             return [f"{head}: could not run -- {type(exc).__name__}: {exc}"], False
-        if res.passed:
-            if fwd_passed:
-                return [f"{head}: PASSED -- your backward matches your forward here, though not the "
-                        "reference gradient (see above)"], True
-            return [f"{head}: PASSED -- your backward is consistent with your forward, so the mismatch "
-                    f"comes from {fwd}: fix the forward first (its test says how it differs)"], True
         report = [line for line in str(res).splitlines() if not line.startswith("reproduce:")]
-        return ([f"{head}: FAILED -- your backward does not match your forward:"]
-                + ["  " + line for line in report]), False
+        return own_forward_lines(fwd, bwd, res.passed, fwd_passed, report, gc.dtype), res.passed
 
     # -- plain functions -------------------------------------------------------------------------
 
@@ -1208,7 +1146,7 @@ class _ItemGrader:
                 if recognised:
                     sentences.insert(0, recognised)
             lines += [f"  diagnosis: {s}" for s in sentences]
-        slips = [f for f in ans.get("flags", []) if isinstance(f, str)] + [v.slip] * bool(v.slip)
+        slips = _changed(fn, ans) + [v.slip] * bool(v.slip)
         self._verdict(t, v.ok, v.short, lines, slips)
 
 

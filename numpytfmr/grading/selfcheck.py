@@ -29,12 +29,13 @@ The hidden cases are not here; the grader adds them. A function whose cases are 
 listed as "hidden: graded after the due date" and does not fail the check. Exit status: 0 when
 every visible case passes, 1 when one fails, 2 on a usage error.
 
-This file is written by ``numpytfmr make-assignment`` (numpytfmr/grading/selfcheck.py); it
-imports only the standard library and NumPy.
+This file is written by ``numpytfmr make-assignment`` (numpytfmr/grading/selfcheck.py), with
+``judge.py`` beside it: the grader's own judge (numpytfmr/grading/judge.py, copied unchanged),
+which decides every verdict here as it does in the grader. Both import only the standard
+library and NumPy; keep them in the same folder.
 """
 import argparse
 import json
-import math
 import os
 import re
 import sys
@@ -44,14 +45,14 @@ import types
 
 import numpy as np
 
-# (rtol, atol): an entry is right when |got - expected| <= atol * max(1, max|expected|) + rtol * |expected|
-TOLERANCES = {"float64": (1e-6, 1e-9), "float32": (2e-3, 1e-5)}
-DRAW_ALPHA = 1e-6        # a fair dropout mask fails the statistics test with at most this probability
-RNG_DRAWS = 6            # more draws of a random case's mask, from other generators
+try:                     # inside the package: numpytfmr/grading/judge.py
+    from . import judge
+except ImportError:      # check.py in the student's folder: judge.py beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import judge
+
 SLIP = "slip (right values, but it costs part of the points): "
-FD_STEP = 1e-3           # finite-difference step (five-point stencil)
 FD_MAX_ENTRIES = 4000    # inputs larger than this are checked on a sample of their entries
-FULL_CHECK_ENTRIES = 1000  # float input entries above which the check goes along random directions
 FD_DIRECTIONS = 8        # random directions (and as many single entries) per input, in that mode
 
 
@@ -171,177 +172,14 @@ def _same(a, b):
 
 # --- judging one value ---------------------------------------------------------------------
 
-def kind_of(v):
-    """(kind, array, why): how the grader classes a returned value."""
-    if v is None:
-        return "none", None, ""
-    if type(v) is np.ndarray:
-        if v.dtype.kind not in "biuf":
-            return "refused", None, f"returned an array of dtype {v.dtype}; expected a numeric array"
-        return "array", v, ""
-    if isinstance(v, np.ndarray):
-        return "refused", None, (f"returned an object of type {type(v).__name__} (a subclass of "
-                                 "np.ndarray); expected a plain np.ndarray")
-    if isinstance(v, np.generic) and type(v).__module__ == "numpy" and np.dtype(type(v)).kind in "biuf":
-        return "scalar", np.asarray(v), ""
-    if type(v) in (float, int, bool):
-        return "pyscalar", np.asarray(v), ""
-    if type(v) in (tuple, list):
-        return type(v).__name__, None, ""
-    return "refused", None, f"returned an object of type {type(v).__name__}; expected np.ndarray"
-
-
-def describe(v):
-    kind, a, _ = kind_of(v)
-    if kind == "array":
-        return f"an array of shape {a.shape} and dtype {a.dtype}"
-    if kind in ("tuple", "list"):
-        return f"a {kind} of {len(v)}"
-    if kind == "none":
-        return "None"
-    return f"an object of type {type(v).__name__}"
-
-
-def _number(v):
-    if isinstance(v, (bool, np.bool_)):
-        return str(bool(v))
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    return f"{float(v):.10g}"
-
-
 def check_value(v, expected, what, tol="float64", none_reason=""):
-    """(ok, short, lines): the grader's verdict on one returned value."""
-    kind, got, why = kind_of(v)
-    if expected is None:
-        if kind == "none":
-            return True, "", []
-        return False, f"{what}: expected None", [
-            f"{what}: returned {describe(v)}; expected None" + (f" ({none_reason})" if none_reason else "")]
-    exp = np.asarray(expected)
-    want = f"an np.ndarray of shape {exp.shape} and dtype {exp.dtype}"
-    if kind == "refused":
-        return False, f"{what}: wrong type", [f"{what}: {why}; expected {want}"]
-    if kind == "none":
-        return False, f"{what}: returned None", [f"{what}: returned None; expected {want}"]
-    if kind in ("tuple", "list"):
-        return False, f"{what}: returned a {kind}", [f"{what}: returned a {kind}; expected {want}"]
-    if kind != "array" and exp.ndim > 0:
-        return False, f"{what}: returned a scalar", [f"{what}: returned a scalar; expected {want}"]
-    if got.shape != exp.shape:
-        return False, f"{what}: wrong shape", [f"{what}: shape {got.shape}; expected {exp.shape}"]
-    problems = [] if got.dtype == exp.dtype else [
-        f"{what}: returned a Python {type(v).__name__} (that is {got.dtype}); expected a value of "
-        f"dtype {exp.dtype} (e.g. np.asarray(value, dtype=x.dtype))" if kind == "pyscalar" else
-        f"{what}: dtype {got.dtype}; expected {exp.dtype}"]
-    if exp.dtype.kind in "biu":
-        wrong = got.astype(np.float64) != exp.astype(np.float64)
-    else:
-        rtol, atol = TOLERANCES[tol]
-        g, e = got.astype(np.float64), exp.astype(np.float64)
-        finite = np.isfinite(e)
-        scale = max(1.0, float(np.max(np.abs(e[finite]))) if finite.any() else 1.0)
-        with np.errstate(invalid="ignore", over="ignore"):
-            wrong = ~(np.abs(g - e) <= atol * scale + rtol * np.abs(e))
-            wrong &= ~(~finite & (g == e))
-            wrong |= np.isnan(g) & ~np.isnan(e)
-    if not wrong.any():
-        if problems and exp.dtype == np.float32 and got.dtype == np.float64:
-            # right values in float64 (an array, np.float64 or a Python float): a slip
-            return True, "", [SLIP + problems[0] + ("" if kind == "pyscalar" else
-                                                    " (float32 inputs give float32 results)")]
-        return not problems, "" if not problems else f"{what}: wrong dtype", problems
-    idx = tuple(int(i) for i in np.argwhere(wrong)[0]) if exp.ndim else ()
-    lines = problems + [f"{what}: {int(wrong.sum())} of {wrong.size} entries differ (shape {exp.shape})",
-                        f"  first mismatch at index {idx}: got {_number(got[idx])}, expected "
-                        f"{_number(exp[idx])}"]
-    return False, f"{what}: wrong values", lines
-
-
-# --- random ops: the student's own draw ---------------------------------------------------------
-
-def _binomial_tails(n, k, q):
-    if q >= 1.0:
-        return (1.0 if k >= n else 0.0), 1.0
-    if q <= 0.0:
-        return 1.0, (1.0 if k <= 0 else 0.0)
-    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-            + i * math.log(q) + (n - i) * math.log1p(-q) for i in range(n + 1)]
-    top = max(logs)
-    w = [math.exp(v - top) for v in logs]
-    return sum(w[:k + 1]) / sum(w), sum(w[k:]) / sum(w)
-
-
-def _dropout_mask(args, kw, got, tol):
-    """Kept where out = x/(1-p), dropped where out = 0; None when neither."""
-    x = np.asarray(args[0], dtype=np.float64)
-    want = x / (1.0 - kw["p"])
-    rtol, atol = TOLERANCES[tol]
-    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
-    kept = (got != 0) & (np.abs(got - want) <= atol * scale + rtol * np.abs(want))
-    if (~(kept | (got == 0)) & (x != 0)).any():
-        return None
-    return kept | (x == 0)
-
-
-def _lora_scale(kw, A):
-    """The LoRA branch's scale s: alpha/r, or alpha/sqrt(r) with rank_stabilized."""
-    r = A.shape[1]
-    return kw["alpha"] / (math.sqrt(r) if kw.get("rank_stabilized") else r)
-
-
-def _lora_mask(args, kw, got, tol, s=None):
-    """Per row, the dropout mask of the branch input that gives ``out`` (with the branch scale
-    ``s``; default: the right one); None when none does."""
-    x, W, A, B = (np.asarray(a, dtype=np.float64) for a in args[:4])
-    b = np.asarray(args[4], dtype=np.float64) if len(args) > 4 and args[4] is not None else 0.0
-    s = _lora_scale(kw, A) if s is None else s
-    X = x.reshape(-1, x.shape[-1])
-    Y = np.asarray(got, dtype=np.float64).reshape(X.shape[0], -1)
-    if X.shape[1] > 14:
-        return None
-    C = (s / (1.0 - kw["dropout"])) * (A @ B)
-    masks = ((np.arange(2 ** X.shape[1])[:, None] >> np.arange(X.shape[1])) & 1).astype(bool)
-    rtol, atol = TOLERANCES[tol]
-    scale = max(1.0, float(np.max(np.abs(Y))) if Y.size else 1.0)
-    out = np.zeros(X.shape, dtype=bool)
-    for i in range(X.shape[0]):
-        cand = (X[i] @ W + b) + (masks * X[i]) @ C
-        worst = (np.abs(cand - Y[i]) - rtol * np.abs(cand)).max(axis=1)
-        best = int(np.argmin(worst))
-        if worst[best] > atol * scale:
-            return None
-        out[i] = masks[best]
-    return out.reshape(x.shape)
-
-
-def _rng_dependence(masks, known, p):
-    """(ok, lines): masks drawn from different generators must vary as independent Bernoulli
-    draws do; positions kept in every draw or dropped in every draw are counted."""
-    stack = np.stack(masks)[:, known]
-    n_draws, n = stack.shape
-    always = int(np.sum(stack.all(axis=0) | (~stack).all(axis=0)))
-    q = p ** n_draws + (1 - p) ** n_draws
-    hi = next((k for k in range(n, -1, -1) if _binomial_tails(n, k, q)[1] >= DRAW_ALPHA / 2), n)
-    if always <= hi:
-        return True, []
-    same = all(np.array_equal(stack[0], m) for m in stack[1:])
-    return False, [f"mask: over {n_draws} calls with different generators (rng), {always} of {n} "
-                   f"entries were kept in every call or dropped in every call; independent draws do "
-                   f"that to at most {hi}" + (": the mask was the same every time" if same else ""),
-                   "  draw the mask from the rng argument (keep = rng.random(x.shape) < 1 - p)"]
+    """(ok, short, lines): the grader's verdict on one returned value (:func:`judge.check_value`);
+    right values with a contract slip pass, the slip named in a line that starts with SLIP."""
+    verdict = judge.check_value(judge.returned(v), expected, what, tol=tol, none_reason=none_reason)
+    return verdict.ok, verdict.short, verdict.lines + [SLIP + verdict.slip] * bool(verdict.slip)
 
 
 # --- a wrong forward that is recognisably the op: a near miss the grader can name ---------------
-
-def _close(got, candidate, tol):
-    c = np.asarray(candidate, dtype=np.float64)
-    if c.shape != got.shape or not np.isfinite(c).all() or not np.isfinite(got).all():
-        return False
-    rtol, atol = TOLERANCES[tol]
-    scale = max(1.0, float(np.max(np.abs(c))) if c.size else 1.0)
-    return bool(np.all(np.abs(got - c) <= atol * scale + rtol * np.abs(c)))
-
 
 def recognised(case, arrays, got, tol, sentences=()):
     """The near miss of the op that gives the wrong output ``got`` on ``case``, in words, or ""
@@ -350,93 +188,28 @@ def recognised(case, arrays, got, tol, sentences=()):
     scaled, flipped or changed; ``sentences``: check_data's ``near_sentences``, which they
     index); a numeric option with another value (the output taken as affine in the option, from
     its output at twice the value)."""
-    kind, arr, _ = kind_of(got)
-    if kind not in ("array", "scalar", "pyscalar"):
+    ret = judge.returned(got)
+    if not ret.is_number:
         return ""
-    g = arr.astype(np.float64)
+    g = ret.array.astype(np.float64)
     e = np.asarray(arrays[case["out"]], dtype=np.float64)
     if g.shape != e.shape or not g.size or not np.isfinite(g).all() or not np.isfinite(e).all():
         return ""
-    ee = float(np.vdot(e, e))
-    if ee > 0:
-        c = float(np.vdot(g, e)) / ee
-        if c != 0 and abs(c - 1) > 1e-9 and _close(g, c * e, tol):
-            return f"your output is the expected output times {c:.4g} (a scale, or a sign)"
+    scaled = judge.scaled_output(g, e, tol)
+    if scaled:
+        return scaled
     if case.get("near"):
         rows = arrays[case["near_out"]]
         for sentence, row in case["near"]:
-            if _close(g, rows[row], tol):
+            if judge.close_at(g, rows[row], tol):
                 return sentences[sentence]
     for key, value, row in case.get("moved", []):
-        d = (arrays[case["moved_out"]][row] - e).reshape(-1)
-        dd = float(np.dot(d, d))
-        if not np.isfinite(dd) or dd == 0.0:
+        moved = arrays[case["moved_out"]][row]
+        ratio = judge.option_ratio(g, e, moved)
+        # the output taken as affine in the option: e + (ratio - 1) (moved - e)
+        if ratio is None or not judge.close_at(g, e + (ratio - 1.0) * (moved - e), tol):
             continue
-        t = float(np.dot((g - e).reshape(-1), d)) / dd
-        ratio = 1.0 + t
-        if abs(t) < 1e-6 or ratio == 0.0 or not _close(g, e + t * d.reshape(e.shape), tol):
-            continue
-        return (f"your output equals the expected output with {key} = {ratio * value:.4g} "
-                f"instead of {value:.4g}, i.e. {key} multiplied by {ratio:.4g}: the factor {key} "
-                "enters the formula with is wrong")
-    return ""
-
-
-def _dropout_near_miss(args, kw, got, tol):
-    """Dropout whose kept entries are all scaled by one wrong factor: the sentence, or ""."""
-    x = np.asarray(args[0], dtype=np.float64)
-    p = float(kw["p"])
-    known = x != 0
-    used = (got != 0) & known
-    if not used.any() or used.sum() == known.sum():   # drops nothing: not dropout at all
-        return ""
-    ratio = got[used] / x[used]
-    if not np.allclose(ratio, ratio[0], rtol=max(TOLERANCES[tol][0], 1e-6), atol=0):
-        return ""
-    c = float(ratio[0])
-    named = {1.0: "no scaling", 1.0 / p: "1/p", 1.0 - p: "1 - p", p: "p"}
-    label = next((f" = {n}" for v, n in named.items() if math.isclose(c, v, rel_tol=1e-6)), "")
-    return (f"dropout that scales the kept entries by {c:.6g}{label} instead of 1/(1-p) = "
-            f"{1 / (1 - p):.6g}")
-
-
-def _lora_near_miss(args, kw, got, tol):
-    """LoRA whose branch is scaled by a wrong constant s' (for one dropout mask): the sentence
-    naming s' in the case's terms, or ""."""
-    x, W, A, B = (np.asarray(a, dtype=np.float64) for a in args[:4])
-    b = args[4] if len(args) > 4 and args[4] is not None else None
-    p = float(kw["dropout"])
-    d_in = x.shape[-1]
-    if d_in > 14:
-        return ""
-    X = x.reshape(-1, d_in)
-    base = X @ W + (0.0 if b is None else np.asarray(b, dtype=np.float64))
-    R = np.asarray(got, dtype=np.float64).reshape(base.shape) - base
-    i = int(np.argmax(np.abs(R).max(axis=1)))
-    if not np.any(R[i]):
-        return ""
-    M = ((np.arange(2 ** d_in)[:, None] >> np.arange(d_in)) & 1).astype(bool)
-    G = (M * X[i]) @ (A @ B) / (1.0 - p)                          # the branch per mask, s' = 1
-    gg = np.einsum("md,md->m", G, G)
-    fit = np.where(gg > 0, G @ R[i] / np.where(gg > 0, gg, 1.0), 0.0)
-    resid = np.abs(fit[:, None] * G - R[i]).max(axis=1)
-    s = _lora_scale(kw, A)
-    for k in np.argsort(resid)[:8]:
-        c = float(fit[k])
-        if c == 0.0 or resid[k] > 1e-3 * np.abs(R[i]).max() or \
-                math.isclose(c, s, rel_tol=TOLERANCES[tol][0]):
-            continue
-        if _lora_mask(args, kw, got, tol, s=c) is None:
-            continue
-        alpha, r = kw["alpha"], A.shape[1]
-        named = {alpha / d_in: f"alpha/d_in (d_in = A.shape[0] = {d_in})",
-                 alpha / math.sqrt(r): "alpha/sqrt(r)", alpha / r: "alpha/r", alpha: "alpha",
-                 1.0 / r: "1/r", 1.0: "1 (no scale)", alpha * r: "alpha r",
-                 alpha / B.shape[1]: f"alpha/d_out (d_out = B.shape[1] = {B.shape[1]})"}
-        label = next((f" = {n}" for v, n in named.items() if math.isclose(c, v, rel_tol=1e-6)), "")
-        right = "alpha/sqrt(r)" if kw.get("rank_stabilized") else "alpha/r"
-        return (f"LoRA with its branch scaled by {c:.6g}{label} instead of s = {right} = {s:.6g} "
-                f"(r = A.shape[1] = {r})")
+        return judge.option_sentence(key, value, ratio)
     return ""
 
 
@@ -444,38 +217,29 @@ def judge_draw(draw, args, kw, got, tol, redraw=None):
     """(ok, short, lines, mask_read, near_miss) for a random forward judged against its own draw,
     or None when the output is not an array of the right shape (then compared as any other).
     ``redraw(seed)``: the forward's output under another generator, for the larger cases."""
-    kind, arr, _ = kind_of(got)
-    if kind != "array" or arr.shape != tuple(draw["shape"]) or not np.isfinite(arr).all():
+    ret = judge.returned(got)
+    if ret.kind != "array" or ret.array.shape != tuple(draw["shape"]) or not np.isfinite(ret.array).all():
         return None
-    reader = _dropout_mask if draw["op"] == "dropout" else _lora_mask
-    mask = reader(args, kw, arr.astype(np.float64), tol)
+    reader = judge.DRAWS[draw["op"]][0]
+    mask, lines, near = judge.read_draw(draw["op"], args, kw, ret.array.astype(np.float64), tol)
+    if isinstance(mask, str):                     # a mask that cannot be read: compared as any other
+        return None
     if mask is None:
-        try:
-            near = (_dropout_near_miss if draw["op"] == "dropout" else _lora_near_miss)(
-                args, kw, arr.astype(np.float64), tol)
-        except Exception:  # noqa: BLE001 -- looking for a near miss never fails the check
-            near = ""
-        return False, "out: no dropout mask gives it", [
-            "out: no dropout mask explains your output (dropped entries are 0, kept ones are "
-            "scaled by 1/(1-p)); your backward is compared with the expected gradients of one "
-            "particular draw"] + ([f"  diagnosis: your output is {near}"] if near else []), False, near
-    known = np.asarray(args[0]) != 0
-    n, k, q = int(known.sum()), int((mask & known).sum()), 1.0 - draw["p"]
-    low, high = _binomial_tails(n, k, q)
-    if min(low, high) < DRAW_ALPHA / 2:
-        return False, "mask statistics", [
-            f"mask: your forward keeps {k} of {n} entries ({k / max(n, 1):.3f}); each entry must "
-            f"be kept with probability 1 - p = {q:g}"], True, ""
-    if redraw is not None and n >= 200 and type(kw.get("rng")) is int:
+        return False, "out: no dropout mask gives it", lines, False, near
+    ok, lines = judge.mask_statistics(mask, args[0], draw["p"])
+    if not ok:
+        return False, "mask statistics", lines, True, ""
+    seeds = judge.redraw_seeds(draw["op"], args, kw) if redraw is not None else []
+    if seeds:
         masks = [mask]
-        for j in range(1, RNG_DRAWS + 1):
-            kind, arr, _ = kind_of(redraw(kw["rng"] + 7919 * j))
-            m = reader(args, kw, arr.astype(np.float64), tol) if kind == "array" \
-                and arr.shape == mask.shape else None
-            if m is None:
+        for seed in seeds:
+            again = judge.returned(redraw(seed))
+            m = reader(args, kw, again.array.astype(np.float64), tol)[0] \
+                if again.kind == "array" and again.array.shape == mask.shape else None
+            if m is None or isinstance(m, str):
                 return True, "", [], True, ""
             masks.append(m)
-        ok, lines = _rng_dependence(masks, known, draw["p"])
+        ok, lines = judge.rng_dependence(masks, args[0], draw["p"])
         if not ok:
             return False, "mask ignores rng", lines, True, ""
     return True, "", [], True, ""
@@ -501,9 +265,9 @@ def finite_differences(forward, args, kw, dout, p, rng):
         values = []
         for step in (-2, -1, 1, 2):
             xp = x.copy()
-            xp.reshape(-1)[j] += step * FD_STEP
+            xp.reshape(-1)[j] += step * judge.FD_STEP
             values.append(f(xp))
-        num[m] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * FD_STEP)
+        num[m] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * judge.FD_STEP)
     return idx, num
 
 
@@ -527,8 +291,8 @@ def directional_check(forward, args, kw, dout, p, grad, name, rng, rtol, atol):
     g = grad.astype(np.float64)
     for m, u in enumerate(dirs):
         _beat()
-        values = [f(x + step * FD_STEP * u) for step in (-2, -1, 1, 2)]
-        num[m] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * FD_STEP)
+        values = [f(x + step * judge.FD_STEP * u) for step in (-2, -1, 1, 2)]
+        num[m] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * judge.FD_STEP)
         ana[m] = float(np.sum(g * u))
     scale = max(1.0, float(np.max(np.abs(num))))
     bad = np.abs(ana - num) > atol * scale + rtol * np.abs(num)
@@ -555,10 +319,11 @@ def own_forward_check(forward, args, kw, dout, grads, names):
     for p, (a, g) in enumerate(zip(args, grads)):
         if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.size):
             continue
-        kind, garr, _ = kind_of(g)
-        if kind != "array" or garr.shape != a.shape:
+        ret = judge.returned(g)
+        if ret.kind != "array" or ret.array.shape != a.shape:
             continue
-        if size > FULL_CHECK_ENTRIES:             # a large case, as the grader checks it
+        garr = ret.array
+        if size > judge.FULL_CHECK_ENTRIES:             # a large case, as the grader checks it
             good, more = directional_check(forward, args, kw, dout, p, garr, names[p], rng,
                                            rtol, atol)
             ok = ok and good
@@ -658,12 +423,12 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
                 results.add(fwd_name, (label, False, short, lines))
             elif type(value) not in (tuple, list) or len(value) != 2:
                 results.add(fwd_name, (label, False, "not (out, cache)", [
-                    f"{fwd_name} returned {describe(value)}; expected a pair (out, cache)"]))
+                    f"{fwd_name} returned {judge.returned(value).describe()}; expected a pair (out, "
+                    f"cache): the output and whatever {bwd_name} needs"]))
             else:
                 out, cache = value
-                flags = [f"{fwd_name} changed its input {names[i]} in place; a function must not "
-                         "modify its inputs (copy first, e.g. x = x.copy())"
-                         for i, (a, b) in enumerate(zip(args, given)) if not _same(a, b)]
+                flags = judge.changed_in_place(fwd_name, [names[i] for i, (a, b) in
+                                                          enumerate(zip(args, given)) if not _same(a, b)])
                 def redraw(seed):
                     again, _, _ = call(fwd, *_copy(args), **fresh_kwargs(dict(kw, rng=seed)))
                     return again[0] if type(again) in (tuple, list) and len(again) == 2 else None
@@ -699,48 +464,34 @@ def check_op(module, item, arrays, start=0, skip=(), report=None):
         if short:
             results.add(bwd_name, (label, False, short, lines))
             continue
-        flags = []
-        if not _same(pristine, cache):
-            flags.append(f"{bwd_name} changed its cache in place; a backward must leave the cache "
-                         "as the forward returned it")
-        if not _same(dout, given):
-            flags.append(f"{bwd_name} changed dout in place; dout belongs to the caller -- copy it "
-                         "before modifying it")
+        flags = judge.changed_in_place(bwd_name, cache=not _same(pristine, cache),
+                                       dout=not _same(dout, given))
         ok, short, lines, items = _check_grads(value, grads, args, names, bwd_name, tol, own_draw,
                                                fwd, kw, dout)
         claim = None
         if not ok and items is not None and case["check"] and not own_draw:
             consistent, extra = own_forward_check(fwd, args, kw, dout, items, names)
-            head = f"check of {bwd_name} against finite differences of your own {fwd_name}"
-            if consistent:
-                lines.append(f"{head}: PASSED -- your backward is consistent with your forward"
-                             + ("" if fwd_ok else f", so the mismatch comes from {fwd_name}: fix the "
-                                "forward first"))
-            else:
-                lines += [f"{head}: FAILED -- your backward does not match your forward:"]
-                lines += ["  " + line for line in extra]
+            lines += judge.own_forward_lines(fwd_name, bwd_name, consistent, fwd_ok, extra, tol)
             # the own-forward credit is decided once every visible forward verdict is known
             # (settle_claims): what it needs is kept with the verdict
             claim = {"consistent": consistent, "fwd_passed": fwd_ok, "near": near,
-                     "nontrivial": _nontrivial(items, grads), "short": short,
+                     "nontrivial": judge.nontrivial([judge.returned(g) for g in items], grads),
+                     "short": short,
                      "lines": list(lines), "flags": flags}
         verdict = _with_slips(label, ok, short, lines, flags)
         results.add(bwd_name, verdict + (claim,) if claim else verdict)
     return results
 
 
-NOT_COUNTED = ("not run", "not defined", "submission not loaded")
-
-
 def settle_claims(item, verdicts):
-    """The own-forward credit, as the grader decides it: a backward that failed against the
-    expected gradients but agrees with finite differences of the student's own forward (wrong on
-    that case), nonzero wherever the expected gradient is, keeps its points only where that
-    forward is recognisably the op -- a near miss the grader can name on the case, or the
-    expected output on more than half of the function's visible cases. ``verdicts``: {function:
-    [verdict per case]}, changed in place."""
+    """The own-forward credit, as the grader decides it (:func:`judge.own_forward_credit`): a
+    backward that failed against the expected gradients but agrees with finite differences of
+    the student's own forward (wrong on that case), nonzero wherever the expected gradient is,
+    keeps its points only where that forward is recognisably the op -- a near miss the grader
+    can name on the case, or the expected output on more than half of the function's visible
+    cases. ``verdicts``: {function: [verdict per case]}, changed in place."""
     fwd, bwd = item["functions"]
-    counted = [v for v in verdicts.get(fwd, []) if v is not None and v[2] not in NOT_COUNTED]
+    counted = [v for v in verdicts.get(fwd, []) if v is not None and v[2] not in judge.NOT_COUNTED]
     passed, graded = sum(bool(v[1]) for v in counted), len(counted)
     for k, v in enumerate(verdicts.get(bwd, [])):
         if v is None or len(v) < 5 or not v[4]:
@@ -749,28 +500,17 @@ def settle_claims(item, verdicts):
         if not claim["consistent"] or claim["fwd_passed"]:
             verdicts[bwd][k] = tuple(v[:4])
             continue
-        why = None
-        if claim["near"]:
-            why = f"your {fwd} is {item['name']} with one mistake the grader names: {claim['near']}"
-        elif graded and 2 * passed > graded:
-            why = f"your {fwd} matches the reference on {passed} of {graded} cases (most of them)"
-        if why is not None and claim["nontrivial"]:
-            credit = (f"{bwd} is the gradient of your own {fwd} (checked by finite differences), "
-                      f"and {why}: so it keeps its points; {fwd}'s own test costs the mistake")
+        why = judge.own_forward_credit(fwd, item["name"], claim["near"], passed, graded)
+        credited, sentence = judge.settle_claim(fwd, bwd, item["name"], why, claim["nontrivial"],
+                                                passed, graded)
+        if credited:
             label, ok, short, lines = _with_slips(
                 label, True, "consistent with your own forward",
                 ["For reference, against the correct gradient:"] + claim["lines"], claim["flags"])
-            verdicts[bwd][k] = (label, ok, short, [f"credited: {credit}"] + lines)
-            continue
-        reason = ("it is nonzero only where the correct gradient is zero: a forward and a "
-                  "backward that both ignore an input earn nothing for it"
-                  if why is not None else
-                  f"your {fwd} is not recognisably {item['name']} on this case: no near miss "
-                  f"the grader can name (a scale, a factor, an option, a known slip) gives its "
-                  f"output, and it matches the reference on {passed} of {graded} cases")
-        verdicts[bwd][k] = _with_slips(label, False, claim["short"], claim["lines"] + [
-            f"not credited: {bwd} agrees with your own {fwd}, but {reason}; so it is graded "
-            "against the correct gradient"], claim["flags"])
+            verdicts[bwd][k] = (label, ok, short, [f"credited: {sentence}"] + lines)
+        else:
+            verdicts[bwd][k] = _with_slips(label, False, claim["short"], claim["lines"] + [sentence],
+                                           claim["flags"])
 
 
 def _with_slips(label, passed, short, lines, flags):
@@ -783,50 +523,22 @@ def _with_slips(label, passed, short, lines, flags):
     return label, False, short or ("contract slip" if slips else ""), lines + slips
 
 
-def _nontrivial(items, grads):
-    """Nonzero wherever the correct gradient is: a forward and backward that both ignore an
-    input are consistent, and earn nothing for it."""
-    for got, exp in zip(items, grads):
-        if exp is not None and np.any(np.asarray(exp) != 0):
-            kind, arr, _ = kind_of(got)
-            if kind not in ("array", "scalar", "pyscalar") or not np.any(arr != 0):
-                return False
-    return True
-
-
 def _check_grads(value, grads, args, names, bwd_name, tol, own_draw, fwd, kw, dout):
     """(ok, short, lines, items) for a backward's gradients; ``own_draw``: judged under the
     mask the student's forward drew (read off its output)."""
-    n = len(args)
-    gnames = [f"d_{x}" if "_" in x or len(x) > 5 else f"d{x}" for x in names]
-    slips = []
-    if n == 1:
-        if type(value) in (tuple, list) and len(value) == 1 and kind_of(value[0])[0] in ("array", "scalar"):
-            slips.append(SLIP + f"{bwd_name} returned a {type(value).__name__} of one gradient for an "
-                         "op with one input; the gradient of a single input is returned bare")
-            items = list(value)
-        elif type(value) in (tuple, list):
-            return False, "not a bare gradient", [
-                f"{bwd_name} returned a {type(value).__name__} of {len(value)} for an op with one "
-                "input; the gradient of a single input is returned bare, not in a tuple"], None
-        else:
-            items = [value]
-    else:
-        if type(value) not in (tuple, list):
-            return False, "not a tuple of gradients", [
-                f"{bwd_name} returned {describe(value)}; expected a tuple of {n} gradients "
-                f"({', '.join(gnames)}), None for inputs that take no gradient"], None
-        if len(value) != n:
-            return False, "wrong number of gradients", [
-                f"{bwd_name} returned {len(value)} gradients; expected {n}, one per input "
-                f"({', '.join(gnames)})"], None
-        items = list(value)
+    names = list(names[:len(args)]) + [f"input {i}" for i in range(len(names), len(args))]
+    items, slips, short, lines = judge.gradient_items(judge.returned(value), names, bwd_name)
+    if items is None:
+        return False, short, lines, None
+    slips = [SLIP + s for s in slips]
+    gnames = [judge.grad_name(x) for x in names]
+    grads_got = [value] if len(names) == 1 and not slips else list(value)
     if own_draw:
         # the expected gradients depend on the student's own mask: the kinds, shapes and dtypes
         # are checked here, the values against finite differences of the forward under the
         # same seed (so the same mask)
         ok, shorts, lines = True, [], []
-        for p, (g, e) in enumerate(zip(items, grads)):
+        for p, (g, e) in enumerate(zip(grads_got, grads)):
             v_ok, s, ls = check_value(g, e, gnames[p], tol)
             if not v_ok and not s.endswith("wrong values"):
                 ok = False
@@ -834,23 +546,17 @@ def _check_grads(value, grads, args, names, bwd_name, tol, own_draw, fwd, kw, do
                 lines += ls
         if not ok:
             return False, "; ".join(dict.fromkeys(shorts)), lines, None
-        consistent, lines = own_forward_check(fwd, args, kw, dout, items, names)
-        return consistent, ("" if consistent else "wrong values"), lines, items
+        consistent, lines = own_forward_check(fwd, args, kw, dout, grads_got, names)
+        return consistent, ("" if consistent else "wrong values"), lines, grads_got
     ok, shorts, lines = True, [], []
-    for p, (g, e) in enumerate(zip(items, grads)):
-        reason = ""
-        if e is None:
-            a = args[p]
-            reason = (f"{names[p]} was passed as None" if a is None
-                      else f"{names[p]} holds integers, which take no gradient"
-                      if isinstance(a, np.ndarray) and a.dtype.kind != "f"
-                      else f"{names[p]} takes no gradient (frozen)")
+    for p, (g, e) in enumerate(zip(grads_got, grads)):
+        reason = judge.no_gradient_reason(names[p], args[p]) if e is None else ""
         v_ok, s, ls = check_value(g, e, gnames[p], tol, none_reason=reason)
         if not v_ok:
             ok = False
             shorts.append(s)
         lines += ls
-    return ok, "; ".join(dict.fromkeys(shorts)), slips + lines, items
+    return ok, "; ".join(dict.fromkeys(shorts)), slips + lines, grads_got
 
 
 def check_function(module, item, arrays, start=0, skip=(), report=None):
@@ -873,9 +579,9 @@ def check_function(module, item, arrays, start=0, skip=(), report=None):
         if short:
             results.add(name, (case["label"], False, short, lines))
             continue
-        flags = [f"{name} changed its input {item['inputs'][i] if i < len(item['inputs']) else i} in "
-                 "place; a function must not modify its inputs"
-                 for i, (a, b) in enumerate(zip(args, given)) if not _same(a, b)]
+        inputs = item["inputs"] + [f"input {i}" for i in range(len(item["inputs"]), len(args))]
+        flags = judge.changed_in_place(name, [inputs[i] for i, (a, b) in enumerate(zip(args, given))
+                                              if not _same(a, b)])
         ok, short, lines = check_value(value, arrays[case["out"]], "result", "float64")
         results.add(name, _with_slips(case["label"], ok, short, lines, flags))
     return results
@@ -1114,7 +820,7 @@ def run(homework, data_dir, only=(), timeout=None, separate=True):
     for i in to_run:
         if data["items"][i]["kind"] == "op":
             settle_claims(data["items"][i], results[i])
-    deduction = float(data.get("slip_deduction", 0.1))
+    deduction = float(data.get("slip_deduction", judge.SLIP_DEDUCTION))
     functions = {}
     for index, wanted in chosen.items():
         item = data["items"][index]

@@ -1,6 +1,8 @@
 """``numpytfmr make-assignment``: the folder handed to students (a skeleton, its notebook and
-the self-check ``check.py`` with the visible cases' data), a grading config, and the Gradescope
-``setup.sh``/``run_autograder`` pair, also bundled as ``autograder.zip``.
+the self-check ``check.py`` with its judge ``judge.py`` and the visible cases' data), a grading
+config, and the Gradescope ``setup.sh``/``run_autograder`` pair, also bundled as
+``autograder.zip``. ``check.py`` is :mod:`.selfcheck` and ``judge.py`` is :mod:`.judge`, the
+grader's own judge, both copied byte for byte.
 
 Each function of the skeleton is the reference function's signature with a student docstring
 (:mod:`.contracts`: what is required and graded, what is only suggested, what the student may
@@ -31,6 +33,7 @@ from ..registry import bind
 from ..shared.fileio import atomic_write_bytes, atomic_write_text, write_json
 from .cases import DEFAULTS, input_names, load_config, make_graded_cases, resolve
 from .contracts import backward_doc, forward_doc, helper_doc
+from .judge import drop_probability
 from .notebook import make_notebook
 
 __all__ = ["BEGIN", "END", "function_skeleton", "make_assignment", "skeleton_source"]
@@ -192,12 +195,8 @@ def _encode(value, arrays, key):
 def _draw(item, gc, out):
     """What the self-check needs to judge a random case against the student's own draw, or None
     (the conditions are those of :func:`.cases.own_draw`)."""
-    kwargs = gc.case.kwargs
-    p_name = item.spec.random if item.kind == "op" else ""
-    if not p_name:
-        return None
-    p = float(kwargs.get(p_name, 0.0) or 0.0)
-    if p == 0.0 or not kwargs.get("train", True) or "rng" not in kwargs:
+    p = drop_probability(item.name, gc.case.kwargs) if item.kind == "op" else None
+    if p is None:
         return None
     return {"op": item.name, "p": p, "shape": list(np.shape(out))}
 
@@ -325,9 +324,9 @@ def _npz_bytes(arrays):
     return buf.getvalue()
 
 
-def _selfcheck_source():
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "selfcheck.py"),
-              encoding="utf-8") as f:
+def _own_source(name):
+    """The bytes of ``name``, a module of this folder (selfcheck.py, judge.py), as they are."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), "rb") as f:
         return f.read()
 
 
@@ -379,9 +378,10 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     """Write the assignment for ``names`` into ``out_dir``; return the paths written.
 
     out_dir/student/                    the folder handed to students: the skeleton ({name}.py
-                                        and {name}.ipynb), check.py and its data (the visible
-                                        cases and their expected results; no reference code and
-                                        no hidden case)
+                                        and {name}.ipynb), check.py, judge.py (the
+                                        grader's judge, unchanged) and check.py's data (the
+                                        visible cases and their expected results; no reference
+                                        code and no hidden case)
     out_dir/autograder/grading.json     weights, cases, seeds (the hidden seed is secret)
     out_dir/autograder/setup.sh, run_autograder  Gradescope's pair, plus a copy of numpytfmr
     out_dir/autograder.zip              the same files at the zip's root: Gradescope's upload
@@ -508,6 +508,7 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
     paths = {"skeleton": os.path.join(student, filename),
              "notebook": os.path.join(student, f"{name}.ipynb"),
              "check": os.path.join(student, "check.py"),
+             "judge": os.path.join(student, "judge.py"),
              "check_data": os.path.join(student, "check_data.json"),
              "check_arrays": os.path.join(student, "check_data.npz"),
              "student": student,
@@ -517,7 +518,8 @@ def make_assignment(names, out_dir, *, name="homework", seed=0, hidden_seed=None
              "zip": os.path.join(out_dir, "autograder.zip")}
     atomic_write_text(paths["skeleton"], script)
     atomic_write_text(paths["notebook"], json.dumps(notebook, indent=1) + "\n")
-    atomic_write_text(paths["check"], _selfcheck_source())
+    atomic_write_bytes(paths["check"], _own_source("selfcheck.py"))
+    atomic_write_bytes(paths["judge"], _own_source("judge.py"))      # check.py's judge, unchanged
     write_json(paths["check_data"], data)
     atomic_write_bytes(paths["check_arrays"], _npz_bytes(arrays))
     write_json(paths["config"], config)

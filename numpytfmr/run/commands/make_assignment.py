@@ -87,7 +87,7 @@ def cmd_make_assignment(args):
     print(f"for students:      {paths['student']}{os.sep}  (hand out this folder)")
     print(f"                   {os.path.basename(paths['skeleton'])}, "
           f"{os.path.basename(paths['notebook'])}: the skeleton")
-    print("                   check.py + check_data.*: the self-check on the visible cases "
+    print("                   check.py + judge.py + check_data.*: the self-check on the visible cases "
           f"(python check.py {os.path.basename(paths['skeleton'])}; needs only NumPy)")
     print(f"autograder:        {paths['config']} (keep it from students: it holds the hidden seed)")
     print(f"                   {paths['setup']}, {paths['run']}, and a copy of numpytfmr")
