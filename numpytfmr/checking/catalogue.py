@@ -1,27 +1,16 @@
 """Known wrong backwards: is this gradient one of the formulas students write instead?
 
-Each registered op declares, with its registration, a catalogue of named wrong backwards
-(``registry.Mistake``: softmax's diagonal-only Jacobian ``y * (1 - y) * dout``, LayerNorm's
-unbiased variance, DPO's ``sigmoid(+margin)``, ...), each a small function that computes
-the wrong gradient from the reference forward's cache. The checker first finds which op the
-forward under check computes (``recognise.py``): a reference op or a thin wrapper around one
-is read off its name; a forward written independently (a student's own plain-NumPy
-softmax) is recognised by its output, options included (``layernorm (eps=1e-05)``). It then
-runs that op on the case's inputs, computes every variant of the failing input's gradient
-from the op's cache, and compares:
+Each registered op declares a catalogue of named wrong backwards (``registry.Mistake``),
+each computing the wrong gradient from the reference forward's cache. The op the forward
+computes is found by ``recognise.py``, run on the case's inputs, and every variant of the
+failing input's gradient compared:
 
     analytic = c * variant   (up to rounding, along the same compared values)
 
-With ``c = 1`` the mistake is named outright; with another ``c`` it is named together with
-the wrong factor (two mistakes at once, e.g. the diagonal-only softmax and a missing
-``1/N``). A variant equal to the right gradient on this case (LayerNorm's ``gamma``
-forgotten when there is no gamma) tells nothing and is skipped; a variant that is the right
-gradient times a constant (a missing scale) is only named at ``c = 1``, since any other
-factor is the plain factor diagnosis.
-
-A forward that is close to an op but not equal to it (its output a constant times the op's,
-or an input left out) is said to be so first, and the variants are computed through the op
-changed the same way, so the backward is judged against the student's own forward.
+``c = 1`` names the mistake, another ``c`` names it with the wrong factor. A variant equal
+to the right gradient here tells nothing; one that is the right gradient times a constant
+is named only at ``c = 1`` (else it is the plain factor diagnosis). See docs/gradcheck.md,
+"The catalogue of known wrong backwards".
 """
 import copy
 

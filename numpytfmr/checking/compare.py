@@ -99,6 +99,11 @@ def compare_input(forward, work, p, grad, out, blocked, dout, weight, h, rtol, a
         tol = atol + rtol * np.maximum(np.abs(a), np.abs(n)) + rounding
         status = np.where(np.abs(a - n) <= tol, PASS, FAIL)
     notes = []
+
+    def note(k, left, right, reason, **extra):
+        notes.append(dict(index=labels[k], analytic=a[k], numeric=n[k], left=left, right=right,
+                          reason=reason, **extra))
+
     # Entries that fail at h: look closer, at step s = h/16.
     s = h * _REFINE
     for k in np.flatnonzero(status != PASS):
@@ -112,9 +117,8 @@ def compare_input(forward, work, p, grad, out, blocked, dout, weight, h, rtol, a
         left = float(np.dot(left.reshape(-1), dout_flat)) / (2 * s)
         if not np.isfinite([n[k], n_s, left, right]).all():
             status[k] = INCONCLUSIVE
-            notes.append(dict(index=labels[k], analytic=a[k], numeric=n[k], left=left, right=right,
-                              reason="forward is not finite near this point (a domain boundary?); "
-                                     "finite differences cannot judge it"))
+            note(k, left, right, "forward is not finite near this point (a domain boundary?); "
+                                 "finite differences cannot judge it")
             continue
         tol_lr = (atol + rtol * max(abs(left), abs(right))
                   + 2 * noise(8.0, 2.0, s, max(abs(left), abs(right))))
@@ -131,12 +135,11 @@ def compare_input(forward, work, p, grad, out, blocked, dout, weight, h, rtol, a
         # kinks can be crossed at once, so no range can be asserted there.
         lo, hi = min(left, right) - tol[k], max(left, right) + tol[k]
         if is_coord[k] and not lo <= a[k] <= hi:
-            notes_fail = (f"at a kink (one-sided derivatives {left:.6g} from the left, {right:.6g} "
-                          f"from the right), and the analytic {a[k]:.6g} lies outside that range")
             status[k] = FAIL
             n[k] = 0.5 * (left + right)
-            notes.append(dict(index=labels[k], analytic=a[k], numeric=n[k], left=left, right=right,
-                              reason=notes_fail, failed=True))
+            note(k, left, right, f"at a kink (one-sided derivatives {left:.6g} from the left, "
+                                 f"{right:.6g} from the right), and the analytic {a[k]:.6g} lies "
+                                 "outside that range", failed=True)
             continue
         status[k] = INCONCLUSIVE
         slopes = f"one-sided derivatives {left:.6g} from the left, {right:.6g} from the right"
@@ -144,8 +147,7 @@ def compare_input(forward, work, p, grad, out, blocked, dout, weight, h, rtol, a
                   "so it is a valid choice" if is_coord[k] else
                   f"the function has a kink along this direction ({slopes}, analytic {a[k]:.6g}); "
                   "finite differences cannot judge it")
-        notes.append(dict(index=labels[k], analytic=a[k], numeric=n[k], left=left, right=right,
-                          reason=reason))
+        note(k, left, right, reason)
 
     def project(T):
         """An input-shaped array -> its values along the same directions and coordinates."""

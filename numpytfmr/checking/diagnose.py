@@ -1,22 +1,10 @@
 """Diagnoses: sentences that say how a failing gradient is wrong.
 
-Given the compared values of one input (``compare.compare_input``), :func:`diagnose` tries
-the patterns a wrong backward usually leaves, and every pattern that fits gives a sentence
-(a :class:`~.evidence.Diagnosis`, a ``str`` with a ``kind``):
-
-- here: all zeros or zeros where the numeric gradient is not; a constant factor, named in
-  the case's terms (``1/sqrt(d_k)``, ``1/scale``, ``alpha/r``, ``N``: see ``terms.py``) or a
-  flipped sign; a transposed gradient; a missing or extra term equal to ``dout`` (a residual
-  path, a bias); errors confined to one slice (an off-by-one);
-- a known wrong backward from the op's catalogue (``catalogue.py``: the diagonal-only
-  softmax, LayerNorm's unbiased variance, ...), alone or times a wrong factor;
-- with the whole case at hand (full mode), one cause among: a wrong elementwise derivative
-  (``elementwise.py``), a transposed factor inside a product (``products.py``), the gradient
-  of the forward with another input set to 1 or 0 or transposed (``counterfactual.py``), a
-  rotation by
-  the wrong angle, rows of repeated ids, entries picked by targets, positions a mask hides
-  (``locate.py``), a missing normalisation term or a reduction over the wrong axis
-  (``rowwise.py``).
+:func:`diagnose` tries, on the compared values of one input (``compare.compare_input``),
+the patterns a wrong backward leaves (zeros, a factor, a sign, a transpose, a ``dout``
+term, one slice), the op's catalogue (``catalogue.py``) and, with the whole case at hand
+(full mode), one case-wide cause (``_DETECTORS``). Every diagnosis with an example sentence:
+docs/gradcheck.md, "Diagnoses".
 """
 import numpy as np
 

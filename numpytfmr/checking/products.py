@@ -53,47 +53,41 @@ def product_diagnoses(ev):
 
 def _candidates(N, G, side, g_text, g_swapped, name):
     """(candidate, sentence) pairs for N = M @ G (side "right") or N = G @ M ("left")."""
-    out = []
+    right = side == "right"
     try:
         P = np.linalg.pinv(G)
     except np.linalg.LinAlgError:
-        return out
-    if side == "right":
-        if G.shape[-1] != N.shape[-1]:
-            return out
-        M = N @ P
-        if not _reproduces(M @ G, N):
-            return out
-        if G.shape[-1] == G.shape[-2]:
-            out.append((M @ np.swapaxes(G, -1, -2),
-                        f"transposed factor in a product: {name} equals the right gradient "
-                        f"(... @ {g_text}) computed with {g_swapped} in place of {g_text}, i.e. you "
-                        f"multiply by {g_swapped} where {g_text} belongs (for y = x @ W, dx = dout @ W.T); "
-                        "a square factor keeps the shape right, so only the values show it"))
-        if M.shape[-1] == M.shape[-2]:
+        return []
+    axis = -1 if right else -2
+    if G.shape[axis] != N.shape[axis]:
+        return []
+    M = N @ P if right else P @ N
+    if not _reproduces(M @ G if right else G @ M, N):
+        return []
+    out = []
+    if G.shape[-1] == G.shape[-2]:
+        G_T = np.swapaxes(G, -1, -2)
+        where, rule = ((f"(... @ {g_text})", "dx = dout @ W.T") if right
+                       else (f"({g_text} @ ...)", "dW = x.T @ dout"))
+        out.append((M @ G_T if right else G_T @ M,
+                    f"transposed factor in a product: {name} equals the right gradient "
+                    f"{where} computed with {g_swapped} in place of {g_text}, i.e. you "
+                    f"multiply by {g_swapped} where {g_text} belongs (for y = x @ W, {rule}); "
+                    "a square factor keeps the shape right, so only the values show it"))
+    if M.shape[-1] == M.shape[-2]:
+        M_T = np.swapaxes(M, -1, -2)
+        if right:
             example = ("dV = A @ dout where dV = A.T @ dout is right" if g_text == "dout" else
                        "attention's dK = dS @ Q where dK = dS.T @ Q * scale is right")
-            out.append((np.swapaxes(M, -1, -2) @ G,
-                        f"transposed factor in a product: {name} = X @ {g_text} where the right gradient "
-                        f"is X.T @ {g_text}: the factor multiplying {g_text} is transposed (e.g. "
-                        f"{example})"))
-    else:
-        if G.shape[-2] != N.shape[-2]:
-            return out
-        M = P @ N
-        if not _reproduces(G @ M, N):
-            return out
-        if G.shape[-1] == G.shape[-2]:
-            out.append((np.swapaxes(G, -1, -2) @ M,
-                        f"transposed factor in a product: {name} equals the right gradient "
-                        f"({g_text} @ ...) computed with {g_swapped} in place of {g_text}, i.e. you "
-                        f"multiply by {g_swapped} where {g_text} belongs (for y = x @ W, dW = x.T @ dout); "
-                        "a square factor keeps the shape right, so only the values show it"))
-        if M.shape[-1] == M.shape[-2]:
-            out.append((G @ np.swapaxes(M, -1, -2),
-                        f"transposed factor in a product: {name} = {g_text} @ X where the right gradient "
-                        f"is {g_text} @ X.T: the factor that {g_text} multiplies is transposed (e.g. "
-                        "dV = A @ dout where dV = A.T @ dout is right)"))
+            out.append((M_T @ G,
+                        f"transposed factor in a product: {name} = X @ {g_text} where the right "
+                        f"gradient is X.T @ {g_text}: the factor multiplying {g_text} is "
+                        f"transposed (e.g. {example})"))
+        else:
+            out.append((G @ M_T,
+                        f"transposed factor in a product: {name} = {g_text} @ X where the right "
+                        f"gradient is {g_text} @ X.T: the factor that {g_text} multiplies is "
+                        "transposed (e.g. dV = A @ dout where dV = A.T @ dout is right)"))
     return out
 
 

@@ -2,29 +2,14 @@
 
 A forward written independently of the package (a student's own softmax in plain NumPy) is
 no reference op, so the catalogue of known wrong backwards (``catalogue.py``) cannot be read
-off its name. It is recognised by its output instead:
+off its name. Every registered op whose signature fits is run on the case's inputs with the
+options its registration declares (``OpSpec.options``), a tunable option (``OpSpec.tune``)
+is solved for, and an op that reproduces the output up to rounding (``_REL``) is what the
+forward computes; else a forward close to one (a constant times its output, an input left
+out) is recognised with how it differs. The steps: docs/gradcheck.md, "Your own forward:
+which op it computes". Only called when a gradient fails; nothing fits: an empty list.
 
-1. every registered op whose signature fits the case -- no fewer positional parameters than
-   the forward has inputs (the op's missing trailing ones are passed as None), the same
-   output shape -- is run on the case's inputs with each of the options its registration
-   declares (``OpSpec.options``: the GELU variant, the softmax axis, LayerNorm's eps, a
-   causal mask, the number of heads), the usual ones first;
-2. where none of them reproduces the output, a numeric option the registration marks as
-   tunable (``OpSpec.tune``: a scale, eps, beta, alpha) is solved for, on a log scale;
-3. an op that reproduces the output up to rounding (``_REL``) is what the forward computes;
-4. where no op does, a forward close to one is recognised with how it differs: its output
-   is a constant times the op's (a scale missing or applied twice), or the op's with one
-   input left out (a bias or a gain: a missing term). The backward is then diagnosed
-   against the student's own forward: the catalogue runs through the op changed the same
-   way (``Recognition.run``).
-
-Nothing is recognised (an empty list) when no op fits: the checker then stays quiet. The
-checker calls this only when a gradient fails, so a passing check costs nothing; a call
-costs one forward per candidate op and option.
-
-:func:`recognise` is the one entry point for other tools (the grader): it takes
-``(forward, inputs, output)`` and returns a :class:`Recognition` (``.op``, ``.options``,
-``.describe()``) or None.
+:func:`recognise` is the entry point for other tools (the grader).
 """
 import math
 
@@ -75,25 +60,20 @@ class Recognition:
             out, cache = bind(self.spec().forward, self.options)(*self.args)
         return np.asarray(out, dtype=np.float64) * self.factor, cache
 
-    def shown_options(self):
-        """The options as they read in a sentence: ``{"eps": "1e-05", "mask": "causal"}``."""
-        shown = {}
+    def describe(self):
+        """``layernorm (eps=1e-05)``, ``attention (mask=causal)``, ``softmax (axis=-1)``."""
+        shown = []
         for key, value in self.options.items():
             if key in ("rng", "positions", "freqs") or value is None:
                 continue
             if isinstance(value, np.ndarray):
-                shown[key] = "causal" if _is_causal(value) else "given"
+                value = "causal" if _is_causal(value) else "given"
             elif isinstance(value, float):
-                shown[key] = f"{value:.4g}"
+                value = f"{value:.4g}"
             else:
-                shown[key] = repr(value) if isinstance(value, str) else str(value)
-        return shown
-
-    def describe(self):
-        """``layernorm (eps=1e-05)``, ``attention (mask=causal)``, ``softmax (axis=-1)``."""
-        shown = self.shown_options()
-        inner = ", ".join(f"{k}={v}" for k, v in shown.items())
-        return f"{self.op} ({inner})" if inner else self.op
+                value = repr(value) if isinstance(value, str) else str(value)
+            shown.append(f"{key}={value}")
+        return f"{self.op} ({', '.join(shown)})" if shown else self.op
 
     def difference(self):
         """How a close forward differs from the op, one sentence; "" when it does not."""

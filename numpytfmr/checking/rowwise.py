@@ -337,29 +337,24 @@ def _ratio_text(ev, name, kappa, d):
     """(kind, text) for a term entering as (1 - kappa) x the right one."""
     term = _TERM[name]
     yours = 1.0 - kappa
-
-    def near(v):
-        return abs(yours - v) <= 1e-3 * max(abs(v), 1.0)
-
-    if near(0.0):
-        return "row_term", f"{_FAMILIES[name][1]} is missing: {_FAMILIES[name][2]}"
-    if near(-1.0):
-        return "row_term", (f"the {term} has the wrong sign: it is added where it must be "
-                            "subtracted (or the reverse)")
-    if near(d / (d - 1.0)):
-        return "normaliser", (f"your {term} is d/(d-1) = {d}/{d - 1} x the right one: a mean "
-                              f"divided by d - 1 = {d - 1} instead of d = {d} (the variance of the "
-                              "notes is the population variance, normaliser 1/d)")
-    if near((d - 1.0) / d):
-        return "normaliser", (f"your {term} is (d-1)/d = {d - 1}/{d} x the right one: divided by "
-                              f"d = {d} where the forward divides by d - 1 = {d - 1} (match the "
-                              "forward's variance normaliser)")
-    if near(float(d)):
-        return "normaliser", (f"your {term} is d = {d} x the right one: a sum where the mean over "
-                              "the row belongs (divide by d)")
-    if near(1.0 / d):
-        return "normaliser", (f"your {term} is 1/d = 1/{d} x the right one: a mean where the sum "
-                              "over the row belongs")
+    known = (
+        (0.0, "row_term", f"{_FAMILIES[name][1]} is missing: {_FAMILIES[name][2]}"),
+        (-1.0, "row_term", f"the {term} has the wrong sign: it is added where it must be "
+                           "subtracted (or the reverse)"),
+        (d / (d - 1.0), "normaliser", f"your {term} is d/(d-1) = {d}/{d - 1} x the right one: a "
+                                      f"mean divided by d - 1 = {d - 1} instead of d = {d} (the "
+                                      "variance of the notes is the population variance, "
+                                      "normaliser 1/d)"),
+        ((d - 1.0) / d, "normaliser", f"your {term} is (d-1)/d = {d - 1}/{d} x the right one: "
+                                      f"divided by d = {d} where the forward divides by d - 1 = "
+                                      f"{d - 1} (match the forward's variance normaliser)"),
+        (float(d), "normaliser", f"your {term} is d = {d} x the right one: a sum where the mean "
+                                 "over the row belongs (divide by d)"),
+        (1.0 / d, "normaliser", f"your {term} is 1/d = 1/{d} x the right one: a mean where the "
+                                "sum over the row belongs"))
+    for value, kind, text in known:
+        if abs(yours - value) <= 1e-3 * max(abs(value), 1.0):
+            return kind, text
     named = ev.case.terms.name_factor(yours) if ev.case.terms is not None else ""
     return "row_term", (f"your {term} is {yours:.4g} x the right one" + (f" ({named})" if named else "")
                         + ": its coefficient is wrong")

@@ -278,11 +278,9 @@ def check_linearity(backward, cache_pristine, dout, dout2, analytic, dtypes, n_i
             not_linear.append(name)
         if zero_ok and lin_ok:
             continue
-        parts = []
-        if not zero_ok:
-            parts.append("backward(dout = 0) is not 0")
-        if not lin_ok:
-            parts.append("backward(a*d1 + b*d2) != a*backward(d1) + b*backward(d2)")
+        parts = [text for ok, text in ((zero_ok, "backward(dout = 0) is not 0"),
+                                       (lin_ok, "backward(a*d1 + b*d2) != a*backward(d1) + "
+                                                "b*backward(d2)")) if not ok]
         sentence = "the gradient does not scale with dout: " + " and ".join(parts)
         if g_2[p] is not None and np.any(g_1 != 0) and _bitwise_equal(g_1, g_2[p]):
             sentence += ("; backward returns the same gradient for two different dout, so it ignores "

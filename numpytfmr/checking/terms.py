@@ -1,34 +1,13 @@
 """The case's own terms, so that a factor is named as the student wrote it: ``n``, ``d_k``,
 ``scale``, ``1/scale``, ``alpha/r``, ``N``, a batch size.
 
-Where the terms come from, first found first named:
-
-1. ``check_gradients(..., terms={"batch size": 6})``: names the caller gives;
-2. the keyword options of the call, when ``forward`` is a reference op (decorated with
-   ``contract.op``) or a thin wrapper around one: ``functools.partial(op, scale=0.5)``, or a
-   closure holding the op and a dict of its options (``registry.bind``);
-3. the symbolic axes of the op's contract (``forward.__contract__``, e.g. ``d_k`` in
-   ``"Q: (..., n_q, d_k)"``) bound to the input shapes, and ``N``, the number of rows of
-   the first input (the product of its leading ``...`` axes: positions averaged over);
-   sizes of 1 and 2 are left out (a 2 would name every gradient added twice);
-4. numbers stored in the forward's cache under a name (``cache["scale"]``, ``cache["n_valid"]``);
-5. when no named term fits and ``forward`` has no contract, the sizes of the inputs' axes
-   (``the size of Q's last axis``).
-
-A forward written independently of the package that computes a registered op exactly
-(``recognise.py``; only asked for when a gradient fails) is named like that op in 2 and 3.
-
-A factor is matched against each term ``t`` as ``t``, ``1/t``, ``sqrt(t)`` and
-``1/sqrt(t)``, and against ``t1*t2``, ``t1/t2``, ``t1/sqrt(t2)`` and ``1/(t1*sqrt(t2))`` (a
-``1/sqrt(d_k)`` used where ``scale`` was given) for pairs of named terms (sources 1-4).
-Square roots are taken of options, cache numbers, the caller's terms and feature sizes
-(contract symbols ``d...`` and the rank ``r``), never of counts of positions or rows
-(``n_q``, ``N``), which no formula of the notes takes the root of. Every expression of the
-simplest kind that fits is printed (single terms before pairs), with the values of the
-terms it uses: when the case has two equal quantities the factor is ambiguous, and naming
-one would be a guess (``4 = n_q = sqrt(d_k), n_q = 4, d_k = 16``); exercise cases keep
-their sizes apart so that one name fits. Nothing is printed when no term matches: a bare
-``6 = 6`` says nothing.
+Sources, first found first named: the caller's ``terms=``; the keyword options of a
+reference op or a thin wrapper around one (``functools.partial``, ``registry.bind``), or of
+the op a forward of the student's own computes exactly (``recognise.py``); the symbolic
+axes of the op's contract bound to the input shapes, and ``N`` rows; numbers in the cache;
+else the inputs' axis sizes. Which expressions are formed (``t``, ``1/sqrt(t)``, pairs),
+which terms take no square root, and why every fitting expression is printed: see
+docs/gradcheck.md, "Factors, in the case's own terms".
 """
 import functools
 import inspect
@@ -73,13 +52,9 @@ class Terms:
         if all(n != name for n, _ in where):
             where.append((name, value))
 
-    def value(self, name):
-        return next((v for n, v in self.named if n == name), None)
-
     def axis_name(self, p, axis, size):
         """The contract's symbol of input ``p``'s ``axis``, else ``d`` (its size shown)."""
-        symbol = self.axes.get((p, axis))
-        return symbol if symbol else "d"
+        return self.axes.get((p, axis)) or "d"
 
     def name_factor(self, c, limit=4):
         """How ``|c|`` reads in the case's terms, e.g. ``"1/scale, scale = 0.5"``,
@@ -270,10 +245,8 @@ def _learn(forward, inputs, names, cache, named, recognised=None):
         for p, x in enumerate(inputs):
             if isinstance(x, np.ndarray) and x.dtype.kind == "f":
                 for axis, size in enumerate(x.shape):
-                    where = "last" if axis == x.ndim - 1 else f"{axis}"
-                    shapes.append((f"the size of {names[p]}'s {where} axis"
-                                   if where == "last" else f"the size of axis {axis} of {names[p]}",
-                                   size))
+                    shapes.append((f"the size of {names[p]}'s last axis" if axis == x.ndim - 1
+                                   else f"the size of axis {axis} of {names[p]}", size))
     return Terms(named, shapes, axes, options, notes, counts)
 
 

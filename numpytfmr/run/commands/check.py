@@ -1,10 +1,8 @@
 """``numpytfmr check``: gradient-check every registered op against finite differences.
 
-:func:`check_op` is the driver: it gradient-checks every case of one registered op. The
-command, the parametrised tests (tests/test_registry.py) and anyone checking an op by hand
-call it. It lives here, above both the gradient checker and the registry: the checker
-(``gradcheck.py``, ``checking/``) recognises ops through the registry, so a driver inside
-``registry/`` that calls the checker would close a loop between the folders.
+:func:`check_op` is the driver, shared by the command and tests/test_registry.py. It lives
+above both the checker and the registry: the checker recognises ops through the registry,
+so a driver inside ``registry/`` would close a loop between the folders.
 """
 import time
 
@@ -15,11 +13,8 @@ __all__ = ["add_command", "check_op", "cmd_check"]
 
 
 def check_op(spec, *, seed=0, mode=None):
-    """Gradient-check every case of one registered op (an :class:`OpSpec`).
-
-    Returns a list of ``(case, result)`` pairs; cases marked ``check=False`` (forward-only
-    edge cases such as logits of 1e4) are skipped.
-    """
+    """``[(case, result)]``: every case of one registered op (an :class:`OpSpec`) checked;
+    cases marked ``check=False`` (forward-only edge cases such as logits of 1e4) skipped."""
     import numpy as np
 
     from numpytfmr.gradcheck import check_gradients
@@ -51,10 +46,7 @@ def add_command(sub):
 
 def _row_verdict(rows):
     verdicts = {r.verdict for r in rows}
-    for v in ("FAIL", "INCONCLUSIVE", "PASS"):
-        if v in verdicts:
-            return v
-    return rows[0].verdict
+    return next((v for v in ("FAIL", "INCONCLUSIVE", "PASS") if v in verdicts), rows[0].verdict)
 
 
 def cmd_check(args):
@@ -83,7 +75,7 @@ def cmd_check(args):
                 continue
             table.append((spec.name, name, len(rows), err, verdict))
         for case, res in results:
-            for check, ok, message in res.structural:
+            for check, ok, _ in res.structural:
                 if not ok:
                     table.append((spec.name, f"[{check}]", 1, None, "FAIL"))
     width_op = max([len("op")] + [len(r[0]) for r in table])
