@@ -37,10 +37,9 @@ def mistakes_for(case, recognition):
 
 
 def reference_cache(case, k, recognition):
-    """The cache of the recognised op run on the case's inputs and options (memoised per
-    recognition), or None. For a forward recognised by its output the cache is a copy that
-    also holds the op's positional inputs under the key ``"inputs"``: a variant may need an
-    input the cache keeps only in part, which a student writing their own cache has whole."""
+    """The cache of the recognised op on the case's inputs (memoised), or None. For a forward
+    of the student's own, a copy that also holds the op's inputs under ``"inputs"`` (a
+    variant may need an input the cache keeps only in part)."""
     def run():
         try:
             out, cache = recognition.run()

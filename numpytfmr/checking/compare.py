@@ -1,10 +1,9 @@
 """Finite differences of one input, entry by entry or along random directions.
 
-Each compared value (an entry of the gradient, or its derivative along a random unit
-direction) gets a status: PASS, FAIL, or INCONCLUSIVE (the function has a kink there, or is
-not finite nearby). An entry that fails at the step h is looked at again at h/16: where the
-one-sided derivatives agree the finer estimate decides, where they differ the point is a
-kink and any value between them is a valid gradient.
+Each compared value (an entry, or the derivative along a random unit direction) is PASS,
+FAIL or INCONCLUSIVE (a kink, or not finite nearby). One that fails at step h is looked at
+again at h/16: where the one-sided derivatives agree the finer estimate decides; where they
+differ it is a kink, and any value between them is a valid gradient.
 """
 import numpy as np
 
@@ -23,11 +22,9 @@ def compare_input(forward, work, p, grad, out, blocked, dout, weight, h, rtol, a
                   n_directions, n_coordinates, rng):
     """Compare ``grad`` with finite differences of forward along coordinates or directions.
 
-    Returns a dict of arrays over the compared values: analytic ``a``, numeric ``n``, tolerance
-    ``tol``, ``status`` (PASS/FAIL/INCONCLUSIVE), ``labels`` (index tuple or "direction k"),
-    plus ``notes`` for inconclusive entries and ``project`` (maps an input-shaped array to the
-    same compared values, used by the diagnoses).
-    """
+    Returns a dict over the compared values: ``a``, ``n``, ``tol``, ``rounding``, ``status``,
+    ``labels`` (index tuple or "direction k"), ``notes`` of inconclusive entries, and
+    ``project`` (an input-shaped array -> the same compared values, for the diagnoses)."""
     x = work[p]
     args = list(work)
     out_clean = np.where(blocked, 0.0, out)
@@ -84,16 +81,10 @@ def compare_input(forward, work, p, grad, out, blocked, dout, weight, h, rtol, a
     def noise(weights_sum, den, t, value):
         return _ULPS * EPS * weights_sum * weight / (den * t) + 4.0 * EPS * x_max / t * abs(value)
 
-    count = len(vectors) + len(coords)
-    a = np.empty(count)
-    n = np.empty(count)
-    labels, perturbs, is_coord = [], [], []
-    for k in range(count):
-        perturb, a[k], label, coord = direction(k)
-        n[k], _ = stencil(perturb, h)
-        labels.append(label)
-        perturbs.append(perturb)
-        is_coord.append(coord)
+    rows = [direction(k) for k in range(len(vectors) + len(coords))]
+    perturbs, labels, is_coord = [r[0] for r in rows], [r[2] for r in rows], [r[3] for r in rows]
+    a = np.array([r[1] for r in rows], dtype=np.float64)
+    n = np.array([stencil(perturb, h)[0] for perturb in perturbs], dtype=np.float64)
     with np.errstate(invalid="ignore"):
         rounding = noise(18.0, 12.0, h, np.abs(n))
         tol = atol + rtol * np.maximum(np.abs(a), np.abs(n)) + rounding

@@ -1,13 +1,10 @@
 """Gradients of a slightly different forward: a factor left out, a path left out, a factor
 transposed.
 
-A backward that forgets ``gamma`` in ``dxhat = dout * gamma`` returns exactly the gradient
-the forward would have with ``gamma = 1``; one that forgets the LoRA branch in ``dx``
-returns the gradient with ``B = 0``; one that uses ``W`` for ``W.T`` returns the gradient
-with ``W`` transposed. So, for each other float input ``q`` and each such change of it, the
-checker compares the analytic gradient with the finite-difference gradient of the changed
-forward, along a few random directions (four forward calls each): agreement along every
-direction, where the real gradient disagrees, names the mistake.
+A backward that forgets ``gamma`` in ``dxhat = dout * gamma`` returns the gradient of the
+forward with ``gamma = 1``; one that forgets the LoRA branch, that with ``B = 0``; one that
+uses ``W`` for ``W.T``, that with ``W`` transposed. The analytic gradient is compared with
+finite differences of each changed forward along a few random directions.
 """
 import numpy as np
 

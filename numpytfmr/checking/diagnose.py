@@ -32,12 +32,10 @@ NO_PATTERN = Diagnosis("no simple pattern fits (constant factor, sign, transpose
 def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True, terms=None):
     """Sentences that say how a failing gradient is wrong (every one that fits).
 
-    case: the :class:`~.evidence.Case` of this input (inputs, output, forward, terms), or
-    None when only the compared values are known; the case-wide diagnoses need it, and a
-    backward that is not linear in dout gets none of them (``case_wide=False``): it is not a
-    vector-Jacobian product, and its errors have no structure to read. ``terms`` names
-    factors when there is no case (a forward output compared with the reference's).
-    """
+    case: the :class:`~.evidence.Case` of this input, or None when only the compared values
+    are known (then ``terms`` names factors). The case-wide diagnoses need it, and are
+    skipped (``case_wide=False``) for a backward not linear in dout: not a vector-Jacobian
+    product, its errors have no structure to read."""
     terms = terms if case is None else case.terms
     use = cmp["status"] != INCONCLUSIVE
     a, n, project = cmp["a"][use], cmp["n"][use], cmp["project"]

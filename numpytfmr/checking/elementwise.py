@@ -1,11 +1,8 @@
 """Elementwise ops: is your f'(x) right, and where is it wrong?
 
-An op is elementwise when ``out[i] = f(x[i])`` with the same ``f`` everywhere; the checker
-tests it by permuting the input's entries (the output must permute the same way). Then the
-backward is ``dx = dout * f'(x)``, so ``analytic / dout`` is your ``f'(x)``, and a
-vectorised five-point difference of the forward gives the true ``f'(x)`` at every entry at
-once. Comparing the two as functions of ``x`` says where the derivative is wrong: for large
-``|x|``, near 0, for negative or positive ``x``, or everywhere.
+An op is elementwise when permuting the input permutes the output the same way; then
+``analytic / dout`` is your ``f'(x)``, compared with a five-point difference of the forward
+at every entry at once, to say where it is wrong (large ``|x|``, near 0, ``x < 0``, ...).
 """
 import numpy as np
 

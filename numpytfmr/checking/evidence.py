@@ -1,15 +1,8 @@
-"""What a diagnosis looks at: the compared values of one failing input, and the case.
+"""What a diagnosis looks at: the compared values of one failing input (:class:`Evidence`),
+the check around it (:class:`Case`: inputs, output, the forward to probe, the terms), and
+the :class:`Diagnosis` sentence, a ``str`` with a ``kind`` that tests and tools read."""
+import functools
 
-:class:`Evidence` holds the analytic and numeric gradient of one input as arrays of the
-input's shape (full mode), the upstream gradient and a tolerance for "equal"; its ``case``
-(a :class:`Case`, or None when only the two arrays are known, as in the autograder's
-comparison with the reference gradient) gives the inputs, the forward's output, the forward
-itself (to probe it: is it elementwise, which axis does it normalise, which positions does a
-mask hide) and the case's terms.
-
-A :class:`Diagnosis` is a sentence (a ``str``) with a ``kind``, so tests and tools can tell
-the causes apart without parsing the text.
-"""
 import numpy as np
 
 __all__ = ["Diagnosis", "Evidence", "Case", "once"]
@@ -17,20 +10,12 @@ __all__ = ["Diagnosis", "Evidence", "Case", "once"]
 
 def once(make):
     """``make`` called on the first call of the returned function only, its value kept."""
-    kept = []
-
-    def get():
-        if not kept:
-            kept.append(make())
-        return kept[0]
-    return get
+    return functools.cache(make)
 
 
 class Diagnosis(str):
     """A sentence that says how a gradient is wrong; ``kind`` names the cause (``"factor"``,
-    ``"row_term"``, ``"wrong_axis"``, ``"elementwise"``, ``"transpose_product"``, ...);
-    a known wrong backward of the op's catalogue has kind ``"known_mistake"`` and its name in
-    ``mistake``."""
+    ``"row_term"``, ...; ``"known_mistake"``, with the catalogue's name in ``mistake``)."""
     kind = "other"
     mistake = None
 
@@ -45,19 +30,12 @@ class Diagnosis(str):
 
 
 class Case:
-    """The check around one input: everything but its compared values.
+    """The check around input ``p``: everything but its compared values.
 
-    forward: the forward being checked (called with the inputs, possibly one replaced)
-    inputs:  the float64 working copies of the positional inputs
-    p:       the position of the input under diagnosis
-    out:     the forward's output (float64)
-    dout:    the upstream gradient used
-    names:   input names;  terms: the case's :class:`~.terms.Terms`, or a function of no
-             arguments that makes them (they are then made when a diagnosis first asks)
-    recognised: a function of no arguments returning the recognitions of the forward
-             (``recognise.recognise_all``), shared by the inputs of one check and computed
-             once, when a diagnosis first asks; None: computed for this case when asked
-    """
+    inputs are float64 working copies; out (float64) and dout those of the check. terms:
+    :class:`~.terms.Terms`, or a function that makes them when first asked for. recognised:
+    a function returning ``recognise.recognise_all``'s list, shared by the check's inputs;
+    None: computed for this case when asked."""
 
     def __init__(self, forward, inputs, p, out, dout, names, terms, recognised=None):
         self.forward, self.inputs, self.p = forward, list(inputs), p

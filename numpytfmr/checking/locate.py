@@ -1,20 +1,5 @@
 """Where the errors are: rows of repeated ids, entries picked by targets, positions a mask
-hides, and a rotation by the wrong angle.
-
-- Repeated ids: an integer input ``ids`` indexes the rows of the input (``table[ids]``), and
-  the wrong rows are exactly rows of ids that occur more than once: the backward wrote
-  ``dtable[ids] += dout``, which keeps one occurrence per id instead of adding them all.
-- Picked entries: an integer input ``targets`` of the input's leading shape picks one entry
-  per row (``logits[i, targets[i]]``), and only those entries are wrong: the one-hot term.
-- Masked positions: probing the forward row by row shows which output rows depend on which
-  rows of each input (query ``i`` sees key ``j``); when the wrong rows are exactly rows that
-  a mask touches (keys hidden from some query, queries with hidden keys) while the others
-  are right, the backward lets masked positions contribute.
-- Rotations: in every pair of features (``(2k, 2k+1)`` or ``(k, k + d/2)``) the analytic
-  gradient has the numeric one's length but another direction: it is rotated, and the
-  usual cause is rotating ``dout`` by ``+theta`` (the forward's rotation) instead of
-  ``-theta``; the error then vanishes at position 0, where ``theta = 0``.
-"""
+hides, and a rotation by the wrong angle (docs/gradcheck.md, "Diagnoses")."""
 import numpy as np
 
 from .evidence import Diagnosis
@@ -35,8 +20,9 @@ def _list(values, limit=6):
 
 
 def id_diagnoses(ev):
-    """Repeated ids that overwrite instead of accumulating, and errors at the entries the
-    targets pick."""
+    """Wrong rows that are exactly rows of repeated ids (``dtable[ids] += dout`` keeps one
+    occurrence per id), or wrong entries that are exactly those the targets pick (the
+    one-hot term)."""
     case = ev.case
     if case is None or ev.a.ndim < 1 or not ev.fail.any():
         return []
@@ -108,12 +94,11 @@ def mask_diagnoses(ev):
 
 
 def _hidden_pairs(case):
-    """Which output row depends on which row of each input with rows (axis -2), found by
-    moving one input row at a time. Returns {"keys": (..., n_k) keys hidden from some
-    query, "queries": (..., n_q) queries with hidden keys, "role": position -> "key" or
-    "query"}, or None when no input shows a mask. The key pattern is the union over the
-    inputs with n_k rows (a query with a single allowed key ignores that key, not its
-    value); an input is a query input when each output row depends on its own row only."""
+    """Which output row depends on which input row (axis -2), found by moving one row at a
+    time. Returns {"keys": (..., n_k) hidden from some query, "queries": (..., n_q) with
+    hidden keys, "role": position -> "key" | "query"}, or None. Keys: the union over the
+    inputs with n_k rows (a query with one allowed key ignores that key, not its value);
+    a query input is one whose every output row depends on its own row only."""
     def probe():
         out = case.out
         finite = np.isfinite(out)
@@ -166,7 +151,8 @@ def _hidden_pairs(case):
 
 
 def rotation_diagnoses(ev):
-    """The analytic gradient is the numeric one rotated within each pair of features."""
+    """The analytic gradient is the numeric one rotated within each pair of features
+    (``(2k, 2k+1)`` or ``(k, k + d/2)``): dout rotated by ``+theta`` instead of ``-theta``."""
     if ev.a.ndim < 2 or ev.shape[-1] < 4 or ev.shape[-1] % 2 or not ev.fail.any():
         return []                                 # (..., positions, features), at least two pairs
     d = ev.shape[-1]

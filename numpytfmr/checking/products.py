@@ -1,20 +1,11 @@
 """Transposes inside matrix products.
 
-A gradient of a product is itself a product: ``dx = dout @ W.T`` for ``y = x @ W``,
-``dK = dS.T @ Q * scale`` in attention. A transposed factor inside it gives a gradient of
-the right shape whenever the transposed factor is square, and the plain "analytic equals
-numeric transposed" test misses it.
-
-For each factor ``F`` the checker can see (the other inputs, and ``dout``), in either
-orientation ``G`` (``F`` or ``F^T``, last two axes), the numeric gradient ``N`` is written as
-``M @ G`` (``M = N @ pinv(G)``) or ``G @ M``. When that reproduces ``N`` exactly, the two
-ways of transposing one factor of the product give two candidates:
-
-- ``M @ G^T`` (``G`` square): the factor ``F`` itself is transposed -- ``dout @ W`` for
-  ``dout @ W.T``;
-- ``M^T @ G`` (``M`` square): the other factor is transposed -- ``dS @ Q`` for ``dS.T @ Q``.
-
-If the analytic gradient equals a candidate, that is the mistake.
+A transposed square factor inside a gradient's product (``dout @ W`` for ``dout @ W.T``,
+``dS @ Q`` for ``dS.T @ Q``) keeps the shape right, so the plain transpose test misses it.
+For each factor ``F`` the checker sees (the other inputs, ``dout``), in either orientation
+``G``, the numeric gradient is written as ``N = M @ G`` (``M = N @ pinv(G)``) or ``G @ M``;
+when that is exact, ``M @ G^T`` (``F`` transposed) and ``M^T @ G`` (the other factor
+transposed) are the candidates the analytic gradient is compared with.
 """
 import numpy as np
 

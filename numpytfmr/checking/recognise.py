@@ -26,15 +26,10 @@ _NEAR = 0.5          # solve only for an op whose output is this near (relative)
 
 
 class Recognition:
-    """What a forward computes: the registered op ``op`` (its registry name) called with
-    ``options`` on ``args`` (the case's inputs, None where the op's input is absent or left
-    out), times ``factor``.
-
-    exact:    the output is reproduced with the op's declared or solved options
-    close:    the forward differs from the op: ``factor != 1`` or ``left_out`` (input names)
-    solved:   names of options solved for (not among the declared ones)
-    reference: True when the forward is a reference op or a thin wrapper around one
-    """
+    """What a forward computes: the registered op ``op`` called with ``options`` on ``args``
+    (None for an absent or left-out input), times ``factor``. ``close``: it differs from the
+    op (``factor != 1`` or ``left_out``); ``solved``: options solved for; ``reference``: the
+    forward is a reference op or a thin wrapper around one."""
 
     def __init__(self, op, options, args, *, factor=1.0, left_out=(), solved=(), reference=False):
         self.op, self.options, self.args = op, dict(options), tuple(args)
@@ -93,15 +88,9 @@ class Recognition:
 
 
 def recognise(forward, inputs, output):
-    """The registered op ``forward`` computes on ``inputs`` (whose output is ``output``), as a
-    :class:`Recognition` (``.op``, ``.options``, ``.describe()``, ``.close``), or None.
-
-    forward: the function under check (looked through when it is a reference op or a thin
-             wrapper around one; otherwise only its output is used), or None (a function
-             that runs elsewhere, such as a submission's in the grader's sandbox)
-    inputs:  its positional inputs (arrays, None for an absent one)
-    output:  what it returned for them (the ``out`` of ``out, cache``)
-    """
+    """The registered op ``forward`` computes on ``inputs`` (``output`` being its ``out``), as
+    a :class:`Recognition`, or None. ``forward`` may be None (a function that runs
+    elsewhere, such as a submission's in the grader's sandbox): only the output is used."""
     found = recognise_all(forward, inputs, output, limit=1)
     return found[0] if found else None
 
@@ -139,14 +128,13 @@ def _recognise(forward, inputs, out, limit):
             if _same(y, out):
                 hit = opts
                 break
+        solved = None
+        if hit is None and spec.tune and ran and _near(ran, out):
+            solved = _solve(spec, [o for o, _ in ran], args, out)
         if hit is not None:
             exact.append(Recognition(name, hit, args))
-        elif spec.tune and ran and _near(ran, out):
-            solved = _solve(spec, [o for o, _ in ran], args, out)
-            if solved is not None:
-                exact.append(Recognition(name, solved[0], args, solved=solved[1]))
-            elif not close:
-                close += _close(spec, name, names, ran, args, inputs, out)
+        elif solved is not None:
+            exact.append(Recognition(name, solved[0], args, solved=solved[1]))
         elif ran and not close:
             close += _close(spec, name, names, ran, args, inputs, out)
         if len(exact) >= limit:

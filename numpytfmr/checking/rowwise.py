@@ -1,21 +1,13 @@
 """Row-wise mistakes: a missing term of a normalisation, a reduction over the wrong axis.
 
-The ops that normalise along an axis (softmax, log-softmax, cross-entropy, LayerNorm,
-RMSNorm) have gradients with terms of the form ``V * c_i``: a fixed array ``V`` (ones, the
-output ``y``, ``softmax(x)``, ``xhat``, ``x``) times one number ``c_i`` per row, the row
-being the axis the op normalises (``- mean(dxhat)``, ``- y * sum(dout * y)``,
-``- xhat * mean(dxhat * xhat)``). When such a term is missing, ``numeric - analytic`` is
-exactly ``V * c_i``; when its reduction runs over another axis it is ``V * (c_i + e_j)``,
-one number per row plus one per slice of the other axis.
-
-:func:`row_diagnoses` fits those forms by least squares, row by row. The axis is the one
-along which the forward is invariant (adding a constant to each row leaves softmax and
-LayerNorm unchanged, scaling each row leaves RMSNorm unchanged), found by probing the
-forward; that is also why such a term must exist: the gradient of a shift-invariant op sums
-to zero along the axis, that of a scale-invariant op is orthogonal to ``x``. The fitted
-``c_i`` is then compared with the term's own row coefficient computed from ``dout``, which
-tells a missing term (ratio 1) from one with the wrong sign (2) or the wrong normaliser
-(``1/(d-1)`` instead of ``1/d``) or summed over every axis.
+The gradients of softmax, log-softmax, cross-entropy, LayerNorm and RMSNorm have terms
+``V * c_i``: a fixed array ``V`` (ones, ``y``, ``softmax(x)``, ``xhat``, ``x``) times one
+number per row along the axis the op normalises (``- mean(dxhat)``, ``- y * sum(dout * y)``).
+A missing term leaves ``numeric - analytic = V * c_i``; one reduced over another axis,
+``V * (c_i + e_j)``. :func:`row_diagnoses` fits those forms by least squares along the axis
+the forward is invariant along (a constant added to, or a scale applied to, each row), then
+compares ``c_i`` with the term's own coefficient from ``dout``: missing (ratio 1), wrong sign
+(2), wrong normaliser (``1/(d-1)`` for ``1/d``) or summed over every axis.
 """
 import numpy as np
 
@@ -121,9 +113,7 @@ def _wrong_axis(ev, k):
     return None
 
 
-# ---------------------------------------------------------------------------------------
-# The axis the forward normalises
-# ---------------------------------------------------------------------------------------
+# --- The axis the forward normalises ---------------------------------------------------
 
 def invariant_axes(case):
     """[(axis, "shift" | "scale")] of the input under diagnosis: the axes along which adding
@@ -141,13 +131,12 @@ def invariant_axes(case):
                 continue
             row_shape = tuple(1 if i == k else s for i, s in enumerate(x.shape))
             for kind in ("shift", "scale"):
+                # one change per row, and a reference change per entry (drawn in that order)
                 if kind == "shift":
-                    per_row = 0.3 * spread * rng.standard_normal(row_shape)
-                    per_entry = 0.3 * spread * rng.standard_normal(x.shape)
-                    moved, ref = x + per_row, x + per_entry
+                    moved, ref = (x + 0.3 * spread * rng.standard_normal(s)
+                                  for s in (row_shape, x.shape))
                 else:
-                    moved = x * rng.uniform(0.8, 1.25, row_shape)
-                    ref = x * rng.uniform(0.8, 1.25, x.shape)
+                    moved, ref = (x * rng.uniform(0.8, 1.25, s) for s in (row_shape, x.shape))
                 y_moved, y_ref = case.run_with(moved), case.run_with(ref)
                 if y_moved is None or y_ref is None:
                     continue
@@ -162,9 +151,7 @@ def invariant_axes(case):
     return case.memo(("invariant", case.p), probe)
 
 
-# ---------------------------------------------------------------------------------------
-# Fits
-# ---------------------------------------------------------------------------------------
+# --- Fits ------------------------------------------------------------------------------
 
 def _families(ev, k):
     """[(name, [V arrays])] to try along axis k, simplest first; arrays proportional row by
@@ -252,9 +239,7 @@ def _fit_two_axes(r, V, k, k2):
     return fit if np.any(np.abs(part2) > 0) else None
 
 
-# ---------------------------------------------------------------------------------------
-# The sentences: which term, missing or wrongly scaled, or reduced over the wrong axis
-# ---------------------------------------------------------------------------------------
+# --- The sentences: which term, missing or wrongly scaled, or reduced over the wrong axis ---
 
 def _wrong_axis_sentence(ev, name, k, k2, over_sigma=False):
     v_text = {"ones": "", "y": "y * ", "softmax": "softmax(x) * ", "xhat": "xhat * ", "x": "x * "}[name]

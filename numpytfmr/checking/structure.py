@@ -1,11 +1,10 @@
 """The properties every backward must have, checked around the finite differences.
 
-A backward is the vector-Jacobian product ``dout -> dout J`` of its forward, so it must
-return one gradient per input, of the input's shape and dtype (None for an input that
-takes no gradient), be linear in ``dout``, be repeatable, and leave its cache, the inputs
-and ``dout`` unchanged; the forward must be deterministic and leave its inputs alone.
-Each check adds a line ``(name, passed, message)`` to the report of ``check_gradients``
-(``report.add``) and, where it can, a sentence on what to fix (``report.diagnose``).
+A backward is the vector-Jacobian product ``dout -> dout J``: one gradient per input of its
+shape and dtype (None for an input without one), linear in ``dout``, repeatable, leaving its
+cache, the inputs and ``dout`` unchanged; the forward is deterministic and leaves its inputs
+alone. Each check adds ``(name, passed, message)`` (``report.add``) and, where it can, what
+to fix (``report.diagnose``).
 """
 import copy
 
@@ -126,11 +125,9 @@ def _max_diff_note(a, b):
 # --- forward and the first backward call ---------------------------------------------------
 
 def check_forward(forward, work, names, report, where):
-    """Run ``forward`` twice on the inputs: it must leave them unchanged, be deterministic and
-    return no NaN. Returns ``(out, cache, work, deterministic, blocked)``: the output (a
-    float64 copy), the cache of the first call, the inputs (restored if forward changed
-    them), and a mask of the infinite outputs, which carry no gradient (dout = 0 there).
-    """
+    """Run ``forward`` twice: unchanged inputs, deterministic, no NaN. Returns ``(out, cache,
+    work, deterministic, blocked)``: out as float64, the first call's cache, the inputs
+    (restored if changed), and the mask of infinite outputs (no gradient: dout = 0 there)."""
     pristine = [_snapshot(w) for w in work]
     out, cache = _run_forward(forward, work, where)
     changed = [names[p] for p in range(len(work)) if _changes(pristine[p], work[p], "")]
@@ -157,10 +154,9 @@ def check_forward(forward, work, names, report, where):
 
 
 def check_backward_call(backward, dout, cache, work, names, report):
-    """The first call of ``backward`` on the real cache, watched for side effects: it must
-    leave the cache, the inputs and ``dout`` unchanged. Returns ``(raw, cache_pristine,
-    work)``: what backward returned, a copy of the cache as it was before the call, and the
-    inputs (restored if backward changed them)."""
+    """The first call of ``backward`` on the real cache: cache, inputs and ``dout`` must stay
+    unchanged. Returns ``(raw, cache_pristine, work)``: what it returned, the cache as it
+    was, and the inputs (restored if changed)."""
     cache_pristine = _snapshot(cache)
     work_pristine = [_snapshot(w) for w in work]
     dout_pristine = dout.copy()
@@ -183,10 +179,9 @@ def check_backward_call(backward, dout, cache, work, names, report):
 
 
 def usable_gradients(work, grads, is_float, names, report):
-    """Which returned gradients can be compared with finite differences: a float input's
-    gradient of the input's shape; a non-float input must get None. Returns
-    ``(analytic, dtypes, wrong_dtype)``: position -> the gradient as float64, position ->
-    its own dtype, and the positions whose dtype differs from their input's (a failure)."""
+    """The gradients finite differences can judge (a float input's, of its shape; a non-float
+    input gets None). Returns ``(analytic, dtypes, wrong_dtype)``: position -> gradient as
+    float64, position -> its dtype, positions whose dtype is not their input's."""
     analytic = {}
     bad_kind, bad_shape, bad_dtype = [], [], []
     wrong_dtype, grad_dtypes = set(), {}
@@ -230,11 +225,8 @@ def usable_gradients(work, grads, is_float, names, report):
 
 def check_linearity(backward, cache_pristine, dout, dout2, analytic, dtypes, n_inputs, report):
     """backward(0) = 0, backward(a d1 + b d2) = a backward(d1) + b backward(d2), repeatable.
-
-    A backward is the map dout -> dout J (a vector-Jacobian product), linear in dout. Each call
-    gets a fresh copy of the cache, so a backward that changes its cache (reported above) does
-    not spoil these checks.
-    """
+    Each call gets a fresh copy of the cache, so a backward that changes it does not spoil
+    these checks."""
     def call(d):
         raw = backward(d.copy(), _snapshot(cache_pristine))
         grads, _ = unpack(raw, n_inputs)

@@ -24,12 +24,9 @@ _REL = 1e-4          # a factor matches a term within this relative tolerance
 class Terms:
     """Named numbers of one case, in the order they are preferred when naming a factor.
 
-    named:  list of (name, value) from the caller, the options, the cache and the contract
-    shapes: list of (description, value): axis sizes, used alone when nothing named fits
-    axes:   (input position, axis) -> the contract's symbol for that axis (``"d"``, ``"K"``)
-    options: the keyword options found (name -> value)
-    notes:  name -> how to show it in a sentence (default ``"name = value"``)
-    """
+    named, shapes: (name, value) lists; shapes (axis sizes) are used when nothing named fits.
+    axes: (input position, axis) -> contract symbol; options: the keyword options found;
+    notes: name -> how it reads in a sentence (default ``"name = value"``)."""
 
     def __init__(self, named=(), shapes=(), axes=None, options=None, notes=None, counts=()):
         self.named, self.shapes = [], []
@@ -57,11 +54,8 @@ class Terms:
         return self.axes.get((p, axis)) or "d"
 
     def name_factor(self, c, limit=4):
-        """How ``|c|`` reads in the case's terms, e.g. ``"1/scale, scale = 0.5"``,
-        ``"alpha/r, alpha = 6, r = 3"``, ``"1/sqrt(64), 64 = the size of Q's last axis"``;
-        every expression of the simplest kind that fits, up to ``limit``
-        (``"n_q = sqrt(d_k), n_q = 4, d_k = 16"`` when two quantities are equal); ""
-        when no term fits."""
+        """How ``|c|`` reads in the case's terms (``"alpha/r, alpha = 6, r = 3"``): every
+        expression of the simplest kind that fits, up to ``limit``; "" when none fits."""
         c = abs(float(c))
         if not np.isfinite(c) or c == 0 or abs(c - 1.0) <= _REL:
             return ""                                  # 1 is no factor (d/n_k = 1 says nothing)
@@ -119,16 +113,12 @@ def _wrap(name):
     return f"({name})" if " " in name or "/" in name else name
 
 
-# ---------------------------------------------------------------------------------------
-# Learning the terms of one check
-# ---------------------------------------------------------------------------------------
+# --- Learning the terms of one check ---------------------------------------------------
 
 def find_op(forward):
-    """``(op, options)``: the reference op behind ``forward`` (a function with a
-    ``__contract__``) and the keyword options it is called with, looking through
-    ``functools.partial`` and simple wrappers (a closure or lambda that calls one op with
-    its own inputs in order, and whose options sit in a dict, as in ``registry.bind``);
-    ``(None, {})`` when there is none."""
+    """``(op, options)``: the reference op behind ``forward`` and its keyword options, through
+    ``functools.partial`` and thin wrappers (a closure calling one op with its own inputs in
+    order, options in a dict, as ``registry.bind``); ``(None, {})`` when there is none."""
     options = {}
     f = forward
     for _ in range(4):
@@ -174,12 +164,9 @@ def _keyword_names(op):
 
 
 def learn_terms(forward, inputs, names, cache=None, extra=None, recognised=None):
-    """The :class:`Terms` of one check: see the module docstring for the sources. Looking
-    never fails a check: whatever cannot be read is left out.
-
-    recognised: a function of no arguments returning the recognitions of a forward written
-    independently of the package (``recognise.recognise_all``): the op it computes exactly
-    then lends its contract's axes and its options, as a reference op would."""
+    """The :class:`Terms` of one check (sources: the module docstring); never fails a check.
+    ``recognised()``: the recognitions of the forward, whose exact op lends its axes and
+    options to a forward of the student's own."""
     named = [(str(k), v) for k, v in (extra or {}).items()]
     try:
         return _learn(forward, inputs, names, cache, named, recognised)
@@ -200,10 +187,8 @@ def _learn(forward, inputs, names, cache, named, recognised=None):
         defaults = {p.name: p.default for p in inspect.signature(op).parameters.values()
                     if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty}
         options = {**defaults, **options}
-    for key, value in options.items():
-        if key in ("rng", "axis") or not _is_number(value):
-            continue
-        named.append((key, value))
+    named += [(key, value) for key, value in options.items()
+              if key not in ("rng", "axis") and _is_number(value)]
     axes, notes, counts = {}, {}, set()
     if op is not None:
         spec = op.__contract__
@@ -237,9 +222,8 @@ def _learn(forward, inputs, names, cache, named, recognised=None):
                     notes["N"] = f"N = {rows} rows of {s.name}" + (
                         f" ({' x '.join(str(k) for k in lead)})" if len(lead) > 1 else "")
     if isinstance(cache, dict):
-        for key, value in cache.items():
-            if isinstance(key, str) and _is_number(value) and key not in ("axis",):
-                named.append((key, value))
+        named += [(key, value) for key, value in cache.items()
+                  if isinstance(key, str) and _is_number(value) and key != "axis"]
     shapes = []
     if op is None:
         for p, x in enumerate(inputs):
