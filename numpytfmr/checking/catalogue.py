@@ -57,10 +57,7 @@ def reference_cache(case, k, recognition):
 def catalogue_diagnoses(case, a, n, project, use, atol):
     """Sentences naming the known wrong backwards that ``a`` equals (times a constant),
     after a sentence on how the forward differs from the op it is close to, if it does.
-
-    a, n:    the analytic and numeric values compared (after ``project`` and ``use``)
-    project: maps an input-shaped array to the same compared values
-    """
+    ``a``, ``n``: the values compared; ``project``, ``use``: as in ``diagnose``."""
     try:
         recognitions = case.recognised()
     except Exception:  # noqa: BLE001 -- looking never fails a check

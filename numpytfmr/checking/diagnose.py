@@ -141,12 +141,9 @@ def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True, terms=None):
                       (cmp["status"] == FAIL).reshape(grad.shape), dout, atol,
                       float(np.max(cmp["rounding"])) if cmp.get("rounding") is not None else 0.0,
                       case)
-        for detect in _DETECTORS:
-            found = detect(ev)
-            if found:
-                sentences += found
-                located = True
-                break
+        found = next(filter(None, (detect(ev) for detect in _DETECTORS)), [])
+        sentences += found
+        located = located or bool(found)
 
     # 7. errors confined to one slice (full mode), unless a cause was located above
     if cmp["full"] and grad.ndim >= 1 and not located:

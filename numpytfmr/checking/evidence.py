@@ -117,11 +117,11 @@ class Evidence:
     def shape(self):
         return self.a.shape
 
-    def close(self, u, v, tol=None):
+    def close(self, u, v):
         u, v = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
         if u.shape != v.shape or not u.size or not np.isfinite(u).all() or not np.isfinite(v).all():
             return False
-        return float(np.max(np.abs(u - v))) <= (self.tol if tol is None else tol)
+        return float(np.max(np.abs(u - v))) <= self.tol
 
     def axis_label(self, axis):
         """``axis -1 (d = 7)``: an axis of the input, with its contract symbol when known."""

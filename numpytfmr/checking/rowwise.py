@@ -67,16 +67,10 @@ def row_diagnoses(ev):
     if case is None or case.x.shape != ev.shape or ev.a.ndim == 0 or not 3 <= ev.a.size <= MAX_FIT_SIZE:
         return []
     axes = [k for k, _ in invariant_axes(case) if ev.shape[k] >= 3]
-    for k in axes:
-        found = _missing_term(ev, k)
-        if found:
-            return [found]
-    if ev.a.size <= MAX_TWO_AXIS_SIZE:
-        for k in axes:
-            found = _wrong_axis(ev, k)
-            if found:
-                return [found]
-    return []
+    found = next(filter(None, (_missing_term(ev, k) for k in axes)), None)
+    if not found and ev.a.size <= MAX_TWO_AXIS_SIZE:
+        found = next(filter(None, (_wrong_axis(ev, k) for k in axes)), None)
+    return [found] if found else []
 
 
 def _missing_term(ev, k):
@@ -174,11 +168,8 @@ def _families(ev, k):
         candidates.append(("softmax", sm))
     kept = []
     for name, V in candidates:
-        if not np.any(V):
-            continue
-        if any(_rowwise_proportional(V, W, k) for _, W in kept):
-            continue
-        kept.append((name, V))
+        if np.any(V) and not any(_rowwise_proportional(V, W, k) for _, W in kept):
+            kept.append((name, V))
     families = [(name, [V]) for name, V in kept]
     if "xhat" in dict(kept):
         families.append(("ones+xhat", [ones, dict(kept)["xhat"]]))

@@ -199,10 +199,8 @@ def _learn(forward, inputs, names, cache, named, recognised=None):
                 continue
             p = positional.index(s.name)
             x = inputs[p] if p < len(inputs) else None
-            if not isinstance(x, np.ndarray):
-                continue
             n = len(s.axes)
-            if x.ndim < n:
+            if not isinstance(x, np.ndarray) or x.ndim < n:
                 continue
             for k, symbol in enumerate(s.axes):
                 axis = x.ndim - n + k

@@ -68,16 +68,12 @@ def cmd_check(args):
             if not res.passed:
                 failures.append((spec.name, case, res))
         for (_, name), rows in sorted(per_input.items()):
-            errs = [r.max_rel_error for r in rows if r.max_rel_error is not None]
-            err = max(errs) if errs else None
+            err = max((r.max_rel_error for r in rows if r.max_rel_error is not None), default=None)
             verdict = _row_verdict(rows)
-            if verdict in ("NO GRADIENT", "NOT FLOAT"):
-                continue
-            table.append((spec.name, name, len(rows), err, verdict))
-        for case, res in results:
-            for check, ok, _ in res.structural:
-                if not ok:
-                    table.append((spec.name, f"[{check}]", 1, None, "FAIL"))
+            if verdict not in ("NO GRADIENT", "NOT FLOAT"):
+                table.append((spec.name, name, len(rows), err, verdict))
+        table += [(spec.name, f"[{check}]", 1, None, "FAIL")
+                  for _, res in results for check, ok, _ in res.structural if not ok]
     width_op = max([len("op")] + [len(r[0]) for r in table])
     width_in = max([len("input")] + [len(r[1]) for r in table])
     print(f"{'op':<{width_op}}  {'input':<{width_in}}  cases  max rel error  verdict")
