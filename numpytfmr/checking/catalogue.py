@@ -1,16 +1,11 @@
 """Known wrong backwards: is this gradient one of the formulas students write instead?
 
 Each registered op declares a catalogue of named wrong backwards (``registry.Mistake``),
-each computing the wrong gradient from the reference forward's cache. The op the forward
-computes is found by ``recognise.py``, run on the case's inputs, and every variant of the
-failing input's gradient compared:
-
-    analytic = c * variant   (up to rounding, along the same compared values)
-
-``c = 1`` names the mistake, another ``c`` names it with the wrong factor. A variant equal
-to the right gradient here tells nothing; one that is the right gradient times a constant
-is named only at ``c = 1`` (else it is the plain factor diagnosis). See docs/gradcheck.md,
-"The catalogue of known wrong backwards".
+each computing the wrong gradient from the op's cache. The op the forward computes
+(``recognise.py``) is run on the case's inputs, and ``analytic = c * variant`` is tested
+for every variant of the failing input's gradient: ``c = 1`` names the mistake, another
+``c`` names it with the wrong factor. See docs/gradcheck.md, "The catalogue of known wrong
+backwards".
 """
 import copy
 
@@ -62,9 +57,8 @@ def catalogue_diagnoses(case, a, n, project, use, atol):
         recognitions = case.recognised()
     except Exception:  # noqa: BLE001 -- looking never fails a check
         return []
-    first = []
-    if recognitions and recognitions[0].close:
-        first = [Diagnosis(recognitions[0].difference(), "forward_differs")]
+    first = ([Diagnosis(recognitions[0].difference(), "forward_differs")]
+             if recognitions and recognitions[0].close else [])
     for k, rec in enumerate(recognitions):
         try:
             found = _matches(case, k, rec, a, n, project, use, atol)
@@ -77,9 +71,7 @@ def catalogue_diagnoses(case, a, n, project, use, atol):
 
 def _matches(case, k, rec, a, n, project, use, atol):
     mistakes = mistakes_for(case, rec)
-    if not mistakes:
-        return []
-    cache = reference_cache(case, k, rec)
+    cache = reference_cache(case, k, rec) if mistakes else None
     if cache is None:
         return []
     found = []

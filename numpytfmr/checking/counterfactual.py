@@ -59,16 +59,12 @@ def counterfactual_diagnoses(ev):
 
 def _matches(case, q, changed, dirs, along_a, tol):
     """Whether the changed forward's directional derivatives equal the analytic ones."""
-    x = case.x
-    dout = case.dout
     for u, target in zip(dirs, along_a):
-        ys = {}
-        for k in (-2, -1, 1, 2):
-            y = case.run(**{str(case.p): x + k * _H * u, str(q): changed})
-            if y is None or not np.isfinite(y).all():
-                return False
-            ys[k] = y
-        deriv = float(np.vdot(8.0 * (ys[1] - ys[-1]) - (ys[2] - ys[-2]), dout)) / (12.0 * _H)
+        ys = {k: case.run(**{str(case.p): case.x + k * _H * u, str(q): changed})
+              for k in (-2, -1, 1, 2)}
+        if any(y is None or not np.isfinite(y).all() for y in ys.values()):
+            return False
+        deriv = float(np.vdot(8.0 * (ys[1] - ys[-1]) - (ys[2] - ys[-2]), case.dout)) / (12.0 * _H)
         if abs(deriv - target) > tol:
             return False
     return True

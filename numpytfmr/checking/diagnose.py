@@ -113,14 +113,14 @@ def diagnose(cmp, grad, dout, atol, case=None, *, case_wide=True, terms=None):
             if abs(c) > 1e-6 and close(r, c * d) and float(np.max(np.abs(r))) > tiny:
                 dout_term = True
                 what = "dout" if reduced.shape == dout.shape else "dout summed over the broadcast axes"
-                if c > 0 and reduced.shape == dout.shape:
-                    text = (f"numeric - analytic = {_trim(c)}{what}: a term is missing -- the gradient "
-                            "of a direct path from this input to the output (e.g. the identity path of "
-                            "a residual y = f(x) + x, whose gradient is dout itself)")
-                elif c > 0:
-                    text = (f"numeric - analytic = {_trim(c)}{what}: a term is missing -- the gradient "
-                            "of a path where this input is added to the output directly (as a bias "
+                if c > 0:
+                    path = ("a direct path from this input to the output (e.g. the identity path "
+                            "of a residual y = f(x) + x, whose gradient is dout itself)"
+                            if reduced.shape == dout.shape else
+                            "a path where this input is added to the output directly (as a bias "
                             "is: its gradient is dout summed over the broadcast axes)")
+                    text = (f"numeric - analytic = {_trim(c)}{what}: a term is missing -- the "
+                            f"gradient of {path}")
                 else:
                     text = (f"analytic - numeric = {_trim(-c)}{what}: an extra term -- dout passed "
                             "straight through once too often")

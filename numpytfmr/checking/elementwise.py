@@ -34,13 +34,9 @@ def is_elementwise(case):
 
 def derivative(case):
     """f'(x) at every entry, by the five-point stencil applied to all entries at once."""
-    x = case.x
-    ys = {}
-    for k in (-2, -1, 1, 2):
-        y = case.run_with(x + k * _H)
-        if y is None:
-            return None
-        ys[k] = y
+    ys = {k: case.run_with(case.x + k * _H) for k in (-2, -1, 1, 2)}
+    if any(y is None for y in ys.values()):
+        return None
     with np.errstate(invalid="ignore"):
         return (8.0 * (ys[1] - ys[-1]) - (ys[2] - ys[-2])) / (12.0 * _H)
 

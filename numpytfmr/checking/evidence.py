@@ -16,8 +16,6 @@ def once(make):
 class Diagnosis(str):
     """A sentence that says how a gradient is wrong; ``kind`` names the cause (``"factor"``,
     ``"row_term"``, ...; ``"known_mistake"``, with the catalogue's name in ``mistake``)."""
-    kind = "other"
-    mistake = None
 
     def __new__(cls, text, kind="other", mistake=None):
         obj = super().__new__(cls, text)
@@ -109,8 +107,8 @@ class Evidence:
         self.fail = np.asarray(fail, dtype=bool)
         self.dout = np.asarray(dout, dtype=np.float64)
         self.case = case
-        self.scale = max(float(np.max(np.abs(self.a))) if self.a.size else 0.0,
-                         float(np.max(np.abs(self.n))) if self.n.size else 0.0)
+        self.scale = max(float(np.max(np.abs(self.a), initial=0.0)),
+                         float(np.max(np.abs(self.n), initial=0.0)))
         self.tol = 1e-6 * self.scale + 10.0 * float(rounding) + atol
 
     @property

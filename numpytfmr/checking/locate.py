@@ -45,12 +45,7 @@ def id_diagnoses(ev):
                 continue
         # targets pick one entry per row: logits[..., targets]
         if ev.a.ndim >= 1 and ids.shape == ev.shape[:-1] and ev.shape[-1] >= 2:
-            K = ev.shape[-1]
-            ok = (ids >= 0) & (ids < K)
-            picked = np.zeros(ev.shape, dtype=bool)
-            if ok.any():
-                idx = np.where(ok, ids, 0)[..., None]
-                np.put_along_axis(picked, idx, ok[..., None], axis=-1)
+            picked = ids[..., None] == np.arange(ev.shape[-1])      # out-of-range ids pick none
             if picked.any() and not (ev.fail & ~picked).any():
                 out.append(Diagnosis(
                     f"only the entries picked by {name} are wrong (one per row, at the target class): "

@@ -1,11 +1,10 @@
 """Transposes inside matrix products.
 
 A transposed square factor inside a gradient's product (``dout @ W`` for ``dout @ W.T``,
-``dS @ Q`` for ``dS.T @ Q``) keeps the shape right, so the plain transpose test misses it.
-For each factor ``F`` the checker sees (the other inputs, ``dout``), in either orientation
-``G``, the numeric gradient is written as ``N = M @ G`` (``M = N @ pinv(G)``) or ``G @ M``;
-when that is exact, ``M @ G^T`` (``F`` transposed) and ``M^T @ G`` (the other factor
-transposed) are the candidates the analytic gradient is compared with.
+``dS @ Q`` for ``dS.T @ Q``) keeps the shape right. For each factor the checker sees, in
+either orientation ``G``, the numeric gradient is written as ``N = M @ G`` or ``G @ M``
+(``M`` through ``pinv(G)``); when exact, ``M @ G^T`` (``G`` transposed) and ``M^T @ G``
+(the other factor transposed) are the candidates.
 """
 import numpy as np
 
@@ -27,10 +26,8 @@ def product_diagnoses(ev):
     N, A = ev.n, ev.a
     with np.errstate(all="ignore"):
         for fname, F in factors:
-            for transposed in (False, True):
-                G = np.swapaxes(F, -1, -2) if transposed else F
-                g_text = f"{fname}.T" if transposed else fname
-                g_swapped = fname if transposed else f"{fname}.T"
+            for G, g_text, g_swapped in ((F, fname, f"{fname}.T"),
+                                         (np.swapaxes(F, -1, -2), f"{fname}.T", fname)):
                 for side in ("right", "left"):
                     try:
                         found = _candidates(N, G, side, g_text, g_swapped, name)

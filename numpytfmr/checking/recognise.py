@@ -1,15 +1,12 @@
 """Which registered op does a forward compute? Recognised by what it computes.
 
-A forward written independently of the package (a student's own softmax in plain NumPy) is
-no reference op, so the catalogue of known wrong backwards (``catalogue.py``) cannot be read
-off its name. Every registered op whose signature fits is run on the case's inputs with the
-options its registration declares (``OpSpec.options``), a tunable option (``OpSpec.tune``)
-is solved for, and an op that reproduces the output up to rounding (``_REL``) is what the
-forward computes; else a forward close to one (a constant times its output, an input left
-out) is recognised with how it differs. The steps: docs/gradcheck.md, "Your own forward:
-which op it computes". Only called when a gradient fails; nothing fits: an empty list.
-
-:func:`recognise` is the entry point for other tools (the grader).
+A forward written independently of the package (a student's own softmax in plain NumPy)
+is no reference op, so the catalogue (``catalogue.py``) cannot be read off its name: every
+registered op that fits is run on the case's inputs with its declared options, a tunable
+option solved for, and an op reproducing the output up to rounding (``_REL``) is what the
+forward computes, or one it is close to (a constant times its output, an input left out).
+Steps: docs/gradcheck.md, "Your own forward: which op it computes". :func:`recognise` is
+the entry point for other tools (the grader).
 """
 import math
 

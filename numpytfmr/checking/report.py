@@ -32,13 +32,10 @@ def describe(x):
 def reproduce_line(seed, h, mode, rtol, atol, n_directions, n_coordinates):
     """The ``check_gradients`` call that repeats a check (settings that differ from the
     defaults spelled out)."""
-    extra = ""
-    if rtol != 1e-6:
-        extra += f", rtol={rtol!r}"
-    if atol != 1e-9:
-        extra += f", atol={atol!r}"
-    if mode == "directional":
-        extra += f", n_directions={n_directions}, n_coordinates={n_coordinates}"
+    extra = "".join(text for differs, text in (
+        (rtol != 1e-6, f", rtol={rtol!r}"), (atol != 1e-9, f", atol={atol!r}"),
+        (mode == "directional", f", n_directions={n_directions}, n_coordinates={n_coordinates}"))
+        if differs)
     return f"check_gradients(forward, backward, inputs, seed={seed!r}, h={h!r}, mode={mode!r}{extra})"
 
 

@@ -2,12 +2,11 @@
 
 The gradients of softmax, log-softmax, cross-entropy, LayerNorm and RMSNorm have terms
 ``V * c_i``: a fixed array ``V`` (ones, ``y``, ``softmax(x)``, ``xhat``, ``x``) times one
-number per row along the axis the op normalises (``- mean(dxhat)``, ``- y * sum(dout * y)``).
-A missing term leaves ``numeric - analytic = V * c_i``; one reduced over another axis,
-``V * (c_i + e_j)``. :func:`row_diagnoses` fits those forms by least squares along the axis
-the forward is invariant along (a constant added to, or a scale applied to, each row), then
-compares ``c_i`` with the term's own coefficient from ``dout``: missing (ratio 1), wrong sign
-(2), wrong normaliser (``1/(d-1)`` for ``1/d``) or summed over every axis.
+number per row along the normalised axis (``- mean(dxhat)``, ``- y * sum(dout * y)``). A
+missing term leaves ``numeric - analytic = V * c_i``; one reduced over another axis,
+``V * (c_i + e_j)``. Both are fitted by least squares along the axis the forward is
+invariant along (a shift or scale per row), and ``c_i`` compared with the term's own
+coefficient from ``dout``: missing, wrong sign, wrong normaliser, or summed over every axis.
 """
 import numpy as np
 
@@ -245,11 +244,9 @@ def _wrong_axis_sentence(ev, name, k, k2, over_sigma=False):
 def _missing_sentence(ev, name, Vs, coef, k, targets=""):
     form, what, term = _FAMILIES[name]
     head = f"{form.format(axis=ev.axis_label(k), targets=targets)}: "
-    if len(Vs) == 1:
-        ratio = _coefficient_ratio(ev, name, coef[:, 0], k)
-        if ratio is not None:
-            kind, text = ratio
-            return Diagnosis(head + text, kind)
+    ratio = _coefficient_ratio(ev, name, coef[:, 0], k) if len(Vs) == 1 else None
+    if ratio is not None:
+        return Diagnosis(head + ratio[1], ratio[0])
     if name == "ones+onehot":
         return Diagnosis(head + term, "smoothing")
     verb = "are" if what.endswith("terms") else "is"
@@ -267,11 +264,10 @@ def _coefficient_ratio(ev, name, c, k):
     x, dout = case.x, case.dout
     d = ev.shape[k]
     eps = _eps_values(ev)[0]
-    bases = []
     if name == "y":
-        bases.append(np.sum(dout * case.out, axis=k))
+        bases = [np.sum(dout * case.out, axis=k)]
     elif name == "softmax":
-        bases.append(np.sum(dout, axis=k))
+        bases = [np.sum(dout, axis=k)]
     else:
         # dxhat = dout * gamma: every float input that broadcasts along the row is a gamma
         gains = [np.ones(1)] + [q for _, q in case.floats()
@@ -280,14 +276,10 @@ def _coefficient_ratio(ev, name, c, k):
         sigma = np.sqrt((centred ** 2).mean(axis=k) + eps)
         xhat = centred / np.expand_dims(sigma, k)
         rms = np.sqrt((x ** 2).mean(axis=k) + eps)
-        for gamma in gains:
-            g = dout * gamma
-            if name == "ones":
-                bases.append(g.mean(axis=k) / sigma)
-            elif name == "xhat":
-                bases.append((g * xhat).mean(axis=k) / sigma)
-            elif name == "x":
-                bases.append((g * x).mean(axis=k) / rms ** 3)
+        base_of = {"ones": lambda g: g.mean(axis=k) / sigma,
+                   "xhat": lambda g: (g * xhat).mean(axis=k) / sigma,
+                   "x": lambda g: (g * x).mean(axis=k) / rms ** 3}[name]
+        bases = [base_of(dout * gamma) for gamma in gains]
     c = c.reshape(-1)
     for base in bases:
         base = np.asarray(base).reshape(-1)

@@ -1,13 +1,9 @@
-"""The case's own terms, so that a factor is named as the student wrote it: ``n``, ``d_k``,
-``scale``, ``1/scale``, ``alpha/r``, ``N``, a batch size.
-
-Sources, first found first named: the caller's ``terms=``; the keyword options of a
-reference op or a thin wrapper around one (``functools.partial``, ``registry.bind``), or of
-the op a forward of the student's own computes exactly (``recognise.py``); the symbolic
-axes of the op's contract bound to the input shapes, and ``N`` rows; numbers in the cache;
-else the inputs' axis sizes. Which expressions are formed (``t``, ``1/sqrt(t)``, pairs),
-which terms take no square root, and why every fitting expression is printed: see
-docs/gradcheck.md, "Factors, in the case's own terms".
+"""The case's own terms, so that a factor is named as the student wrote it (``d_k``,
+``1/scale``, ``alpha/r``, ``N``, a batch size). Sources, first found first named: the
+caller's ``terms=``; the options of a reference op, a thin wrapper around one, or the op a
+forward of the student's own computes exactly; the op's contract axes bound to the input
+shapes, and ``N`` rows; numbers in the cache; else the inputs' axis sizes. The expressions
+formed and which terms take no root: docs/gradcheck.md, "Factors, in the case's own terms".
 """
 import functools
 import inspect

@@ -44,11 +44,6 @@ def add_command(sub):
     p.set_defaults(func=cmd_check)
 
 
-def _row_verdict(rows):
-    verdicts = {r.verdict for r in rows}
-    return next((v for v in ("FAIL", "INCONCLUSIVE", "PASS") if v in verdicts), rows[0].verdict)
-
-
 def cmd_check(args):
     from numpytfmr.checking.report import format_rel_error
     from numpytfmr.registry import get, registry
@@ -69,7 +64,9 @@ def cmd_check(args):
                 failures.append((spec.name, case, res))
         for (_, name), rows in sorted(per_input.items()):
             err = max((r.max_rel_error for r in rows if r.max_rel_error is not None), default=None)
-            verdict = _row_verdict(rows)
+            verdicts = {r.verdict for r in rows}
+            verdict = next((v for v in ("FAIL", "INCONCLUSIVE", "PASS") if v in verdicts),
+                           rows[0].verdict)
             if verdict not in ("NO GRADIENT", "NOT FLOAT"):
                 table.append((spec.name, name, len(rows), err, verdict))
         table += [(spec.name, f"[{check}]", 1, None, "FAIL")
