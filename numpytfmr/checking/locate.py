@@ -7,12 +7,6 @@ from .evidence import Diagnosis
 __all__ = ["id_diagnoses", "mask_diagnoses", "rotation_diagnoses"]
 
 
-def _rows(mask, axis=0):
-    """Indices along ``axis`` where ``mask`` has any True."""
-    other = tuple(i for i in range(mask.ndim) if i != axis)
-    return np.flatnonzero(mask.any(axis=other)) if other else np.flatnonzero(mask)
-
-
 def _list(values, limit=6):
     values = [int(v) for v in values]
     text = ", ".join(str(v) for v in values[:limit])
@@ -36,7 +30,7 @@ def id_diagnoses(ev):
         if lookup and ids.size >= 2 and valid.any():
             counts = np.bincount(ids[valid].reshape(-1), minlength=n_rows)
             repeated = np.flatnonzero(counts >= 2)
-            wrong = _rows(ev.fail, 0)
+            wrong = np.flatnonzero(ev.fail.reshape(n_rows, -1).any(axis=1))     # rows with errors
             if repeated.size and wrong.size and set(wrong) <= set(repeated):
                 out.append(Diagnosis(
                     f"the error is confined to the rows of ids that occur more than once in {name} "

@@ -88,8 +88,7 @@ def recognise(forward, inputs, output):
     """The registered op ``forward`` computes on ``inputs`` (``output`` being its ``out``), as
     a :class:`Recognition`, or None. ``forward`` may be None (a function that runs
     elsewhere, such as a submission's in the grader's sandbox): only the output is used."""
-    found = recognise_all(forward, inputs, output, limit=1)
-    return found[0] if found else None
+    return next(iter(recognise_all(forward, inputs, output, limit=1)), None)
 
 
 def recognise_all(forward, inputs, output, *, limit=4):
