@@ -98,3 +98,33 @@ def budget_in_cpu_seconds(monkeypatch, module):
     clock = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("__")})
     clock.perf_counter = time.process_time
     monkeypatch.setattr(module, "time", clock)
+
+
+# --- running on every core ------------------------------------------------------------------
+# With pytest-xdist (the test extra installs it), a plain `python -m pytest` runs the suite in
+# one worker process per core (`-n auto`), as if `-n auto --dist loadgroup` had been given.
+# Asking for anything else on the command line keeps it: `-n 0` or `-p no:xdist` runs the
+# suite in this one process, `-n 4` in four. Every test passes either way.
+#
+# A fixture of module scope is made once per process that needs it, so the tests of a module
+# that share one (a trained model, a graded class, a built site, a running browser) run in
+# one worker, which makes it once, while the rest of the suite is spread test by test.
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    option = config.option
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and getattr(option, "numprocesses", 0) is None and option.dist == "no"
+            and not option.usepdb and not option.collectonly):
+        option.numprocesses = "auto"
+        option.dist = "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Each test that uses a fixture of module (or class) scope joins its module's group."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope in ("module", "class", "package") for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
