@@ -106,9 +106,14 @@ def budget_in_cpu_seconds(monkeypatch, module):
 # Asking for anything else on the command line keeps it: `-n 0` or `-p no:xdist` runs the
 # suite in this one process, `-n 4` in four. Every test passes either way.
 #
-# A fixture of module scope is made once per process that needs it, so the tests of a module
-# that share one (a trained model, a graded class, a built site, a running browser) run in
-# one worker, which makes it once, while the rest of the suite is spread test by test.
+# A fixture of module scope is made once in each worker that runs a test using it. Where making
+# it is costly (a virtualenv, a built site, the browser, a trained or graded run), the tests of
+# that module that use a fixture of module scope form one group, run by one worker, which makes
+# it once (MADE_ONCE); everything else is spread test by test.
+MADE_ONCE = {"test_commands", "test_grading_installs", "test_grading_sandbox",
+             "test_grading_skeleton", "test_hf_export", "test_post_commands", "test_pretrain",
+             "test_site", "test_site_browser"}
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
@@ -122,9 +127,11 @@ def pytest_cmdline_main(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Each test that uses a fixture of module (or class) scope joins its module's group."""
+    """The tests of a MADE_ONCE module that use a fixture of module scope join its group."""
     for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
+        module = getattr(item, "module", None)
+        if module is None or module.__name__ not in MADE_ONCE:
+            continue
+        defs = item._fixtureinfo.name2fixturedefs.values()
         if any(d[-1].scope in ("module", "class", "package") for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
