@@ -98,3 +98,40 @@ def budget_in_cpu_seconds(monkeypatch, module):
     clock = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("__")})
     clock.perf_counter = time.process_time
     monkeypatch.setattr(module, "time", clock)
+
+
+# --- running on every core ------------------------------------------------------------------
+# With pytest-xdist (the test extra installs it), a plain `python -m pytest` runs the suite in
+# one worker process per core (`-n auto`), as if `-n auto --dist loadgroup` had been given.
+# Asking for anything else on the command line keeps it: `-n 0` or `-p no:xdist` runs the
+# suite in this one process, `-n 4` in four. Every test passes either way.
+#
+# A fixture of module scope is made once in each worker that runs a test using it. Where making
+# it is costly (a virtualenv, a built site, the browser, a trained or graded run), the tests of
+# that module that use a fixture of module scope form one group, run by one worker, which makes
+# it once (MADE_ONCE); everything else is spread test by test.
+MADE_ONCE = {"test_commands", "test_grading_installs", "test_grading_sandbox",
+             "test_grading_skeleton", "test_hf_export", "test_post_commands", "test_pretrain",
+             "test_site", "test_site_browser"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    option = config.option
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and getattr(option, "numprocesses", 0) is None and option.dist == "no"
+            and not option.usepdb and not option.collectonly):
+        option.numprocesses = "auto"
+        option.dist = "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The tests of a MADE_ONCE module that use a fixture of module scope join its group."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None or module.__name__ not in MADE_ONCE:
+            continue
+        defs = item._fixtureinfo.name2fixturedefs.values()
+        if any(d[-1].scope in ("module", "class", "package") for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
