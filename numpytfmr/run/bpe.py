@@ -106,9 +106,7 @@ def pretokenizer(use_regex=None):
 def pretokenize(text, *, use_regex=None):
     """The pre-tokens of ``text`` (GPT-2's pattern): ``"I'll go!"`` -> ``["I", "'ll", " go",
     "!"]``."""
-    if not isinstance(text, str):
-        raise TypeError(f"pretokenize: text is a {type(text).__name__}; expected a str")
-    return pretokenizer(use_regex).findall(text)
+    return pretokenizer(use_regex).findall(_check_text(text, "pretokenize"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -416,15 +414,7 @@ class BPETokenizer:
             best = min(pairs, key=lambda p: self._ranks.get(p, len(self._ranks)))
             if best not in self._ranks:
                 break                                              # no learnt pair left
-            merged, k = [], 0
-            while k < len(parts):                                  # every "a b" -> "ab"
-                if k + 1 < len(parts) and parts[k] == best[0] and parts[k + 1] == best[1]:
-                    merged.append(best[0] + best[1])
-                    k += 2
-                else:
-                    merged.append(parts[k])
-                    k += 1
-            parts = merged
+            parts = _merge_word(parts, *best, best[0] + best[1])   # every "a b" -> "ab"
         ids = [self._ids[p] for p in parts]
         if len(self._cache) >= self._CACHE_LIMIT:
             self._cache.clear()

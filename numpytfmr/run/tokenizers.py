@@ -38,17 +38,28 @@ BRACKETS = "()[]{}"
 DEFAULT_SYMBOLS = DIGITS + "abcdefghijklmnopqrstuvwxyz" + BRACKETS + " +-=.,"
 
 
-def _ids_array(ids, vocab_size, where):
+def _decode_specials(tokenizer, ids, where, sep, skip_special):
+    """The tokens of ``ids`` joined by ``sep``; the four special tokens dropped with
+    ``skip_special``."""
     ids = np.asarray(ids)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"{where}: ids has dtype {ids.dtype}; expected integer token ids")
     if ids.ndim != 1:
         raise ValueError(f"{where}: ids has shape {ids.shape}; expected a 1-D sequence of ids")
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+    if ids.size and (ids.min() < 0 or ids.max() >= tokenizer.vocab_size):
         raise ValueError(f"{where}: ids has values in [{ids.min()}, {ids.max()}]; expected values "
-                         f"in [0, {vocab_size})")
-    return ids
+                         f"in [0, {tokenizer.vocab_size})")
+    toks = tokenizer.tokens
+    return sep.join(toks[i] for i in ids.tolist() if not (skip_special and i < len(SPECIAL_TOKENS)))
 
+
+def _checked_dict(cls, d, kind, field, shape):
+    """``d`` if it is ``to_dict()`` of a ``cls`` (type ``kind`` with ``field``), else a
+    ValueError."""
+    if not isinstance(d, dict) or d.get("type") != kind or field not in d:
+        raise ValueError(f"{cls.__name__}.from_dict: got {d!r}; expected "
+                         f"{{'type': {kind!r}, {field!r}: {shape}}}")
+    return d
 
 
 # ---------------------------------------------------------------------------
@@ -116,9 +127,7 @@ class CharTokenizer:
 
     def decode(self, ids, *, skip_special=False):
         """``ids -> str``; special tokens are written out, or dropped with ``skip_special``."""
-        ids = _ids_array(ids, self.vocab_size, "CharTokenizer.decode")
-        toks = self.tokens
-        return "".join(toks[i] for i in ids.tolist() if not (skip_special and i < len(SPECIAL_TOKENS)))
+        return _decode_specials(self, ids, "CharTokenizer.decode", "", skip_special)
 
     def to_dict(self):
         """A JSON-ready description (for checkpoints); ``tokenizer_from_dict`` reads it back."""
@@ -126,10 +135,7 @@ class CharTokenizer:
 
     @staticmethod
     def from_dict(d):
-        if not isinstance(d, dict) or d.get("type") != "char" or "symbols" not in d:
-            raise ValueError(f"CharTokenizer.from_dict: got {d!r}; expected "
-                             "{'type': 'char', 'symbols': ...}")
-        return CharTokenizer(d["symbols"])
+        return CharTokenizer(_checked_dict(CharTokenizer, d, "char", "symbols", "...")["symbols"])
 
 
 @dataclass(frozen=True)
@@ -180,18 +186,14 @@ class WordTokenizer:
 
     def decode(self, ids, *, skip_special=False):
         """``ids -> str`` of space-separated words."""
-        ids = _ids_array(ids, self.vocab_size, "WordTokenizer.decode")
-        toks = self.tokens
-        return " ".join(toks[i] for i in ids.tolist() if not (skip_special and i < len(SPECIAL_TOKENS)))
+        return _decode_specials(self, ids, "WordTokenizer.decode", " ", skip_special)
 
     def to_dict(self):
         return {"type": "word", "words": list(self.words)}
 
     @staticmethod
     def from_dict(d):
-        if not isinstance(d, dict) or d.get("type") != "word" or "words" not in d:
-            raise ValueError(f"WordTokenizer.from_dict: got {d!r}; expected "
-                             "{'type': 'word', 'words': [...]}")
+        d = _checked_dict(WordTokenizer, d, "word", "words", "[...]")
         return WordTokenizer(tuple(d["words"]))
 
 
