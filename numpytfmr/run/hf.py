@@ -10,16 +10,11 @@ eq. 30) with different options:
             FFN (silu(x W_gate) * (x W_up)) W_down, no biases, GQA (003 §5.2), an
             untied output layer (unless tie_word_embeddings)
 
-In: :func:`gpt_config_from_hf` reads the ``config.json`` dict, :func:`gpt_from_hf`
-converts a state dict of NumPy arrays, and :func:`load_hf_checkpoint` does both for a
-local directory written by ``save_pretrained`` (``config.json`` + ``model.safetensors``).
-
-Out: :func:`gpt_to_hf` is the inverse of :func:`gpt_from_hf`, and
-:func:`save_hf_checkpoint` writes a folder (``config.json``, ``model.safetensors``
-written in NumPy, and the tokenizer) that ``AutoModelForCausalLM.from_pretrained``
-loads with the same logits: how a model trained here moves on to PyTorch, GPUs and
-distributed training. Learned positions export as GPT-2, RoPE as LLaMA; a config
-neither computes is a ValueError naming the field. Nothing here touches the network.
+In: :func:`gpt_config_from_hf` (``config.json``), :func:`gpt_from_hf` (a state dict) and
+:func:`load_hf_checkpoint` (a local ``save_pretrained`` folder). Out: :func:`gpt_to_hf`,
+their inverse, and :func:`save_hf_checkpoint`, a folder ``from_pretrained`` loads with the
+same logits (docs/learner.md, "Real models, and moving on to PyTorch"). Nothing here
+touches the network.
 
 Converting the weights is bookkeeping, with one rule: numpytfmr computes ``y = x W``
 with ``W`` of shape (d_in, d_out).
@@ -34,28 +29,8 @@ with ``W`` of shape (d_in, d_out).
   the notes' "interleaved" layout is exported with its W_q and W_k columns permuted.
 
 One table per family (``_gpt2_plan``, ``_llama_plan``) lists every weight as (hf key,
-hf shape, layout, our keys); both directions read it, so import and export cannot drift.
-
-Keys (module docstring of ``gpt.py`` for ours)::
-
-    GPT-2 (prefix "transformer." optional)      numpytfmr
-    wte.weight, wpe.weight                      wte, wpe
-    h.{l}.ln_1.weight / .bias                   h{l}.attn_norm.gamma / .beta
-    h.{l}.attn.c_attn.weight / .bias            h{l}.attn.Wq, .Wk, .Wv / .bq, .bk, .bv
-    h.{l}.attn.c_proj.weight / .bias            h{l}.attn.Wo / .bo
-    h.{l}.ln_2.weight / .bias                   h{l}.mlp_norm.gamma / .beta
-    h.{l}.mlp.c_fc.weight / .bias               h{l}.mlp.W1 / .b1
-    h.{l}.mlp.c_proj.weight / .bias             h{l}.mlp.W2 / .b2
-    ln_f.weight / .bias                         norm_f.gamma / .beta
-
-    LLaMA (prefix "model." optional)            numpytfmr
-    embed_tokens.weight                         wte
-    layers.{l}.input_layernorm.weight           h{l}.attn_norm.gamma
-    layers.{l}.self_attn.{q,k,v,o}_proj.weight  h{l}.attn.Wq, .Wk, .Wv, .Wo   (transposed)
-    layers.{l}.post_attention_layernorm.weight  h{l}.mlp_norm.gamma
-    layers.{l}.mlp.{gate,up,down}_proj.weight   h{l}.mlp.W_gate, .W_up, .W_down (transposed)
-    norm.weight                                 norm_f.gamma
-    lm_head.weight                              lm_head.W (transposed; untied only)
+hf shape, layout, our keys), the key map in full; both directions read it, so import and
+export cannot drift.
 """
 from dataclasses import replace
 import json
@@ -416,16 +391,6 @@ def gpt_from_hf(state_dict, hf_config, *, dtype=None):
 # A checkpoint directory (config.json + safetensors)
 # ---------------------------------------------------------------------------------------
 
-def _safetensors_numpy(where):
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        raise ImportError(f"{where}: reading .safetensors files needs the 'safetensors' package; "
-                          "install it with pip install 'numpytfmr[hf]' (or pip install "
-                          "safetensors)") from None
-    return safe_open
-
-
 def _safetensors_header(path):
     """The JSON header of a .safetensors file and where its data starts.
 
@@ -449,7 +414,12 @@ def _read_bf16(path, name):
 
 
 def _read_safetensors(path, where):
-    safe_open = _safetensors_numpy(where)
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ImportError(f"{where}: reading .safetensors files needs the 'safetensors' package; "
+                          "install it with pip install 'numpytfmr[hf]' (or pip install "
+                          "safetensors)") from None
     header, _ = _safetensors_header(path)
     tensors = {}
     with safe_open(path, framework="numpy") as f:
@@ -692,12 +662,9 @@ def gpt_to_hf(params, config, *, dtype=None):
                     the token table, not a second tensor), and ``hf_config``: the
                     ``config.json`` dict.
 
-    Two LLaMA-style configs are written as an equivalent one: RoPE's "interleaved"
-    layout as "half" with the columns of W_q and W_k reordered within each head, and NTK
-    scaling as the base it stands for. A config that transformers' GPT-2 and LLaMA
-    cannot compute (post-norm, sinusoidal positions, RMSNorm with learned positions,
-    RoPE with LayerNorm or without SwiGLU, GPT-2 without biases or with GQA, ...) is a
-    ValueError naming the field, its value and why.
+    RoPE's "interleaved" layout and NTK scaling are written in an equivalent form
+    (``_interleaved_as_half``, ``_ntk_as_base``); a config transformers cannot compute is a
+    ValueError naming the field, its value and why (``_family``; docs/learner.md).
     """
     state_dict, hf_config, _, _ = _export(params, config, dtype, "gpt_to_hf")
     return state_dict, hf_config
@@ -774,11 +741,9 @@ def _target(directory, force, where):
 def _move_into_place(tmp, directory):
     """Rename the finished folder to ``directory``: it appears whole or not at all. An old
     folder is moved aside first and deleted once the new one is in place."""
-    if not os.path.exists(directory):
-        os.rename(tmp, directory)
-        return
-    if not os.listdir(directory):
+    if os.path.isdir(directory) and not os.listdir(directory):
         os.rmdir(directory)
+    if not os.path.exists(directory):
         os.rename(tmp, directory)
         return
     old = os.path.join(os.path.dirname(directory),
@@ -892,23 +857,14 @@ def save_hf_checkpoint(params, config, directory, *, tokenizer=None, dtype=None,
     params, config: the model; which configs map and how: :func:`gpt_to_hf`
     directory:      the folder to create; it must be new or empty unless ``force``
     tokenizer:      None, or the tokenizer the model was trained with, written so that
-                    ``AutoTokenizer.from_pretrained(directory)`` gives the same ids:
-                    a byte-level BPE tokenizer with ``save_gpt2_files(folder)``
-                    (vocab.json + merges.txt + tokenizer_config.json: a
-                    ``GPT2Tokenizer`` with the special tokens kept whole; "<|endoftext|>",
-                    if it is one, becomes bos and eos), or a ``CharTokenizer`` /
-                    ``WordTokenizer`` (tokenizer.json of a WordLevel model +
-                    tokenizer_config.json: a ``PreTrainedTokenizerFast``; "<pad>",
-                    "<bos>", "<eos>" and "<sep>" are its special tokens). Their ids go
-                    into config.json (bos/eos/pad_token_id). Other objects are skipped
-                    with a note and a warning.
+                    ``AutoTokenizer.from_pretrained(directory)`` gives the same ids: a BPE
+                    tokenizer (``_write_gpt2_bpe``) or a CharTokenizer / WordTokenizer
+                    (``_write_wordlevel``); others are skipped with a note and a warning.
     dtype:          None (the parameters' dtype), np.float32 or np.float64
     force:          replace an existing non-empty folder and everything in it
 
-    Files: config.json, model.safetensors (written in NumPy; the ``safetensors``
-    package is not needed), and the tokenizer's. They are written to a new folder
-    beside ``directory`` that is then renamed, so the checkpoint appears whole or not at
-    all. Returns a dict: ``directory`` (absolute), ``files``, ``model_type`` ("gpt2" or
+    Files: config.json, model.safetensors (written in NumPy) and the tokenizer's, written to
+    a new folder beside ``directory`` that is then renamed into place. Returns a dict: ``directory`` (absolute), ``files``, ``model_type`` ("gpt2" or
     "llama"), ``architecture``, ``dtype``, ``tensors`` (their count), ``tokenizer`` (the
     transformers class, or None) and ``notes``: what was written in another but
     equivalent form (RoPE's interleaved layout, NTK scaling), a dropout that
