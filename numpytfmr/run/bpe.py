@@ -313,16 +313,8 @@ class BPETokenizer:
     ``(a, b)`` byte-string pairs in the order they were learnt (their rank), each ``a + b``
     a token of ``vocab``; ``special_tokens``: strings never split and never merged, found
     longest first where they overlap. A special token missing from ``vocab`` gets the next
-    free id. ``train_bpe`` gives ``vocab`` and ``merges``::
-
-        vocab, merges = train_bpe(text, 1000, special_tokens=["<|endoftext|>"])
-        tok = BPETokenizer(vocab, merges, special_tokens=["<|endoftext|>"])
-        tok.decode(tok.encode("hello<|endoftext|>")) == "hello<|endoftext|>"
-
-    ``encode`` splits at the special tokens, pre-tokenizes the rest (``pretokenize``) and,
-    inside each pre-token, repeatedly merges the adjacent pair of lowest rank, all its
-    occurrences at once, until no learnt pair is left. ``decode`` joins the tokens' bytes
-    and decodes UTF-8, with U+FFFD for invalid bytes (a sequence cut inside a character).
+    free id. ``train_bpe`` gives ``vocab`` and ``merges`` (docs/learner.md, "Tokens");
+    encoding and decoding as in the module docstring.
     """
 
     _CACHE_LIMIT = 500_000  # encoded pre-tokens kept; the cache is emptied when it is full

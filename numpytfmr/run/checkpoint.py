@@ -180,10 +180,8 @@ def _check_weights(params, shapes, json_path):
     missing = sorted(set(shapes) - set(params))
     extra = sorted(set(params) - set(shapes))
     if missing or extra:
-        parts = []
-        for what, keys in (("missing", missing), ("unexpected", extra)):
-            if keys:
-                parts.append(f"{what} {keys[:4]}{' ...' if len(keys) > 4 else ''}")
+        parts = [f"{what} {keys[:4]}{' ...' if len(keys) > 4 else ''}"
+                 for what, keys in (("missing", missing), ("unexpected", extra)) if keys]
         raise ValueError(f"load_checkpoint: the weights of {json_path} do not match its config "
                          f"({'; '.join(parts)})")
     dtypes = set()

@@ -21,9 +21,7 @@ and the loss is taken on the target tokens and the final ``<eos>`` only:
     ``"rotate"``       ``"3142"`` -> ``"1423"``          (rotate left by one)
     ``"dyck"``         ``"([()"`` -> ``"])"``           (close the open brackets, innermost first)
 
-Related pairs for adaptation (LoRA, 000 §2.7): a model trained on ``"sort"`` adapts to
-``"sort_desc"`` (same output multiset, opposite order), one trained on ``"reverse"`` to
-``"rotate"`` (both fixed permutations of positions).
+Related pairs for adaptation (LoRA, 000 §2.7): sort -> sort_desc, reverse -> rotate.
 
 Translation (encoder-decoder, 004 "Transformer Encoder-Decoder" and its "Je suis
 étudiant" example; 003 §5.1 "I am learning"; the Bahdanau setting of 002): a tiny
