@@ -43,6 +43,7 @@ import numpy as np
 
 from ..gpt import GPTConfig, gpt_param_shapes
 from ..positional import yarn_correction_range
+from ..shared.fileio import atomic_file, atomic_write_text
 from ..transformer import check_model
 from .data import SPECIAL_TOKENS, CharTokenizer, WordTokenizer
 
@@ -186,11 +187,8 @@ def _llama_config(hf, where):
 def gpt_config_from_hf(hf_config):
     """The :class:`GPTConfig` of a GPT-2 or LLaMA ``config.json`` (a dict).
 
-    ``model_type`` picks the family. GPT-2: learned positions, LayerNorm
-    (``layer_norm_epsilon``), ``activation_function`` "gelu_new" -> "gelu_tanh", biases,
-    tied output layer. LLaMA: RoPE with ``rope_layout="half"`` and base ``rope_theta``,
-    RMSNorm (``rms_norm_eps``), activation "swiglu", no biases, ``num_key_value_heads``
-    (GQA), ``tie_word_embeddings``. Dropout is 0 (the config of a trained model).
+    ``model_type`` picks the family (module docstring; the fields each reads: ``_gpt2_config``,
+    ``_llama_config``). Dropout is 0 (the config of a trained model).
 
     RoPE scaling: "linear" and "yarn" (the latter only with ``attention_factor`` 1.0,
     as :func:`save_hf_checkpoint` writes it: transformers' default multiplies cos and sin
@@ -677,17 +675,8 @@ def gpt_to_hf(params, config, *, dtype=None):
 _SAFETENSORS_DTYPES = {"f4": "F32", "f8": "F64"}   # dtype kind + item size -> code
 
 
-def _write_file(path, chunks):
-    """Write byte chunks to a new file and flush them to disk."""
-    with open(path, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _write_json(path, obj):
-    _write_file(path, [(json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")])
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 def _write_safetensors(path, tensors):
@@ -705,7 +694,9 @@ def _write_safetensors(path, tensors):
         offset += a.nbytes
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
-    _write_file(path, [len(text).to_bytes(8, "little"), text] + data)
+    with atomic_file(path) as f:
+        for chunk in [len(text).to_bytes(8, "little"), text] + data:
+            f.write(chunk)
 
 
 def _new_folder(parent, name):
