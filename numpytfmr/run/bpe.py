@@ -86,10 +86,8 @@ def pretokenizer(use_regex=None):
     ``unicodedata`` (letters Lu Ll Lt Lm Lo; numbers Nd Nl No) and ``\\s`` by
     ``WHITE_SPACE``. The shortcuts one might try instead are wrong: ``[^\\W\\d_]`` also takes
     numbers that are not decimal digits ('½', '²', 'Ⅻ') as letters, ``\\d`` misses them as
-    numbers, and ``re``'s ``\\s`` adds U+001C..U+001F. What remains different from the
-    ``regex`` package is only its Unicode database: characters that Python's
-    ``unicodedata`` (``unicodedata.unidata_version``) does not know yet are "other symbols"
-    here and letters or numbers there. Building the ranges takes ~0.3 s, once.
+    numbers, and ``re``'s ``\\s`` adds U+001C..U+001F. Only the Unicode databases differ
+    (module docstring). Building the ranges takes ~0.3 s, once.
     """
     if use_regex is None:
         use_regex = _regex_module is not None
@@ -291,11 +289,6 @@ def train_bpe(text, vocab_size, *, special_tokens=()):
 # the tokenizer
 # ---------------------------------------------------------------------------
 
-def _latin1(token):
-    """Bytes as a string of code points 0..255 (JSON-friendly, readable for ASCII)."""
-    return token.decode("latin-1")
-
-
 def _from_latin1(s, where):
     if not isinstance(s, str):
         raise ValueError(f"{where}: a token is {s!r}; expected a string")
@@ -492,8 +485,8 @@ class BPETokenizer:
         character per byte, so ASCII reads as itself)."""
         return {"type": "bpe",
                 "special_tokens": list(self.special_tokens),
-                "vocab": {str(i): _latin1(t) for i, t in sorted(self.vocab.items())},
-                "merges": [[_latin1(a), _latin1(b)] for a, b in self.merges]}
+                "vocab": {str(i): t.decode("latin-1") for i, t in sorted(self.vocab.items())},
+                "merges": [[a.decode("latin-1"), b.decode("latin-1")] for a, b in self.merges]}
 
     @classmethod
     def from_dict(cls, d):

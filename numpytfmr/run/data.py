@@ -81,11 +81,9 @@ def split_of(text, *, test_fraction=0.2):
     return "test" if h / 2.0 ** 64 < test_fraction else "train"
 
 
-def _draw_split(draw, n, split, test_fraction, unique, where, split_fn=None):
-    """Call ``draw()`` until ``n`` items whose text (first element) is in ``split``.
-
-    ``split_fn(text, test_fraction)`` overrides ``split_of`` (see ``make_translation``)."""
-    split_fn = split_fn or (lambda text, frac: split_of(text, test_fraction=frac))
+def _draw_split(draw, n, split, test_fraction, unique, where, split_fn=split_of):
+    """Call ``draw()`` until ``n`` items whose text (first element) is in ``split``
+    (``split_fn``: ``split_of``, or ``translation_split`` for ``make_translation``)."""
     out, seen = [], set()
     budget = 200 * n + 10_000   # generous: a split holds ~20 % or ~80 % of all texts
     for _ in range(budget):
@@ -93,7 +91,7 @@ def _draw_split(draw, n, split, test_fraction, unique, where, split_fn=None):
             break
         item = draw()
         text = item[0]
-        if split_fn(text, test_fraction) != split or (unique and text in seen):
+        if split_fn(text, test_fraction=test_fraction) != split or (unique and text in seen):
             continue
         seen.add(text)
         out.append(item)
@@ -425,7 +423,7 @@ def make_translation(n, *, rng, split="train", test_fraction=0.2, unique=False):
     rng = _rng(rng, where)
     one_of("train", "test")(split, "split", where)
     pairs = _draw_split(lambda: _draw_sentence(rng), n, split, test_fraction, unique, where,
-                        lambda text, frac: translation_split(text, test_fraction=frac))
+                        translation_split)
     src_tok, tgt_tok = translation_tokenizers()
     src_ids = np.full((n, MAX_SOURCE_WORDS), PAD_ID, dtype=np.int64)
     tgt_ids = np.full((n, MAX_TARGET_WORDS + 2), PAD_ID, dtype=np.int64)

@@ -855,11 +855,12 @@ def save_hf_checkpoint(params, config, directory, *, tokenizer=None, dtype=None,
     force:          replace an existing non-empty folder and everything in it
 
     Files: config.json, model.safetensors (written in NumPy) and the tokenizer's, written to
-    a new folder beside ``directory`` that is then renamed into place. Returns a dict: ``directory`` (absolute), ``files``, ``model_type`` ("gpt2" or
-    "llama"), ``architecture``, ``dtype``, ``tensors`` (their count), ``tokenizer`` (the
-    transformers class, or None) and ``notes``: what was written in another but
-    equivalent form (RoPE's interleaved layout, NTK scaling), a dropout that
-    load_hf_checkpoint returns as 0, a tokenizer that was skipped.
+    a new folder beside ``directory`` that is then renamed into place. Returns a dict:
+    ``directory`` (absolute), ``files``, ``model_type`` ("gpt2" or "llama"),
+    ``architecture``, ``dtype``, ``tensors`` (their count), ``tokenizer`` (the transformers
+    class, or None) and ``notes``: what was written in another but equivalent form (RoPE's
+    interleaved layout, NTK scaling), a dropout that load_hf_checkpoint returns as 0, a
+    tokenizer that was skipped.
     """
     where = "save_hf_checkpoint"
     state_dict, hf_config, family, notes = _export(params, config, dtype, where)

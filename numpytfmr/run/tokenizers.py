@@ -316,19 +316,12 @@ def tokenizer_from_dict(d):
     return readers[kind](d)
 
 
-def _canonical(d):
-    return json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
 def tokenizer_digest(tokenizer):
     """SHA-256 of the tokenizer's ``to_dict()`` written canonically: two tokenizers that
     encode alike have the same digest. A token file and a checkpoint record it."""
     d = tokenizer if isinstance(tokenizer, dict) else tokenizer.to_dict()
-    return hashlib.sha256(_canonical(d).encode("utf-8")).hexdigest()
-
-
-def _describe(tokenizer):
-    return f"{tokenizer_kind(tokenizer)}, {tokenizer.vocab_size} tokens"
+    text = json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def tokenizer_difference(first, second):
@@ -339,7 +332,7 @@ def tokenizer_difference(first, second):
     if tokenizer_digest(first) == tokenizer_digest(second):
         return None
     a, b = first.to_dict(), second.to_dict()
-    head = f"{_describe(first)} against {_describe(second)}"
+    head = " against ".join(f"{tokenizer_kind(t)}, {t.vocab_size} tokens" for t in (first, second))
     if a.get("type") != b.get("type"):
         return head
     if a["type"] == "bpe":
