@@ -79,10 +79,8 @@ def save_checkpoint(directory, *, kind, config, params, opt_state=None, meta=Non
     params:    flat dict of arrays;  opt_state: optional optimizer state (flat dict)
     meta:      further JSON-ready entries (tokenizer, task, settings, training state)
 
-    The array files are written first, under names that no committed checkpoint uses,
-    then ``checkpoint.json`` in one atomic rename; only then are the files of the
-    previous checkpoint removed. If anything fails on the way, the files of this save
-    are deleted and the previous checkpoint stays as it was.
+    The array files come first, under names no committed checkpoint uses; the previous
+    checkpoint's files are removed only once ``checkpoint.json`` is in place.
     """
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
@@ -257,12 +255,8 @@ class Run(NamedTuple):
 def load_run(path):
     """The model of a run folder of ``numpytfmr pretrain``, ``train``, ``lora`` or ``dpo``
     (or its checkpoint.json): ``(params, config, tokenizer)``, checked as :func:`load_model`
-    checks them, ready for ``gpt_forward``, ``generate`` or ``save_hf_checkpoint``::
-
-        params, config, tokenizer = load_run("runs/pretrain")
-        save_hf_checkpoint(params, config, "hf/my-gpt", tokenizer=tokenizer)
-
-    A run of ``train-seq2seq`` (two tokenizers) is a ValueError: read it with load_model."""
+    checks them, ready for ``gpt_forward``, ``generate`` or ``save_hf_checkpoint``
+    (docs/learner.md, "Real models"). A run of ``train-seq2seq`` (two tokenizers) is a ValueError: read it with load_model."""
     ck = load_model(path)
     if ck["kind"] != "gpt":
         raise ValueError(f"load_run: {ck['path']} holds a {ck['kind']!r} model; load_run reads "

@@ -6,12 +6,8 @@
     BPETokenizer         byte-level BPE learnt on a text (bpe.py), or the 256 bytes alone
     TextCharTokenizer    one token per character of a text, with a byte fallback
 
-Every tokenizer has ``encode``, ``decode``, ``vocab_size`` and ``to_dict``;
-:func:`tokenizer_from_dict` rebuilds any of them from its dict (a checkpoint stores that
-dict), :func:`save_tokenizer` writes one to a JSON file and :func:`load_tokenizer` reads
-it back (``numpytfmr tokenize``, ``pretrain --tokenizer FILE``). :func:`make_tokenizer`
-makes the tokenizer of a pretraining run from its text, and :func:`token_byte_lengths`
-gives the UTF-8 bytes each token spells, which turns nats per token into bits per byte.
+Every tokenizer has ``encode``, ``decode``, ``vocab_size`` and ``to_dict`` (the dict a
+checkpoint stores); the functions below make, name, compare, save and load them.
 """
 from dataclasses import dataclass
 import hashlib
