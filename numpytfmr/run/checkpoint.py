@@ -51,7 +51,7 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def _free_name(directory, stem, taken):
+def _free_name(stem, taken):
     """``stem.npz``, or ``stem-2.npz``, ... if the current checkpoint already names it (a
     save must never overwrite a file the committed checkpoint still depends on)."""
     name, k = f"{stem}.npz", 1
@@ -93,7 +93,7 @@ def save_checkpoint(directory, *, kind, config, params, opt_state=None, meta=Non
     written, files = [], {}
     try:
         for role, values in arrays.items():
-            name = _free_name(directory, f"{role}-{step:06d}", old)
+            name = _free_name(f"{role}-{step:06d}", old)
             path = os.path.join(directory, name)
             fileio.save_arrays(path, values)
             written.append(path)

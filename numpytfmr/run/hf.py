@@ -41,6 +41,7 @@ import warnings
 
 import numpy as np
 
+from ..contract import flag
 from ..gpt import GPTConfig, gpt_param_shapes
 from ..positional import yarn_correction_range
 from ..shared.fileio import atomic_file, atomic_write_text
@@ -401,16 +402,6 @@ def _safetensors_header(path):
     return header, 8 + n
 
 
-def _read_bf16(path, name):
-    """A bfloat16 tensor (NumPy has no such dtype) as float32: bfloat16 is the top 16 bits
-    of a float32, so shifting them up 16 bits gives the same number exactly."""
-    header, start = _safetensors_header(path)
-    entry = header[name]
-    begin, end = entry["data_offsets"]
-    raw = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=start + begin)
-    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
-
-
 def _read_safetensors(path, where):
     try:
         from safetensors import safe_open
@@ -418,14 +409,19 @@ def _read_safetensors(path, where):
         raise ImportError(f"{where}: reading .safetensors files needs the 'safetensors' package; "
                           "install it with pip install 'numpytfmr[hf]' (or pip install "
                           "safetensors)") from None
-    header, _ = _safetensors_header(path)
+    header, start = _safetensors_header(path)
     tensors = {}
     with safe_open(path, framework="numpy") as f:
         for name in f.keys():
-            if header[name]["dtype"] == "BF16":
-                tensors[name] = _read_bf16(path, name)
-            else:
+            entry = header[name]
+            if entry["dtype"] != "BF16":
                 tensors[name] = f.get_tensor(name)
+                continue
+            # NumPy has no bfloat16: it is the top 16 bits of a float32, so shifting them up
+            # 16 bits gives the same number exactly
+            begin, end = entry["data_offsets"]
+            raw = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=start + begin)
+            tensors[name] = (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
     return tensors
 
 
@@ -438,9 +434,8 @@ def load_hf_checkpoint(directory, *, dtype=None):
                are read exactly (as float32).
     dtype:     as in :func:`gpt_from_hf`
 
-    Only local files are read (nothing is downloaded). Reading safetensors needs the
-    optional package ``safetensors`` (``pip install 'numpytfmr[hf]'``); PyTorch
-    ``.bin`` pickles are not read.
+    Reading needs the optional package ``safetensors`` (``pip install 'numpytfmr[hf]'``);
+    PyTorch ``.bin`` pickles are not read.
     """
     where = "load_hf_checkpoint"
     if not isinstance(directory, (str, os.PathLike)):
@@ -648,11 +643,8 @@ def gpt_to_hf(params, config, *, dtype=None):
     """The Hugging Face form of a numpytfmr GPT: ``(state_dict, hf_config)``, the inverse
     of :func:`gpt_from_hf` (one key table serves both).
 
-    params, config: a GPT (``gpt_param_shapes(config)``), GPT-2 style (learned positions,
-                    LayerNorm, biases, activation "gelu_tanh" -> "gelu_new", "gelu" or
-                    "relu", MHA, tied or not) or LLaMA style (RoPE, RMSNorm, SwiGLU, no
-                    biases, GQA/MQA, tied or not, RoPE scaling "linear", "yarn" or
-                    "ntk"); both pre-norm
+    params, config: a pre-norm GPT (``gpt_param_shapes(config)``) of GPT-2 or LLaMA style
+                    (module docstring)
     dtype:          None (the parameters' dtype), np.float32 or np.float64
     returns:        ``state_dict``: ``{name: array}`` with the names and layouts
                     ``save_pretrained`` writes for ``GPT2LMHeadModel`` /
@@ -715,8 +707,7 @@ def _target(directory, force, where):
     """The absolute path of the export folder: new, empty, or (force) replaceable."""
     if not isinstance(directory, (str, os.PathLike)):
         raise TypeError(f"{where}: directory is a {type(directory).__name__}; expected a path")
-    if not isinstance(force, (bool, np.bool_)):
-        raise TypeError(f"{where}: force is {force!r}; expected True or False")
+    flag(force, "force", where)
     directory = os.path.abspath(os.fspath(directory))
     if os.path.islink(directory) or (os.path.exists(directory) and not os.path.isdir(directory)):
         raise FileExistsError(f"{where}: {directory!r} exists and is not a folder (a file or a "
@@ -748,15 +739,6 @@ def _move_into_place(tmp, directory):
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _special_token_list(tokenizer):
-    """The special tokens a BPE tokenizer declares (``special_tokens``: strings or a dict
-    keyed by them)."""
-    specials = getattr(tokenizer, "special_tokens", None) or ()
-    if isinstance(specials, dict):
-        specials = list(specials)
-    return [s.decode("utf-8") if isinstance(s, bytes) else s for s in specials]
-
-
 def _write_gpt2_bpe(tokenizer, folder, c, where):
     """vocab.json + merges.txt (the tokenizer's ``save_gpt2_files``) and a
     tokenizer_config.json that makes ``AutoTokenizer`` a ``GPT2Tokenizer`` with the
@@ -769,7 +751,7 @@ def _write_gpt2_bpe(tokenizer, folder, c, where):
     with open(os.path.join(folder, "vocab.json"), encoding="utf-8") as f:
         vocab = json.load(f)
     _check_tokenizer_size(max(vocab.values()) + 1, c, where)
-    specials = [s for s in _special_token_list(tokenizer) if s in vocab]
+    specials = [s for s in getattr(tokenizer, "special_tokens", None) or () if s in vocab]
     end = "<|endoftext|>" if "<|endoftext|>" in specials else None   # GPT-2's bos = eos
     _write_json(os.path.join(folder, "tokenizer_config.json"), {
         "tokenizer_class": "GPT2Tokenizer", "model_max_length": int(c.max_len),
