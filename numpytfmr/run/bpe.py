@@ -127,9 +127,7 @@ def bytes_to_unicode():
     return mapping
 
 
-# ---------------------------------------------------------------------------
-# special tokens
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------ special tokens
 
 def _special_list(special_tokens, where):
     if special_tokens is None:
@@ -174,9 +172,7 @@ def _check_text(text, where):
     return text
 
 
-# ---------------------------------------------------------------------------
-# training
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------------ training
 
 class _GreaterFirst:
     """Heap key of a pair of byte strings: the lexicographically greater pair sorts first."""
@@ -285,9 +281,7 @@ def train_bpe(text, vocab_size, *, special_tokens=()):
     return vocab, merges
 
 
-# ---------------------------------------------------------------------------
-# the tokenizer
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------- the tokenizer
 
 def _from_latin1(s, where):
     if not isinstance(s, str):

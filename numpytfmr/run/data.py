@@ -66,9 +66,7 @@ def _rng(rng, where):
     raise TypeError(f"{where}: rng is {rng!r}; expected a numpy.random.Generator or an int seed")
 
 
-# ---------------------------------------------------------------------------
-# the held-out split
-# ---------------------------------------------------------------------------
+# -------------------------------------------------------- the held-out split
 
 def split_of(text, *, test_fraction=0.2):
     """``"test"`` or ``"train"``: a fixed function of ``text`` (BLAKE2b hash), not of a seed.
@@ -101,9 +99,7 @@ def _draw_split(draw, n, split, test_fraction, unique, where, split_fn=split_of)
     return out
 
 
-# ---------------------------------------------------------------------------
-# character tasks
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------- character tasks
 
 TASKS = ("reverse", "sort", "sort_desc", "sort_either", "rotate", "dyck")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
@@ -284,9 +280,7 @@ def make_preference_pairs(n, *, rng, split="train", chosen="sort", rejected="sor
             "prompt_lengths": prompt_lengths, "tokenizer": tok, "max_target_len": max_len}
 
 
-# ---------------------------------------------------------------------------
-# toy translation, English -> French
-# ---------------------------------------------------------------------------
+# ---------------------------------------- toy translation, English -> French
 
 # English word -> French forms. Nouns carry their gender; adjectives (all placed after
 # the noun in French) give (masculine, feminine); verbs give the present tense by
@@ -439,9 +433,7 @@ def make_translation(n, *, rng, split="train", test_fraction=0.2, unique=False):
             "loss_mask": loss_mask, "src_tokenizer": src_tok, "tgt_tokenizer": tgt_tok}
 
 
-# ---------------------------------------------------------------------------
-# training and evaluation helpers
-# ---------------------------------------------------------------------------
+# ------------------------------------------- training and evaluation helpers
 
 def next_token_arrays(ids, loss_mask):
     """Shift a batch for next-token prediction (the decoder of 004, "Transformer Decoder").

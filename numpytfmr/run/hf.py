@@ -63,9 +63,7 @@ _GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
 _BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
 
 
-# ---------------------------------------------------------------------------------------
-# config.json -> GPTConfig
-# ---------------------------------------------------------------------------------------
+# -------------------------------------------------------------- config.json -> GPTConfig
 
 def _need(hf, keys, where, model_type):
     """The size fields a config must state; a missing one is an error, not a silent default."""
@@ -212,9 +210,7 @@ def gpt_config_from_hf(hf_config):
     return _llama_config(hf_config, where)
 
 
-# ---------------------------------------------------------------------------------------
-# state dict -> params
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------ state dict -> params
 
 def _strip_prefix(state_dict, prefix):
     """Keys without the prefix of the ``...ForCausalLM`` wrapper (``transformer.``/``model.``),
@@ -386,9 +382,7 @@ def gpt_from_hf(state_dict, hf_config, *, dtype=None):
     return params, config
 
 
-# ---------------------------------------------------------------------------------------
-# A checkpoint directory (config.json + safetensors)
-# ---------------------------------------------------------------------------------------
+# ------------------------------------ A checkpoint directory (config.json + safetensors)
 
 def _safetensors_header(path):
     """The JSON header of a .safetensors file and where its data starts.
@@ -472,9 +466,7 @@ def load_hf_checkpoint(directory, *, dtype=None):
     return gpt_from_hf(state_dict, hf_config, dtype=dtype)
 
 
-# ---------------------------------------------------------------------------------------
-# numpytfmr -> transformers: the same table, read the other way
-# ---------------------------------------------------------------------------------------
+# ------------------------- numpytfmr -> transformers: the same table, read the other way
 
 # numpytfmr's FFN activation -> GPT-2's activation_function: the table above read backwards,
 # the first name listed for each winning ("gelu_tanh" -> "gelu_new")
@@ -660,9 +652,7 @@ def gpt_to_hf(params, config, *, dtype=None):
     return state_dict, hf_config
 
 
-# ---------------------------------------------------------------------------------------
-# Writing a checkpoint directory
-# ---------------------------------------------------------------------------------------
+# -------------------------------------------------------- Writing a checkpoint directory
 
 _SAFETENSORS_DTYPES = {"f4": "F32", "f8": "F64"}   # dtype kind + item size -> code
 

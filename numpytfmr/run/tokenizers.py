@@ -58,9 +58,7 @@ def _checked_dict(cls, d, kind, field, shape):
     return d
 
 
-# ---------------------------------------------------------------------------
-# tokenizers
-# ---------------------------------------------------------------------------
+# ---------------------------------------------------------------- tokenizers
 
 @dataclass(frozen=True)
 class CharTokenizer:
@@ -261,9 +259,7 @@ class TextCharTokenizer:
         return cls(d["chars"])
 
 
-# ---------------------------------------------------------------------------------------
-# Tokenizers of text: made, named, saved, loaded
-# ---------------------------------------------------------------------------------------
+# ---------------------------------------- Tokenizers of text: made, named, saved, loaded
 
 TEXT_TOKENIZERS = ("bpe", "byte", "char")
 DEFAULT_VOCAB_SIZE = 4096
