@@ -256,7 +256,8 @@ def load_run(path):
     """The model of a run folder of ``numpytfmr pretrain``, ``train``, ``lora`` or ``dpo``
     (or its checkpoint.json): ``(params, config, tokenizer)``, checked as :func:`load_model`
     checks them, ready for ``gpt_forward``, ``generate`` or ``save_hf_checkpoint``
-    (docs/learner.md, "Real models"). A run of ``train-seq2seq`` (two tokenizers) is a ValueError: read it with load_model."""
+    (docs/learner.md, "Real models"). A run of ``train-seq2seq`` (two tokenizers) is a
+    ValueError: read it with load_model."""
     ck = load_model(path)
     if ck["kind"] != "gpt":
         raise ValueError(f"load_run: {ck['path']} holds a {ck['kind']!r} model; load_run reads "
