@@ -179,13 +179,17 @@ def _sequence_arrays(tok, prompts, targets, width):
     return ids, mask, prompt_lengths
 
 
-def _length_args(min_len, max_len, where):
+def _task_args(n, rng, split, min_len, max_len, where):
+    """The checked ``n``, ``rng`` (a Generator), ``min_len`` and ``max_len`` of a task's data."""
+    n = count(n, "n", where)
+    rng = _rng(rng, where)
+    one_of("train", "test")(split, "split", where)
     min_len = count(min_len, "min_len", where)
     max_len = count(max_len, "max_len", where)
     if max_len < min_len:
         raise ValueError(f"{where}: max_len is {max_len} but min_len is {min_len}; expected "
                          "max_len >= min_len")
-    return min_len, max_len
+    return n, rng, min_len, max_len
 
 
 def make_task(name, n, *, rng, split="train", min_len=1, max_len=8, test_fraction=0.2,
@@ -212,10 +216,7 @@ def make_task(name, n, *, rng, split="train", min_len=1, max_len=8, test_fractio
     """
     where = "make_task"
     one_of(*TASKS)(name, "name", where)
-    n = count(n, "n", where)
-    rng = _rng(rng, where)
-    one_of("train", "test")(split, "split", where)
-    min_len, max_len = _length_args(min_len, max_len, where)
+    n, rng, min_len, max_len = _task_args(n, rng, split, min_len, max_len, where)
     tok = CharTokenizer() if tokenizer is None else tokenizer
     if not isinstance(tok, CharTokenizer):
         raise TypeError(f"{where}: tokenizer is a {type(tok).__name__}; expected a CharTokenizer")
@@ -246,15 +247,12 @@ def make_preference_pairs(n, *, rng, split="train", chosen="sort", rejected="sor
     ``"prompt_lengths"`` laid out as in ``make_task`` (same width ``2 * max_len + 3``).
     """
     where = "make_preference_pairs"
-    n = count(n, "n", where)
-    rng = _rng(rng, where)
-    one_of("train", "test")(split, "split", where)
+    n, rng, min_len, max_len = _task_args(n, rng, split, min_len, max_len, where)
     deterministic = tuple(t for t in TASKS if t not in ("sort_either", "dyck"))
     one_of(*deterministic)(chosen, "chosen", where)
     one_of(*deterministic)(rejected, "rejected", where)
     if chosen == rejected:
         raise ValueError(f"{where}: chosen and rejected are both {chosen!r}; expected two tasks")
-    min_len, max_len = _length_args(min_len, max_len, where)
     tok = CharTokenizer() if tokenizer is None else tokenizer
 
     def draw():

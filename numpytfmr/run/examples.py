@@ -44,7 +44,7 @@ from ..scoring import dot_scores_forward
 from .bench import fit_exponent, measure_decoding_growth
 
 __all__ = [
-    "Row", "Example", "example_names", "example_info", "run_example", "run_all", "format_example",
+    "Row", "Example", "example_names", "example_info", "run_example", "format_example",
     "example_attention_context", "example_kv_cache", "example_sinusoidal",
     "example_sinusoidal_rotation", "example_rope", "example_permutation", "example_lora_params",
     "example_matmul_cost", "example_score_memory", "example_perplexity", "example_edit_distance",
@@ -177,11 +177,6 @@ def _check_name(name):
 def run_example(name, **options):
     """Run one example by name (``-`` and ``_`` are interchangeable) and return its :class:`Example`."""
     return _REGISTRY[_check_name(name)][2](**options)
-
-
-def run_all():
-    """Run every example; returns a list of :class:`Example`."""
-    return [fn() for _, _, fn in _REGISTRY.values()]
 
 
 # ----------------------------------------------------------------------------- printing
