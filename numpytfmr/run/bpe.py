@@ -203,11 +203,10 @@ def train_bpe(text, vocab_size, *, special_tokens=()):
 
     Returns ``(vocab, merges)``: ``vocab`` is ``dict[int, bytes]`` with the special tokens
     first (ids 0..S-1), then the 256 single bytes (ids S..S+255), then the merged tokens;
-    ``merges`` is ``list[tuple[bytes, bytes]]`` in the order they were made. Each step merges
-    the most frequent adjacent pair inside the pre-tokens; a tie goes to the greater pair of
-    byte strings (``(a, b) > (a', b')``). Training stops early, with a smaller vocabulary,
-    when no pre-token has two tokens left. A token is its bytes: a pair whose concatenation
-    is already a token (``ab + c`` after ``a + bc``) is recorded as a merge and reuses that
+    ``merges`` is ``list[tuple[bytes, bytes]]`` in the order they were made (the steps of
+    the module docstring). Training stops early, with a smaller vocabulary, when no
+    pre-token has two tokens left. A token is its bytes: a pair whose concatenation is
+    already a token (``ab + c`` after ``a + bc``) is recorded as a merge and reuses that
     token's id.
 
     The pair counts are kept up to date, not recounted: ``pair_count[(a, b)]`` is the number

@@ -242,22 +242,17 @@ def _gpt2_plan(c):
             ("wpe.weight", (c.max_len, d), "copy", ("wpe",))]
     for l in range(c.n_layers):
         h, p = f"h.{l}.", f"h{l}."
-        W_qkv = (p + "attn.Wq", p + "attn.Wk", p + "attn.Wv")
-        b_qkv = (p + "attn.bq", p + "attn.bk", p + "attn.bv")
-        plan += [
-            (h + "ln_1.weight", (d,), "copy", (p + "attn_norm.gamma",)),
-            (h + "ln_1.bias", (d,), "copy", (p + "attn_norm.beta",)),
-            (h + "attn.c_attn.weight", (d, 3 * d), "columns", W_qkv),
-            (h + "attn.c_attn.bias", (3 * d,), "columns", b_qkv),
-            (h + "attn.c_proj.weight", (d, d), "copy", (p + "attn.Wo",)),
-            (h + "attn.c_proj.bias", (d,), "copy", (p + "attn.bo",)),
-            (h + "ln_2.weight", (d,), "copy", (p + "mlp_norm.gamma",)),
-            (h + "ln_2.bias", (d,), "copy", (p + "mlp_norm.beta",)),
-            (h + "mlp.c_fc.weight", (d, dff), "copy", (p + "mlp.W1",)),
-            (h + "mlp.c_fc.bias", (dff,), "copy", (p + "mlp.b1",)),
-            (h + "mlp.c_proj.weight", (dff, d), "copy", (p + "mlp.W2",)),
-            (h + "mlp.c_proj.bias", (d,), "copy", (p + "mlp.b2",)),
-        ]
+        # (hf module, weight shape, layout, our weights, our biases); a bias is (d_out,)
+        for module, shape, layout, weights, biases in (
+                ("ln_1", (d,), "copy", ("attn_norm.gamma",), ("attn_norm.beta",)),
+                ("attn.c_attn", (d, 3 * d), "columns", ("attn.Wq", "attn.Wk", "attn.Wv"),
+                 ("attn.bq", "attn.bk", "attn.bv")),
+                ("attn.c_proj", (d, d), "copy", ("attn.Wo",), ("attn.bo",)),
+                ("ln_2", (d,), "copy", ("mlp_norm.gamma",), ("mlp_norm.beta",)),
+                ("mlp.c_fc", (d, dff), "copy", ("mlp.W1",), ("mlp.b1",)),
+                ("mlp.c_proj", (dff, d), "copy", ("mlp.W2",), ("mlp.b2",))):
+            plan += [(f"{h}{module}.weight", shape, layout, tuple(p + k for k in weights)),
+                     (f"{h}{module}.bias", shape[-1:], layout, tuple(p + k for k in biases))]
     plan += [("ln_f.weight", (d,), "copy", ("norm_f.gamma",)),
              ("ln_f.bias", (d,), "copy", ("norm_f.beta",))]
     return plan
