@@ -86,10 +86,8 @@ def pretokenizer(use_regex=None):
     ``unicodedata`` (letters Lu Ll Lt Lm Lo; numbers Nd Nl No) and ``\\s`` by
     ``WHITE_SPACE``. The shortcuts one might try instead are wrong: ``[^\\W\\d_]`` also takes
     numbers that are not decimal digits ('½', '²', 'Ⅻ') as letters, ``\\d`` misses them as
-    numbers, and ``re``'s ``\\s`` adds U+001C..U+001F. What remains different from the
-    ``regex`` package is only its Unicode database: characters that Python's
-    ``unicodedata`` (``unicodedata.unidata_version``) does not know yet are "other symbols"
-    here and letters or numbers there. Building the ranges takes ~0.3 s, once.
+    numbers, and ``re``'s ``\\s`` adds U+001C..U+001F. Only the Unicode databases differ
+    (module docstring). Building the ranges takes ~0.3 s, once.
     """
     if use_regex is None:
         use_regex = _regex_module is not None
@@ -106,9 +104,7 @@ def pretokenizer(use_regex=None):
 def pretokenize(text, *, use_regex=None):
     """The pre-tokens of ``text`` (GPT-2's pattern): ``"I'll go!"`` -> ``["I", "'ll", " go",
     "!"]``."""
-    if not isinstance(text, str):
-        raise TypeError(f"pretokenize: text is a {type(text).__name__}; expected a str")
-    return pretokenizer(use_regex).findall(text)
+    return pretokenizer(use_regex).findall(_check_text(text, "pretokenize"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,9 +127,7 @@ def bytes_to_unicode():
     return mapping
 
 
-# ---------------------------------------------------------------------------
-# special tokens
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------ special tokens
 
 def _special_list(special_tokens, where):
     if special_tokens is None:
@@ -178,9 +172,7 @@ def _check_text(text, where):
     return text
 
 
-# ---------------------------------------------------------------------------
-# training
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------------ training
 
 class _GreaterFirst:
     """Heap key of a pair of byte strings: the lexicographically greater pair sorts first."""
@@ -211,11 +203,10 @@ def train_bpe(text, vocab_size, *, special_tokens=()):
 
     Returns ``(vocab, merges)``: ``vocab`` is ``dict[int, bytes]`` with the special tokens
     first (ids 0..S-1), then the 256 single bytes (ids S..S+255), then the merged tokens;
-    ``merges`` is ``list[tuple[bytes, bytes]]`` in the order they were made. Each step merges
-    the most frequent adjacent pair inside the pre-tokens; a tie goes to the greater pair of
-    byte strings (``(a, b) > (a', b')``). Training stops early, with a smaller vocabulary,
-    when no pre-token has two tokens left. A token is its bytes: a pair whose concatenation
-    is already a token (``ab + c`` after ``a + bc``) is recorded as a merge and reuses that
+    ``merges`` is ``list[tuple[bytes, bytes]]`` in the order they were made (the steps of
+    the module docstring). Training stops early, with a smaller vocabulary, when no
+    pre-token has two tokens left. A token is its bytes: a pair whose concatenation is
+    already a token (``ab + c`` after ``a + bc``) is recorded as a merge and reuses that
     token's id.
 
     The pair counts are kept up to date, not recounted: ``pair_count[(a, b)]`` is the number
@@ -289,14 +280,7 @@ def train_bpe(text, vocab_size, *, special_tokens=()):
     return vocab, merges
 
 
-# ---------------------------------------------------------------------------
-# the tokenizer
-# ---------------------------------------------------------------------------
-
-def _latin1(token):
-    """Bytes as a string of code points 0..255 (JSON-friendly, readable for ASCII)."""
-    return token.decode("latin-1")
-
+# ------------------------------------------------------------- the tokenizer
 
 def _from_latin1(s, where):
     if not isinstance(s, str):
@@ -315,16 +299,8 @@ class BPETokenizer:
     ``(a, b)`` byte-string pairs in the order they were learnt (their rank), each ``a + b``
     a token of ``vocab``; ``special_tokens``: strings never split and never merged, found
     longest first where they overlap. A special token missing from ``vocab`` gets the next
-    free id. ``train_bpe`` gives ``vocab`` and ``merges``::
-
-        vocab, merges = train_bpe(text, 1000, special_tokens=["<|endoftext|>"])
-        tok = BPETokenizer(vocab, merges, special_tokens=["<|endoftext|>"])
-        tok.decode(tok.encode("hello<|endoftext|>")) == "hello<|endoftext|>"
-
-    ``encode`` splits at the special tokens, pre-tokenizes the rest (``pretokenize``) and,
-    inside each pre-token, repeatedly merges the adjacent pair of lowest rank, all its
-    occurrences at once, until no learnt pair is left. ``decode`` joins the tokens' bytes
-    and decodes UTF-8, with U+FFFD for invalid bytes (a sequence cut inside a character).
+    free id. ``train_bpe`` gives ``vocab`` and ``merges`` (docs/learner.md, "Tokens");
+    encoding and decoding as in the module docstring.
     """
 
     _CACHE_LIMIT = 500_000  # encoded pre-tokens kept; the cache is emptied when it is full
@@ -416,15 +392,7 @@ class BPETokenizer:
             best = min(pairs, key=lambda p: self._ranks.get(p, len(self._ranks)))
             if best not in self._ranks:
                 break                                              # no learnt pair left
-            merged, k = [], 0
-            while k < len(parts):                                  # every "a b" -> "ab"
-                if k + 1 < len(parts) and parts[k] == best[0] and parts[k + 1] == best[1]:
-                    merged.append(best[0] + best[1])
-                    k += 2
-                else:
-                    merged.append(parts[k])
-                    k += 1
-            parts = merged
+            parts = _merge_word(parts, *best, best[0] + best[1])   # every "a b" -> "ab"
         ids = [self._ids[p] for p in parts]
         if len(self._cache) >= self._CACHE_LIMIT:
             self._cache.clear()
@@ -510,8 +478,8 @@ class BPETokenizer:
         character per byte, so ASCII reads as itself)."""
         return {"type": "bpe",
                 "special_tokens": list(self.special_tokens),
-                "vocab": {str(i): _latin1(t) for i, t in sorted(self.vocab.items())},
-                "merges": [[_latin1(a), _latin1(b)] for a, b in self.merges]}
+                "vocab": {str(i): t.decode("latin-1") for i, t in sorted(self.vocab.items())},
+                "merges": [[a.decode("latin-1"), b.decode("latin-1")] for a, b in self.merges]}
 
     @classmethod
     def from_dict(cls, d):

@@ -51,7 +51,7 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def _free_name(directory, stem, taken):
+def _free_name(stem, taken):
     """``stem.npz``, or ``stem-2.npz``, ... if the current checkpoint already names it (a
     save must never overwrite a file the committed checkpoint still depends on)."""
     name, k = f"{stem}.npz", 1
@@ -79,10 +79,8 @@ def save_checkpoint(directory, *, kind, config, params, opt_state=None, meta=Non
     params:    flat dict of arrays;  opt_state: optional optimizer state (flat dict)
     meta:      further JSON-ready entries (tokenizer, task, settings, training state)
 
-    The array files are written first, under names that no committed checkpoint uses,
-    then ``checkpoint.json`` in one atomic rename; only then are the files of the
-    previous checkpoint removed. If anything fails on the way, the files of this save
-    are deleted and the previous checkpoint stays as it was.
+    The array files come first, under names no committed checkpoint uses; the previous
+    checkpoint's files are removed only once ``checkpoint.json`` is in place.
     """
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
@@ -95,7 +93,7 @@ def save_checkpoint(directory, *, kind, config, params, opt_state=None, meta=Non
     written, files = [], {}
     try:
         for role, values in arrays.items():
-            name = _free_name(directory, f"{role}-{step:06d}", old)
+            name = _free_name(f"{role}-{step:06d}", old)
             path = os.path.join(directory, name)
             fileio.save_arrays(path, values)
             written.append(path)
@@ -180,10 +178,8 @@ def _check_weights(params, shapes, json_path):
     missing = sorted(set(shapes) - set(params))
     extra = sorted(set(params) - set(shapes))
     if missing or extra:
-        parts = []
-        for what, keys in (("missing", missing), ("unexpected", extra)):
-            if keys:
-                parts.append(f"{what} {keys[:4]}{' ...' if len(keys) > 4 else ''}")
+        parts = [f"{what} {keys[:4]}{' ...' if len(keys) > 4 else ''}"
+                 for what, keys in (("missing", missing), ("unexpected", extra)) if keys]
         raise ValueError(f"load_checkpoint: the weights of {json_path} do not match its config "
                          f"({'; '.join(parts)})")
     dtypes = set()
@@ -259,12 +255,9 @@ class Run(NamedTuple):
 def load_run(path):
     """The model of a run folder of ``numpytfmr pretrain``, ``train``, ``lora`` or ``dpo``
     (or its checkpoint.json): ``(params, config, tokenizer)``, checked as :func:`load_model`
-    checks them, ready for ``gpt_forward``, ``generate`` or ``save_hf_checkpoint``::
-
-        params, config, tokenizer = load_run("runs/pretrain")
-        save_hf_checkpoint(params, config, "hf/my-gpt", tokenizer=tokenizer)
-
-    A run of ``train-seq2seq`` (two tokenizers) is a ValueError: read it with load_model."""
+    checks them, ready for ``gpt_forward``, ``generate`` or ``save_hf_checkpoint``
+    (docs/learner.md, "Real models"). A run of ``train-seq2seq`` (two tokenizers) is a
+    ValueError: read it with load_model."""
     ck = load_model(path)
     if ck["kind"] != "gpt":
         raise ValueError(f"load_run: {ck['path']} holds a {ck['kind']!r} model; load_run reads "

@@ -1,14 +1,10 @@
 """The default corpus of ``numpytfmr pretrain``: English text found offline on every machine
 that has Python, the docstrings of the installed standard library.
 
-Nothing is downloaded and no text is stored in the repository: the corpus is read from the
-``.py`` files under ``sysconfig.get_paths()["stdlib"]`` at run time. Each file is parsed
-with ``ast`` (never imported) and the docstrings of its module, classes and functions are
-collected in a fixed order (files sorted by path, docstrings in source order), cleaned with
-``inspect.cleandoc``, and deduplicated. Test suites, installed third-party packages
-(``site-packages``, ``dist-packages``) and byte-compiled files are skipped. The result is a
-fixed function of the Python installation, so two runs on one machine read the same text;
-another Python version gives a somewhat different corpus.
+The ``.py`` files under ``sysconfig.get_paths()["stdlib"]`` are parsed with ``ast`` (never
+imported) at run time, test suites and third-party packages skipped; their docstrings, in
+a fixed order and deduplicated, are a fixed function of the Python installation
+(docs/learner.md, "Pretraining on real text").
 """
 import ast
 import os

@@ -21,9 +21,7 @@ and the loss is taken on the target tokens and the final ``<eos>`` only:
     ``"rotate"``       ``"3142"`` -> ``"1423"``          (rotate left by one)
     ``"dyck"``         ``"([()"`` -> ``"])"``           (close the open brackets, innermost first)
 
-Related pairs for adaptation (LoRA, 000 §2.7): a model trained on ``"sort"`` adapts to
-``"sort_desc"`` (same output multiset, opposite order), one trained on ``"reverse"`` to
-``"rotate"`` (both fixed permutations of positions).
+Related pairs for adaptation (LoRA, 000 §2.7): sort -> sort_desc, reverse -> rotate.
 
 Translation (encoder-decoder, 004 "Transformer Encoder-Decoder" and its "Je suis
 étudiant" example; 003 §5.1 "I am learning"; the Bahdanau setting of 002): a tiny
@@ -68,9 +66,7 @@ def _rng(rng, where):
     raise TypeError(f"{where}: rng is {rng!r}; expected a numpy.random.Generator or an int seed")
 
 
-# ---------------------------------------------------------------------------
-# the held-out split
-# ---------------------------------------------------------------------------
+# -------------------------------------------------------- the held-out split
 
 def split_of(text, *, test_fraction=0.2):
     """``"test"`` or ``"train"``: a fixed function of ``text`` (BLAKE2b hash), not of a seed.
@@ -83,11 +79,9 @@ def split_of(text, *, test_fraction=0.2):
     return "test" if h / 2.0 ** 64 < test_fraction else "train"
 
 
-def _draw_split(draw, n, split, test_fraction, unique, where, split_fn=None):
-    """Call ``draw()`` until ``n`` items whose text (first element) is in ``split``.
-
-    ``split_fn(text, test_fraction)`` overrides ``split_of`` (see ``make_translation``)."""
-    split_fn = split_fn or (lambda text, frac: split_of(text, test_fraction=frac))
+def _draw_split(draw, n, split, test_fraction, unique, where, split_fn=split_of):
+    """Call ``draw()`` until ``n`` items whose text (first element) is in ``split``
+    (``split_fn``: ``split_of``, or ``translation_split`` for ``make_translation``)."""
     out, seen = [], set()
     budget = 200 * n + 10_000   # generous: a split holds ~20 % or ~80 % of all texts
     for _ in range(budget):
@@ -95,7 +89,7 @@ def _draw_split(draw, n, split, test_fraction, unique, where, split_fn=None):
             break
         item = draw()
         text = item[0]
-        if split_fn(text, test_fraction) != split or (unique and text in seen):
+        if split_fn(text, test_fraction=test_fraction) != split or (unique and text in seen):
             continue
         seen.add(text)
         out.append(item)
@@ -105,9 +99,7 @@ def _draw_split(draw, n, split, test_fraction, unique, where, split_fn=None):
     return out
 
 
-# ---------------------------------------------------------------------------
-# character tasks
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------- character tasks
 
 TASKS = ("reverse", "sort", "sort_desc", "sort_either", "rotate", "dyck")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
@@ -187,13 +179,17 @@ def _sequence_arrays(tok, prompts, targets, width):
     return ids, mask, prompt_lengths
 
 
-def _length_args(min_len, max_len, where):
+def _task_args(n, rng, split, min_len, max_len, where):
+    """The checked ``n``, ``rng`` (a Generator), ``min_len`` and ``max_len`` of a task's data."""
+    n = count(n, "n", where)
+    rng = _rng(rng, where)
+    one_of("train", "test")(split, "split", where)
     min_len = count(min_len, "min_len", where)
     max_len = count(max_len, "max_len", where)
     if max_len < min_len:
         raise ValueError(f"{where}: max_len is {max_len} but min_len is {min_len}; expected "
                          "max_len >= min_len")
-    return min_len, max_len
+    return n, rng, min_len, max_len
 
 
 def make_task(name, n, *, rng, split="train", min_len=1, max_len=8, test_fraction=0.2,
@@ -220,10 +216,7 @@ def make_task(name, n, *, rng, split="train", min_len=1, max_len=8, test_fractio
     """
     where = "make_task"
     one_of(*TASKS)(name, "name", where)
-    n = count(n, "n", where)
-    rng = _rng(rng, where)
-    one_of("train", "test")(split, "split", where)
-    min_len, max_len = _length_args(min_len, max_len, where)
+    n, rng, min_len, max_len = _task_args(n, rng, split, min_len, max_len, where)
     tok = CharTokenizer() if tokenizer is None else tokenizer
     if not isinstance(tok, CharTokenizer):
         raise TypeError(f"{where}: tokenizer is a {type(tok).__name__}; expected a CharTokenizer")
@@ -254,15 +247,12 @@ def make_preference_pairs(n, *, rng, split="train", chosen="sort", rejected="sor
     ``"prompt_lengths"`` laid out as in ``make_task`` (same width ``2 * max_len + 3``).
     """
     where = "make_preference_pairs"
-    n = count(n, "n", where)
-    rng = _rng(rng, where)
-    one_of("train", "test")(split, "split", where)
+    n, rng, min_len, max_len = _task_args(n, rng, split, min_len, max_len, where)
     deterministic = tuple(t for t in TASKS if t not in ("sort_either", "dyck"))
     one_of(*deterministic)(chosen, "chosen", where)
     one_of(*deterministic)(rejected, "rejected", where)
     if chosen == rejected:
         raise ValueError(f"{where}: chosen and rejected are both {chosen!r}; expected two tasks")
-    min_len, max_len = _length_args(min_len, max_len, where)
     tok = CharTokenizer() if tokenizer is None else tokenizer
 
     def draw():
@@ -288,9 +278,7 @@ def make_preference_pairs(n, *, rng, split="train", chosen="sort", rejected="sor
             "prompt_lengths": prompt_lengths, "tokenizer": tok, "max_target_len": max_len}
 
 
-# ---------------------------------------------------------------------------
-# toy translation, English -> French
-# ---------------------------------------------------------------------------
+# ---------------------------------------- toy translation, English -> French
 
 # English word -> French forms. Nouns carry their gender; adjectives (all placed after
 # the noun in French) give (masculine, feminine); verbs give the present tense by
@@ -427,7 +415,7 @@ def make_translation(n, *, rng, split="train", test_fraction=0.2, unique=False):
     rng = _rng(rng, where)
     one_of("train", "test")(split, "split", where)
     pairs = _draw_split(lambda: _draw_sentence(rng), n, split, test_fraction, unique, where,
-                        lambda text, frac: translation_split(text, test_fraction=frac))
+                        translation_split)
     src_tok, tgt_tok = translation_tokenizers()
     src_ids = np.full((n, MAX_SOURCE_WORDS), PAD_ID, dtype=np.int64)
     tgt_ids = np.full((n, MAX_TARGET_WORDS + 2), PAD_ID, dtype=np.int64)
@@ -443,9 +431,7 @@ def make_translation(n, *, rng, split="train", test_fraction=0.2, unique=False):
             "loss_mask": loss_mask, "src_tokenizer": src_tok, "tgt_tokenizer": tgt_tok}
 
 
-# ---------------------------------------------------------------------------
-# training and evaluation helpers
-# ---------------------------------------------------------------------------
+# ------------------------------------------- training and evaluation helpers
 
 def next_token_arrays(ids, loss_mask):
     """Shift a batch for next-token prediction (the decoder of 004, "Transformer Decoder").

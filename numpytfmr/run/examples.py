@@ -15,17 +15,14 @@ section, a title and a list of :class:`Row` s. A row holds
 - ``erratum``   when the notes are wrong: what is wrong, the correct value, and the test
   that shows it; ``note`` a remark that is not an erratum.
 
-``numpytfmr examples`` prints these tables; tests and notebooks call the functions:
+``numpytfmr examples`` prints these tables (docs/commands.md); tests and notebooks call the
+functions (``--list`` names them with their sections):
 
     >>> from numpytfmr.run.examples import run_example
     >>> ex = run_example("attention_context")
     >>> [(r.quantity, r.agrees) for r in ex.rows if r.erratum]
 
-Sections covered: 000 §2.1, §2.3.1-2.3.2, §2.5.1, §2.7.2; 001 §1.1, §2.1, §2.2;
-003 §2.1.1-2.1.2, §3.1-3.3, §5.1, §6.2.1, §7.1, §7.2.1-7.2.2; 004 "RoPE" example.
-``decoding_growth`` is a measurement, not a printed example: it times numpytfmr's own
-decoding step with and without a KV cache (``bench.measure_decoding_growth``, on the
-benchmark's timing harness) and compares the growth with the cost model.
+``decoding_growth`` is a measurement, not a printed example.
 """
 from dataclasses import dataclass, field
 import math
@@ -47,7 +44,7 @@ from ..scoring import dot_scores_forward
 from .bench import fit_exponent, measure_decoding_growth
 
 __all__ = [
-    "Row", "Example", "example_names", "example_info", "run_example", "run_all", "format_example",
+    "Row", "Example", "example_names", "example_info", "run_example", "format_example",
     "example_attention_context", "example_kv_cache", "example_sinusoidal",
     "example_sinusoidal_rotation", "example_rope", "example_permutation", "example_lora_params",
     "example_matmul_cost", "example_score_memory", "example_perplexity", "example_edit_distance",
@@ -90,10 +87,6 @@ class Example:
     rows: tuple = ()
     remarks: tuple = ()
     extra: dict = field(default_factory=dict)   # raw numbers (e.g. the timings of decoding_growth)
-
-    @property
-    def errata(self):
-        return [r for r in self.rows if r.erratum]
 
     def row(self, quantity_start):
         """The first row whose quantity starts with ``quantity_start`` (KeyError if none)."""
@@ -184,11 +177,6 @@ def _check_name(name):
 def run_example(name, **options):
     """Run one example by name (``-`` and ``_`` are interchangeable) and return its :class:`Example`."""
     return _REGISTRY[_check_name(name)][2](**options)
-
-
-def run_all():
-    """Run every example; returns a list of :class:`Example`."""
-    return [fn() for _, _, fn in _REGISTRY.values()]
 
 
 # ----------------------------------------------------------------------------- printing

@@ -10,16 +10,11 @@ eq. 30) with different options:
             FFN (silu(x W_gate) * (x W_up)) W_down, no biases, GQA (003 §5.2), an
             untied output layer (unless tie_word_embeddings)
 
-In: :func:`gpt_config_from_hf` reads the ``config.json`` dict, :func:`gpt_from_hf`
-converts a state dict of NumPy arrays, and :func:`load_hf_checkpoint` does both for a
-local directory written by ``save_pretrained`` (``config.json`` + ``model.safetensors``).
-
-Out: :func:`gpt_to_hf` is the inverse of :func:`gpt_from_hf`, and
-:func:`save_hf_checkpoint` writes a folder (``config.json``, ``model.safetensors``
-written in NumPy, and the tokenizer) that ``AutoModelForCausalLM.from_pretrained``
-loads with the same logits: how a model trained here moves on to PyTorch, GPUs and
-distributed training. Learned positions export as GPT-2, RoPE as LLaMA; a config
-neither computes is a ValueError naming the field. Nothing here touches the network.
+In: :func:`gpt_config_from_hf` (``config.json``), :func:`gpt_from_hf` (a state dict) and
+:func:`load_hf_checkpoint` (a local ``save_pretrained`` folder). Out: :func:`gpt_to_hf`,
+their inverse, and :func:`save_hf_checkpoint`, a folder ``from_pretrained`` loads with the
+same logits (docs/learner.md, "Real models, and moving on to PyTorch"). Nothing here
+touches the network.
 
 Converting the weights is bookkeeping, with one rule: numpytfmr computes ``y = x W``
 with ``W`` of shape (d_in, d_out).
@@ -34,28 +29,8 @@ with ``W`` of shape (d_in, d_out).
   the notes' "interleaved" layout is exported with its W_q and W_k columns permuted.
 
 One table per family (``_gpt2_plan``, ``_llama_plan``) lists every weight as (hf key,
-hf shape, layout, our keys); both directions read it, so import and export cannot drift.
-
-Keys (module docstring of ``gpt.py`` for ours)::
-
-    GPT-2 (prefix "transformer." optional)      numpytfmr
-    wte.weight, wpe.weight                      wte, wpe
-    h.{l}.ln_1.weight / .bias                   h{l}.attn_norm.gamma / .beta
-    h.{l}.attn.c_attn.weight / .bias            h{l}.attn.Wq, .Wk, .Wv / .bq, .bk, .bv
-    h.{l}.attn.c_proj.weight / .bias            h{l}.attn.Wo / .bo
-    h.{l}.ln_2.weight / .bias                   h{l}.mlp_norm.gamma / .beta
-    h.{l}.mlp.c_fc.weight / .bias               h{l}.mlp.W1 / .b1
-    h.{l}.mlp.c_proj.weight / .bias             h{l}.mlp.W2 / .b2
-    ln_f.weight / .bias                         norm_f.gamma / .beta
-
-    LLaMA (prefix "model." optional)            numpytfmr
-    embed_tokens.weight                         wte
-    layers.{l}.input_layernorm.weight           h{l}.attn_norm.gamma
-    layers.{l}.self_attn.{q,k,v,o}_proj.weight  h{l}.attn.Wq, .Wk, .Wv, .Wo   (transposed)
-    layers.{l}.post_attention_layernorm.weight  h{l}.mlp_norm.gamma
-    layers.{l}.mlp.{gate,up,down}_proj.weight   h{l}.mlp.W_gate, .W_up, .W_down (transposed)
-    norm.weight                                 norm_f.gamma
-    lm_head.weight                              lm_head.W (transposed; untied only)
+hf shape, layout, our keys), the key map in full; both directions read it, so import and
+export cannot drift.
 """
 from dataclasses import replace
 import json
@@ -66,8 +41,10 @@ import warnings
 
 import numpy as np
 
+from ..contract import flag
 from ..gpt import GPTConfig, gpt_param_shapes
 from ..positional import yarn_correction_range
+from ..shared.fileio import atomic_file, atomic_write_text
 from ..transformer import check_model
 from .data import SPECIAL_TOKENS, CharTokenizer, WordTokenizer
 
@@ -86,9 +63,7 @@ _GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
 _BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
 
 
-# ---------------------------------------------------------------------------------------
-# config.json -> GPTConfig
-# ---------------------------------------------------------------------------------------
+# -------------------------------------------------------------- config.json -> GPTConfig
 
 def _need(hf, keys, where, model_type):
     """The size fields a config must state; a missing one is an error, not a silent default."""
@@ -211,11 +186,8 @@ def _llama_config(hf, where):
 def gpt_config_from_hf(hf_config):
     """The :class:`GPTConfig` of a GPT-2 or LLaMA ``config.json`` (a dict).
 
-    ``model_type`` picks the family. GPT-2: learned positions, LayerNorm
-    (``layer_norm_epsilon``), ``activation_function`` "gelu_new" -> "gelu_tanh", biases,
-    tied output layer. LLaMA: RoPE with ``rope_layout="half"`` and base ``rope_theta``,
-    RMSNorm (``rms_norm_eps``), activation "swiglu", no biases, ``num_key_value_heads``
-    (GQA), ``tie_word_embeddings``. Dropout is 0 (the config of a trained model).
+    ``model_type`` picks the family (module docstring; the fields each reads: ``_gpt2_config``,
+    ``_llama_config``). Dropout is 0 (the config of a trained model).
 
     RoPE scaling: "linear" and "yarn" (the latter only with ``attention_factor`` 1.0,
     as :func:`save_hf_checkpoint` writes it: transformers' default multiplies cos and sin
@@ -238,9 +210,7 @@ def gpt_config_from_hf(hf_config):
     return _llama_config(hf_config, where)
 
 
-# ---------------------------------------------------------------------------------------
-# state dict -> params
-# ---------------------------------------------------------------------------------------
+# ------------------------------------------------------------------ state dict -> params
 
 def _strip_prefix(state_dict, prefix):
     """Keys without the prefix of the ``...ForCausalLM`` wrapper (``transformer.``/``model.``),
@@ -272,22 +242,17 @@ def _gpt2_plan(c):
             ("wpe.weight", (c.max_len, d), "copy", ("wpe",))]
     for l in range(c.n_layers):
         h, p = f"h.{l}.", f"h{l}."
-        W_qkv = (p + "attn.Wq", p + "attn.Wk", p + "attn.Wv")
-        b_qkv = (p + "attn.bq", p + "attn.bk", p + "attn.bv")
-        plan += [
-            (h + "ln_1.weight", (d,), "copy", (p + "attn_norm.gamma",)),
-            (h + "ln_1.bias", (d,), "copy", (p + "attn_norm.beta",)),
-            (h + "attn.c_attn.weight", (d, 3 * d), "columns", W_qkv),
-            (h + "attn.c_attn.bias", (3 * d,), "columns", b_qkv),
-            (h + "attn.c_proj.weight", (d, d), "copy", (p + "attn.Wo",)),
-            (h + "attn.c_proj.bias", (d,), "copy", (p + "attn.bo",)),
-            (h + "ln_2.weight", (d,), "copy", (p + "mlp_norm.gamma",)),
-            (h + "ln_2.bias", (d,), "copy", (p + "mlp_norm.beta",)),
-            (h + "mlp.c_fc.weight", (d, dff), "copy", (p + "mlp.W1",)),
-            (h + "mlp.c_fc.bias", (dff,), "copy", (p + "mlp.b1",)),
-            (h + "mlp.c_proj.weight", (dff, d), "copy", (p + "mlp.W2",)),
-            (h + "mlp.c_proj.bias", (d,), "copy", (p + "mlp.b2",)),
-        ]
+        # (hf module, weight shape, layout, our weights, our biases); a bias is (d_out,)
+        for module, shape, layout, weights, biases in (
+                ("ln_1", (d,), "copy", ("attn_norm.gamma",), ("attn_norm.beta",)),
+                ("attn.c_attn", (d, 3 * d), "columns", ("attn.Wq", "attn.Wk", "attn.Wv"),
+                 ("attn.bq", "attn.bk", "attn.bv")),
+                ("attn.c_proj", (d, d), "copy", ("attn.Wo",), ("attn.bo",)),
+                ("ln_2", (d,), "copy", ("mlp_norm.gamma",), ("mlp_norm.beta",)),
+                ("mlp.c_fc", (d, dff), "copy", ("mlp.W1",), ("mlp.b1",)),
+                ("mlp.c_proj", (dff, d), "copy", ("mlp.W2",), ("mlp.b2",))):
+            plan += [(f"{h}{module}.weight", shape, layout, tuple(p + k for k in weights)),
+                     (f"{h}{module}.bias", shape[-1:], layout, tuple(p + k for k in biases))]
     plan += [("ln_f.weight", (d,), "copy", ("norm_f.gamma",)),
              ("ln_f.bias", (d,), "copy", ("norm_f.beta",))]
     return plan
@@ -412,19 +377,7 @@ def gpt_from_hf(state_dict, hf_config, *, dtype=None):
     return params, config
 
 
-# ---------------------------------------------------------------------------------------
-# A checkpoint directory (config.json + safetensors)
-# ---------------------------------------------------------------------------------------
-
-def _safetensors_numpy(where):
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        raise ImportError(f"{where}: reading .safetensors files needs the 'safetensors' package; "
-                          "install it with pip install 'numpytfmr[hf]' (or pip install "
-                          "safetensors)") from None
-    return safe_open
-
+# ------------------------------------ A checkpoint directory (config.json + safetensors)
 
 def _safetensors_header(path):
     """The JSON header of a .safetensors file and where its data starts.
@@ -438,26 +391,26 @@ def _safetensors_header(path):
     return header, 8 + n
 
 
-def _read_bf16(path, name):
-    """A bfloat16 tensor (NumPy has no such dtype) as float32: bfloat16 is the top 16 bits
-    of a float32, so shifting them up 16 bits gives the same number exactly."""
-    header, start = _safetensors_header(path)
-    entry = header[name]
-    begin, end = entry["data_offsets"]
-    raw = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=start + begin)
-    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
-
-
 def _read_safetensors(path, where):
-    safe_open = _safetensors_numpy(where)
-    header, _ = _safetensors_header(path)
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ImportError(f"{where}: reading .safetensors files needs the 'safetensors' package; "
+                          "install it with pip install 'numpytfmr[hf]' (or pip install "
+                          "safetensors)") from None
+    header, start = _safetensors_header(path)
     tensors = {}
     with safe_open(path, framework="numpy") as f:
         for name in f.keys():
-            if header[name]["dtype"] == "BF16":
-                tensors[name] = _read_bf16(path, name)
-            else:
+            entry = header[name]
+            if entry["dtype"] != "BF16":
                 tensors[name] = f.get_tensor(name)
+                continue
+            # NumPy has no bfloat16: it is the top 16 bits of a float32, so shifting them up
+            # 16 bits gives the same number exactly
+            begin, end = entry["data_offsets"]
+            raw = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=start + begin)
+            tensors[name] = (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
     return tensors
 
 
@@ -470,9 +423,8 @@ def load_hf_checkpoint(directory, *, dtype=None):
                are read exactly (as float32).
     dtype:     as in :func:`gpt_from_hf`
 
-    Only local files are read (nothing is downloaded). Reading safetensors needs the
-    optional package ``safetensors`` (``pip install 'numpytfmr[hf]'``); PyTorch
-    ``.bin`` pickles are not read.
+    Reading needs the optional package ``safetensors`` (``pip install 'numpytfmr[hf]'``);
+    PyTorch ``.bin`` pickles are not read.
     """
     where = "load_hf_checkpoint"
     if not isinstance(directory, (str, os.PathLike)):
@@ -509,9 +461,7 @@ def load_hf_checkpoint(directory, *, dtype=None):
     return gpt_from_hf(state_dict, hf_config, dtype=dtype)
 
 
-# ---------------------------------------------------------------------------------------
-# numpytfmr -> transformers: the same table, read the other way
-# ---------------------------------------------------------------------------------------
+# ------------------------- numpytfmr -> transformers: the same table, read the other way
 
 # numpytfmr's FFN activation -> GPT-2's activation_function: the table above read backwards,
 # the first name listed for each winning ("gelu_tanh" -> "gelu_new")
@@ -680,11 +630,8 @@ def gpt_to_hf(params, config, *, dtype=None):
     """The Hugging Face form of a numpytfmr GPT: ``(state_dict, hf_config)``, the inverse
     of :func:`gpt_from_hf` (one key table serves both).
 
-    params, config: a GPT (``gpt_param_shapes(config)``), GPT-2 style (learned positions,
-                    LayerNorm, biases, activation "gelu_tanh" -> "gelu_new", "gelu" or
-                    "relu", MHA, tied or not) or LLaMA style (RoPE, RMSNorm, SwiGLU, no
-                    biases, GQA/MQA, tied or not, RoPE scaling "linear", "yarn" or
-                    "ntk"); both pre-norm
+    params, config: a pre-norm GPT (``gpt_param_shapes(config)``) of GPT-2 or LLaMA style
+                    (module docstring)
     dtype:          None (the parameters' dtype), np.float32 or np.float64
     returns:        ``state_dict``: ``{name: array}`` with the names and layouts
                     ``save_pretrained`` writes for ``GPT2LMHeadModel`` /
@@ -692,35 +639,21 @@ def gpt_to_hf(params, config, *, dtype=None):
                     the token table, not a second tensor), and ``hf_config``: the
                     ``config.json`` dict.
 
-    Two LLaMA-style configs are written as an equivalent one: RoPE's "interleaved"
-    layout as "half" with the columns of W_q and W_k reordered within each head, and NTK
-    scaling as the base it stands for. A config that transformers' GPT-2 and LLaMA
-    cannot compute (post-norm, sinusoidal positions, RMSNorm with learned positions,
-    RoPE with LayerNorm or without SwiGLU, GPT-2 without biases or with GQA, ...) is a
-    ValueError naming the field, its value and why.
+    RoPE's "interleaved" layout and NTK scaling are written in an equivalent form
+    (``_interleaved_as_half``, ``_ntk_as_base``); a config transformers cannot compute is a
+    ValueError naming the field, its value and why (``_family``; docs/learner.md).
     """
     state_dict, hf_config, _, _ = _export(params, config, dtype, "gpt_to_hf")
     return state_dict, hf_config
 
 
-# ---------------------------------------------------------------------------------------
-# Writing a checkpoint directory
-# ---------------------------------------------------------------------------------------
+# -------------------------------------------------------- Writing a checkpoint directory
 
 _SAFETENSORS_DTYPES = {"f4": "F32", "f8": "F64"}   # dtype kind + item size -> code
 
 
-def _write_file(path, chunks):
-    """Write byte chunks to a new file and flush them to disk."""
-    with open(path, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _write_json(path, obj):
-    _write_file(path, [(json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")])
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 def _write_safetensors(path, tensors):
@@ -738,7 +671,9 @@ def _write_safetensors(path, tensors):
         offset += a.nbytes
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
-    _write_file(path, [len(text).to_bytes(8, "little"), text] + data)
+    with atomic_file(path) as f:
+        for chunk in [len(text).to_bytes(8, "little"), text] + data:
+            f.write(chunk)
 
 
 def _new_folder(parent, name):
@@ -757,8 +692,7 @@ def _target(directory, force, where):
     """The absolute path of the export folder: new, empty, or (force) replaceable."""
     if not isinstance(directory, (str, os.PathLike)):
         raise TypeError(f"{where}: directory is a {type(directory).__name__}; expected a path")
-    if not isinstance(force, (bool, np.bool_)):
-        raise TypeError(f"{where}: force is {force!r}; expected True or False")
+    flag(force, "force", where)
     directory = os.path.abspath(os.fspath(directory))
     if os.path.islink(directory) or (os.path.exists(directory) and not os.path.isdir(directory)):
         raise FileExistsError(f"{where}: {directory!r} exists and is not a folder (a file or a "
@@ -774,11 +708,9 @@ def _target(directory, force, where):
 def _move_into_place(tmp, directory):
     """Rename the finished folder to ``directory``: it appears whole or not at all. An old
     folder is moved aside first and deleted once the new one is in place."""
-    if not os.path.exists(directory):
-        os.rename(tmp, directory)
-        return
-    if not os.listdir(directory):
+    if os.path.isdir(directory) and not os.listdir(directory):
         os.rmdir(directory)
+    if not os.path.exists(directory):
         os.rename(tmp, directory)
         return
     old = os.path.join(os.path.dirname(directory),
@@ -790,15 +722,6 @@ def _move_into_place(tmp, directory):
         os.rename(old, directory)
         raise
     shutil.rmtree(old, ignore_errors=True)
-
-
-def _special_token_list(tokenizer):
-    """The special tokens a BPE tokenizer declares (``special_tokens``: strings or a dict
-    keyed by them)."""
-    specials = getattr(tokenizer, "special_tokens", None) or ()
-    if isinstance(specials, dict):
-        specials = list(specials)
-    return [s.decode("utf-8") if isinstance(s, bytes) else s for s in specials]
 
 
 def _write_gpt2_bpe(tokenizer, folder, c, where):
@@ -813,7 +736,7 @@ def _write_gpt2_bpe(tokenizer, folder, c, where):
     with open(os.path.join(folder, "vocab.json"), encoding="utf-8") as f:
         vocab = json.load(f)
     _check_tokenizer_size(max(vocab.values()) + 1, c, where)
-    specials = [s for s in _special_token_list(tokenizer) if s in vocab]
+    specials = [s for s in getattr(tokenizer, "special_tokens", None) or () if s in vocab]
     end = "<|endoftext|>" if "<|endoftext|>" in specials else None   # GPT-2's bos = eos
     _write_json(os.path.join(folder, "tokenizer_config.json"), {
         "tokenizer_class": "GPT2Tokenizer", "model_max_length": int(c.max_len),
@@ -892,27 +815,19 @@ def save_hf_checkpoint(params, config, directory, *, tokenizer=None, dtype=None,
     params, config: the model; which configs map and how: :func:`gpt_to_hf`
     directory:      the folder to create; it must be new or empty unless ``force``
     tokenizer:      None, or the tokenizer the model was trained with, written so that
-                    ``AutoTokenizer.from_pretrained(directory)`` gives the same ids:
-                    a byte-level BPE tokenizer with ``save_gpt2_files(folder)``
-                    (vocab.json + merges.txt + tokenizer_config.json: a
-                    ``GPT2Tokenizer`` with the special tokens kept whole; "<|endoftext|>",
-                    if it is one, becomes bos and eos), or a ``CharTokenizer`` /
-                    ``WordTokenizer`` (tokenizer.json of a WordLevel model +
-                    tokenizer_config.json: a ``PreTrainedTokenizerFast``; "<pad>",
-                    "<bos>", "<eos>" and "<sep>" are its special tokens). Their ids go
-                    into config.json (bos/eos/pad_token_id). Other objects are skipped
-                    with a note and a warning.
+                    ``AutoTokenizer.from_pretrained(directory)`` gives the same ids: a BPE
+                    tokenizer (``_write_gpt2_bpe``) or a CharTokenizer / WordTokenizer
+                    (``_write_wordlevel``); others are skipped with a note and a warning.
     dtype:          None (the parameters' dtype), np.float32 or np.float64
     force:          replace an existing non-empty folder and everything in it
 
-    Files: config.json, model.safetensors (written in NumPy; the ``safetensors``
-    package is not needed), and the tokenizer's. They are written to a new folder
-    beside ``directory`` that is then renamed, so the checkpoint appears whole or not at
-    all. Returns a dict: ``directory`` (absolute), ``files``, ``model_type`` ("gpt2" or
-    "llama"), ``architecture``, ``dtype``, ``tensors`` (their count), ``tokenizer`` (the
-    transformers class, or None) and ``notes``: what was written in another but
-    equivalent form (RoPE's interleaved layout, NTK scaling), a dropout that
-    load_hf_checkpoint returns as 0, a tokenizer that was skipped.
+    Files: config.json, model.safetensors (written in NumPy) and the tokenizer's, written to
+    a new folder beside ``directory`` that is then renamed into place. Returns a dict:
+    ``directory`` (absolute), ``files``, ``model_type`` ("gpt2" or "llama"),
+    ``architecture``, ``dtype``, ``tensors`` (their count), ``tokenizer`` (the transformers
+    class, or None) and ``notes``: what was written in another but equivalent form (RoPE's
+    interleaved layout, NTK scaling), a dropout that load_hf_checkpoint returns as 0, a
+    tokenizer that was skipped.
     """
     where = "save_hf_checkpoint"
     state_dict, hf_config, family, notes = _export(params, config, dtype, where)

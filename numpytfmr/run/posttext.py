@@ -1,27 +1,10 @@
 """Fine-tuning a model of text on one's own data: what ``numpytfmr lora`` and ``numpytfmr
 dpo`` run on a checkpoint of ``numpytfmr pretrain``, as plain functions.
 
-Three kinds of data, each held out in part (the last tenth, at least one row, unless a
-held-out file is given):
-
-    --text FILE                    continued language modelling of one's own text: random
-                                   windows, as in pretraining; scored in bits per byte on
-                                   the whole held-out text (``pretrain.evaluate_text``)
-    --data FILE.jsonl (lora)       {"prompt": ..., "completion": ...} rows (TRL's
-                                   prompt-completion format): the loss is on the
-                                   completion tokens only; scored in nats per completion
-                                   token and bits per completion byte
-    --data FILE.jsonl (dpo)        {"prompt": ..., "chosen": ..., "rejected": ...} rows
-                                   (TRL's preference format): DPO against the frozen start
-                                   model, scored by TRL's rewards/chosen, rewards/rejected,
-                                   rewards/accuracies and rewards/margins
-
-A row is ``prompt`` followed directly by its completion, as TRL joins them (no separator
-and no end-of-text token is added: the tokenizers of ``pretrain`` have none). A sequence
-longer than the context window loses tokens from the start of its prompt, then from the
-end of its completion. Rows that cannot be used (not a JSON object, a missing or empty
-field, text the tokenizer does not spell back) are reported by line number, all at once,
-and nothing is trained.
+The three kinds of data (``--text``, lora's and dpo's ``--data`` rows), how they are held
+out, joined and cut to the context window: docs/learner.md, "Fine-tuning on your own
+data". Rows that cannot be used are reported by line number, all at once, and nothing is
+trained.
 """
 import json
 import os

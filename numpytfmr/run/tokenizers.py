@@ -6,12 +6,8 @@
     BPETokenizer         byte-level BPE learnt on a text (bpe.py), or the 256 bytes alone
     TextCharTokenizer    one token per character of a text, with a byte fallback
 
-Every tokenizer has ``encode``, ``decode``, ``vocab_size`` and ``to_dict``;
-:func:`tokenizer_from_dict` rebuilds any of them from its dict (a checkpoint stores that
-dict), :func:`save_tokenizer` writes one to a JSON file and :func:`load_tokenizer` reads
-it back (``numpytfmr tokenize``, ``pretrain --tokenizer FILE``). :func:`make_tokenizer`
-makes the tokenizer of a pretraining run from its text, and :func:`token_byte_lengths`
-gives the UTF-8 bytes each token spells, which turns nats per token into bits per byte.
+Every tokenizer has ``encode``, ``decode``, ``vocab_size`` and ``to_dict`` (the dict a
+checkpoint stores); the functions below make, name, compare, save and load them.
 """
 from dataclasses import dataclass
 import hashlib
@@ -38,22 +34,31 @@ BRACKETS = "()[]{}"
 DEFAULT_SYMBOLS = DIGITS + "abcdefghijklmnopqrstuvwxyz" + BRACKETS + " +-=.,"
 
 
-def _ids_array(ids, vocab_size, where):
+def _decode_specials(tokenizer, ids, where, sep, skip_special):
+    """The tokens of ``ids`` joined by ``sep``; the four special tokens dropped with
+    ``skip_special``."""
     ids = np.asarray(ids)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"{where}: ids has dtype {ids.dtype}; expected integer token ids")
     if ids.ndim != 1:
         raise ValueError(f"{where}: ids has shape {ids.shape}; expected a 1-D sequence of ids")
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+    if ids.size and (ids.min() < 0 or ids.max() >= tokenizer.vocab_size):
         raise ValueError(f"{where}: ids has values in [{ids.min()}, {ids.max()}]; expected values "
-                         f"in [0, {vocab_size})")
-    return ids
+                         f"in [0, {tokenizer.vocab_size})")
+    toks = tokenizer.tokens
+    return sep.join(toks[i] for i in ids.tolist() if not (skip_special and i < len(SPECIAL_TOKENS)))
 
 
+def _checked_dict(cls, d, kind, field, shape):
+    """``d`` if it is ``to_dict()`` of a ``cls`` (type ``kind`` with ``field``), else a
+    ValueError."""
+    if not isinstance(d, dict) or d.get("type") != kind or field not in d:
+        raise ValueError(f"{cls.__name__}.from_dict: got {d!r}; expected "
+                         f"{{'type': {kind!r}, {field!r}: {shape}}}")
+    return d
 
-# ---------------------------------------------------------------------------
-# tokenizers
-# ---------------------------------------------------------------------------
+
+# ---------------------------------------------------------------- tokenizers
 
 @dataclass(frozen=True)
 class CharTokenizer:
@@ -116,9 +121,7 @@ class CharTokenizer:
 
     def decode(self, ids, *, skip_special=False):
         """``ids -> str``; special tokens are written out, or dropped with ``skip_special``."""
-        ids = _ids_array(ids, self.vocab_size, "CharTokenizer.decode")
-        toks = self.tokens
-        return "".join(toks[i] for i in ids.tolist() if not (skip_special and i < len(SPECIAL_TOKENS)))
+        return _decode_specials(self, ids, "CharTokenizer.decode", "", skip_special)
 
     def to_dict(self):
         """A JSON-ready description (for checkpoints); ``tokenizer_from_dict`` reads it back."""
@@ -126,10 +129,7 @@ class CharTokenizer:
 
     @staticmethod
     def from_dict(d):
-        if not isinstance(d, dict) or d.get("type") != "char" or "symbols" not in d:
-            raise ValueError(f"CharTokenizer.from_dict: got {d!r}; expected "
-                             "{'type': 'char', 'symbols': ...}")
-        return CharTokenizer(d["symbols"])
+        return CharTokenizer(_checked_dict(CharTokenizer, d, "char", "symbols", "...")["symbols"])
 
 
 @dataclass(frozen=True)
@@ -180,18 +180,14 @@ class WordTokenizer:
 
     def decode(self, ids, *, skip_special=False):
         """``ids -> str`` of space-separated words."""
-        ids = _ids_array(ids, self.vocab_size, "WordTokenizer.decode")
-        toks = self.tokens
-        return " ".join(toks[i] for i in ids.tolist() if not (skip_special and i < len(SPECIAL_TOKENS)))
+        return _decode_specials(self, ids, "WordTokenizer.decode", " ", skip_special)
 
     def to_dict(self):
         return {"type": "word", "words": list(self.words)}
 
     @staticmethod
     def from_dict(d):
-        if not isinstance(d, dict) or d.get("type") != "word" or "words" not in d:
-            raise ValueError(f"WordTokenizer.from_dict: got {d!r}; expected "
-                             "{'type': 'word', 'words': [...]}")
+        d = _checked_dict(WordTokenizer, d, "word", "words", "[...]")
         return WordTokenizer(tuple(d["words"]))
 
 
@@ -263,9 +259,7 @@ class TextCharTokenizer:
         return cls(d["chars"])
 
 
-# ---------------------------------------------------------------------------------------
-# Tokenizers of text: made, named, saved, loaded
-# ---------------------------------------------------------------------------------------
+# ---------------------------------------- Tokenizers of text: made, named, saved, loaded
 
 TEXT_TOKENIZERS = ("bpe", "byte", "char")
 DEFAULT_VOCAB_SIZE = 4096
@@ -314,19 +308,12 @@ def tokenizer_from_dict(d):
     return readers[kind](d)
 
 
-def _canonical(d):
-    return json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
 def tokenizer_digest(tokenizer):
     """SHA-256 of the tokenizer's ``to_dict()`` written canonically: two tokenizers that
     encode alike have the same digest. A token file and a checkpoint record it."""
     d = tokenizer if isinstance(tokenizer, dict) else tokenizer.to_dict()
-    return hashlib.sha256(_canonical(d).encode("utf-8")).hexdigest()
-
-
-def _describe(tokenizer):
-    return f"{tokenizer_kind(tokenizer)}, {tokenizer.vocab_size} tokens"
+    text = json.dumps(d, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def tokenizer_difference(first, second):
@@ -337,7 +324,7 @@ def tokenizer_difference(first, second):
     if tokenizer_digest(first) == tokenizer_digest(second):
         return None
     a, b = first.to_dict(), second.to_dict()
-    head = f"{_describe(first)} against {_describe(second)}"
+    head = " against ".join(f"{tokenizer_kind(t)}, {t.vocab_size} tokens" for t in (first, second))
     if a.get("type") != b.get("type"):
         return head
     if a["type"] == "bpe":

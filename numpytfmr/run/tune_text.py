@@ -2,15 +2,9 @@
 ``numpytfmr pretrain``) with one's own data; the functions are in ``numpytfmr.run.posttext``,
 the data flags (``--text``, ``--data``, ...) and their checks in ``run/options.py``.
 
-    numpytfmr lora --checkpoint runs/pretrain --text my.txt --out runs/lora-text
-    numpytfmr lora --checkpoint runs/pretrain --data pc.jsonl --out runs/lora-pc
-    numpytfmr dpo --checkpoint runs/lora-text --data prefs.jsonl --out runs/dpo-text
-    numpytfmr dpo --checkpoint runs/pretrain --data prefs.jsonl --full --out runs/dpo-full
-    numpytfmr generate --checkpoint runs/dpo-text --prompt "The "
-
 Each reports its held-out figures before and after, draws its curves, and saves the tuned
-model as a checkpoint of text (``generate``, ``export``, ``pretrain --init`` read it),
-with ``adapters.npz`` (LoRA) and ``tokenizer.json`` beside it.
+model as a checkpoint of text with ``adapters.npz`` (LoRA) and ``tokenizer.json`` beside
+it (docs/learner.md, "Fine-tuning on your own data").
 """
 import os
 import time
