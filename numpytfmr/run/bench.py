@@ -2,25 +2,10 @@
 
 Every figure is measured in the same process, on the same machine and with the same
 number of threads, so the ratios between them mean something even where the absolute
-times depend on the machine:
-
-    training step   forward + backward + AdamW of a GPT (default: vocab 512, d_model 256,
-                    4 layers, 8 heads, d_ff 1024, batch 8 x 128 tokens, float32) on the
-                    fast path (``numpytfmr.fast``: the training commands' step) and with
-                    the reference code (``numpytfmr.gpt_loss`` + ``optim.adamw_step``),
-                    and the same model in PyTorch eager mode when torch is installed
-    matmul FLOP/s   the step's matrix-product FLOPs (counted below) per second, against
-                    the FLOP/s of a plain float32 ``A @ B`` on this machine
-    decoding        512 new tokens with and without the KV cache (003 §6.2, 000 §2.5.1),
-                    and the time of one decoding step against the context length (fast path,
-                    as the ``generate`` command); cached greedy decoding at batch 1 and 8
-                    against transformers' GPT-2 ``generate`` on the same weights
-                    (and, for the ``decoding_growth`` worked example, the growth exponent
-                    of one ``mha_forward`` decoding step: ``measure_decoding_growth``)
-    attention       time and peak memory of standard, flash (tiled), sliding-window and
-                    linear attention, forward + backward, at n = 1024, 4096, 8192 (001 §2.1)
-    scaling         (``--scaling``, on its own) the fast step's time and memory as d_model,
-                    n_layers, seq_len and batch grow, beside ``cost.train_step_cost``
+times depend on the machine. What is measured (the training step on the fast path, with the
+reference and in PyTorch; its matrix-product FLOP/s; decoding with and without the KV cache
+and against transformers' GPT-2; attention against n; ``--scaling``) and today's figures:
+docs/performance.md.
 
 How things are measured
 -----------------------
@@ -86,6 +71,7 @@ from ..gpt import GPTConfig, gpt_loss, init_gpt
 from ..mha import mha_forward
 from ..optim import adamw_init, adamw_step
 from ..contract import count
+from .bench_grading import package_env
 from .blas import THREAD_VARIABLES, blas_info, limit_blas_threads
 
 __all__ = ["DEFAULT_MODEL", "QUICK_MODEL", "REQUIRED_KEYS", "set_threads", "resolve_clock",
@@ -308,6 +294,21 @@ def bench_config(model, max_len=None):
                      max_len=max_len or model["seq_len"])
 
 
+def _setup(model, seed, max_len=None):
+    """``(model, config, rng, params)``: the model dict (default DEFAULT_MODEL), its
+    GPTConfig, a generator seeded with ``seed`` and float32 weights drawn from it."""
+    model = dict(DEFAULT_MODEL if model is None else model)
+    config = bench_config(model, max_len=max_len)
+    rng = np.random.default_rng(seed)
+    return model, config, rng, init_gpt(config, rng=rng, dtype=np.float32)
+
+
+def _batch(model, rng):
+    """Token ids and targets of one training batch of ``model``, drawn from ``rng``."""
+    shape = (model["batch"], model["seq_len"])
+    return tuple(rng.integers(0, model["vocab_size"], size=shape) for _ in range(2))
+
+
 def _numpy_step(params, state, ids, targets, config, lr, workspace=None, grads=None):
     """One training step on the fast path: forward, backward (``fast.gpt_loss``, its
     activations in ``workspace`` or this thread's, the gradients written into ``grads``,
@@ -416,13 +417,8 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
     agree to float32 rounding when the models are the same), and the FLOP figures:
     "step_flops", "flops_per_second" (step FLOPs / the fast step's min time).
     """
-    model = dict(DEFAULT_MODEL if model is None else model)
-    config = bench_config(model)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
-    B, T, V = model["batch"], model["seq_len"], model["vocab_size"]
-    ids = rng.integers(0, V, size=(B, T))
-    targets = rng.integers(0, V, size=(B, T))
+    model, config, rng, params = _setup(model, seed)
+    ids, targets = _batch(model, rng)
     torch = _torch_or_none() if use_torch else None
 
     runners = {}
@@ -450,33 +446,25 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
             runners[name] = (lambda s=step: s(ids_t, targets_t))
     first = {name: fn() for name, fn in runners.items()}      # warm-up, and the initial losses
     times = time_interleaved(runners, repeat=repeat, warmup=0, clock=clock, progress=progress)
-    flops = train_step_flops(config, B, T)
+    flops = train_step_flops(config, model["batch"], model["seq_len"])
+    stats = {name: _stats(ts) for name, ts in times.items()}
+
+    def ratio(a, b):               # min time of runner a / min time of runner b, when both ran
+        return stats[a]["min"] / stats[b]["min"] if a in stats and b in stats else None
     out = {"model": model, "step_flops": flops["step"], "flops_by_stage": flops,
-           "numpy_seconds": _stats(times["numpy"]), "first_loss_numpy": first["numpy"],
-           "torch_seconds": None, "torch_sdpa_seconds": None, "first_loss_torch": None,
-           "ratio_vs_torch": None, "ratio_vs_torch_sdpa": None,
-           "reference_seconds": None, "first_loss_reference": None,
-           "reference_ratio_vs_torch": None, "reference_ratio_vs_torch_sdpa": None,
-           "reference_over_fast": None,
-           "torch_version": None if torch is None else torch.__version__}
-    out["flops_per_second"] = flops["step"] / out["numpy_seconds"]["min"]
-    if use_reference:
-        out["reference_seconds"] = _stats(times["reference"])
-        out["first_loss_reference"] = first["reference"]
-        out["reference_over_fast"] = out["reference_seconds"]["min"] / out["numpy_seconds"]["min"]
+           "numpy_seconds": stats["numpy"], "first_loss_numpy": first["numpy"],
+           "torch_seconds": stats.get("torch"), "torch_sdpa_seconds": stats.get("torch_sdpa"),
+           "first_loss_torch": first.get("torch"), "ratio_vs_torch": ratio("numpy", "torch"),
+           "ratio_vs_torch_sdpa": ratio("numpy", "torch_sdpa"),
+           "reference_seconds": stats.get("reference"),
+           "first_loss_reference": first.get("reference"),
+           "reference_ratio_vs_torch": ratio("reference", "torch"),
+           "reference_ratio_vs_torch_sdpa": ratio("reference", "torch_sdpa"),
+           "reference_over_fast": ratio("reference", "numpy"),
+           "torch_version": None if torch is None else torch.__version__,
+           "flops_per_second": flops["step"] / stats["numpy"]["min"]}
     if torch is not None:
-        out["torch_seconds"] = _stats(times["torch"])
-        out["torch_sdpa_seconds"] = _stats(times["torch_sdpa"])
-        out["first_loss_torch"] = first["torch"]
-        out["ratio_vs_torch"] = out["numpy_seconds"]["min"] / out["torch_seconds"]["min"]
-        out["ratio_vs_torch_sdpa"] = (out["numpy_seconds"]["min"]
-                                      / out["torch_sdpa_seconds"]["min"])
-        out["torch_flops_per_second"] = flops["step"] / out["torch_seconds"]["min"]
-        if use_reference:
-            out["reference_ratio_vs_torch"] = (out["reference_seconds"]["min"]
-                                               / out["torch_seconds"]["min"])
-            out["reference_ratio_vs_torch_sdpa"] = (out["reference_seconds"]["min"]
-                                                    / out["torch_sdpa_seconds"]["min"])
+        out["torch_flops_per_second"] = flops["step"] / stats["torch"]["min"]
     return out
 
 
@@ -504,10 +492,7 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
     log-log slopes of per-token time against L ("cached_slope", "uncached_slope":
     1 = linear growth).
     """
-    model = dict(DEFAULT_MODEL if model is None else model)
-    config = bench_config(model, max_len=prompt_len + n_new)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
+    model, config, rng, params = _setup(model, seed, max_len=prompt_len + n_new)
     prompt = rng.integers(0, config.vocab_size, size=(1, prompt_len))
 
     now = CLOCKS[clock]
@@ -632,10 +617,7 @@ def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8)
                 "cached decoding is not compared with Hugging Face", "by_batch": {}}
     import torch
 
-    model = dict(DEFAULT_MODEL if model is None else model)
-    config = bench_config(model, max_len=prompt_len + n_new)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
+    model, config, rng, params = _setup(model, seed, max_len=prompt_len + n_new)
     hf = hf_gpt2_from_params(params, config)
     out = {"available": True, "note": None, "transformers_version": transformers.__version__,
            "n_new": n_new, "prompt_len": prompt_len, "by_batch": {}}
@@ -702,9 +684,17 @@ def time_decoding_steps(*, contexts, cached_contexts, d_model, n_heads, batch, r
             "cached_seconds": [best[("cached", L)] for L in cached_contexts]}
 
 
-_CHILD = ("import json, sys\n"
-          "from numpytfmr.run.bench import time_decoding_steps\n"
-          "print(json.dumps(time_decoding_steps(**json.loads(sys.argv[1]))))\n")
+def _in_child(name, options, env, *, timeout, where):
+    """``name(**options)``, a function of this module, run in a fresh Python process with the
+    environment ``env``: its result, through JSON."""
+    code = ("import json, sys\n"
+            f"from numpytfmr.run.bench import {name}\n"
+            f"print(json.dumps({name}(**json.loads(sys.argv[1]))))\n")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(options)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{where}: the timing process failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
@@ -755,15 +745,9 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
                "d_model": d_model, "n_heads": n_heads, "batch": count(batch, "batch", where),
                "repeats": count(repeats, "repeats", where), "seed": int(seed)}
     if single_thread:
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = [package_root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   VECLIB_MAXIMUM_THREADS="1", NUMEXPR_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path))
-        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(options)], env=env,
-                              capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{where}: the timing process failed:\n{proc.stderr[-2000:]}")
-        times = json.loads(proc.stdout.strip().splitlines()[-1])
+        env = dict(package_env(), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                   MKL_NUM_THREADS="1", VECLIB_MAXIMUM_THREADS="1", NUMEXPR_NUM_THREADS="1")
+        times = _in_child("time_decoding_steps", options, env, timeout=600, where=where)
     else:
         times = time_decoding_steps(**options)
     Ls, Lc = options["contexts"], options["cached_contexts"]
@@ -796,9 +780,6 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
 # The kernel sets of OpenBLAS that use AVX-512, and the AVX2 set every such CPU also runs.
 AVX512_SETS = ("SkylakeX", "Cooperlake", "SapphireRapids")
 AVX2_SET = "Haswell"
-_STEP_CHILD = ("import json, sys\n"
-               "from numpytfmr.run.bench import child_step_seconds\n"
-               "print(json.dumps(child_step_seconds(**json.loads(sys.argv[1]))))\n")
 
 
 def child_step_seconds(model, repeat, clock):
@@ -828,22 +809,16 @@ def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rou
     if coretype is None:
         return {"coretype": None, "openblas_choice": chosen,
                 "note": f"OpenBLAS runs {chosen}; no other kernel set to compare"}
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = [package_root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    base["PYTHONPATH"] = os.pathsep.join(path)
+    base = {k: v for k, v in package_env().items() if k != "OPENBLAS_CORETYPE"}
     if threads is not None:
         base.update({v: str(threads) for v in THREAD_VARIABLES})
     envs = {"openblas": base, "coretype": dict(base, OPENBLAS_CORETYPE=str(coretype))}
-    options = json.dumps({"model": model, "repeat": int(repeat), "clock": clock})
+    options = {"model": model, "repeat": int(repeat), "clock": clock}
     seconds, architecture = {"openblas": [], "coretype": []}, {}
     for _ in range(int(rounds)):
         for name, env in envs.items():
-            proc = subprocess.run([sys.executable, "-c", _STEP_CHILD, options], env=env,
-                                  capture_output=True, text=True, timeout=1200)
-            if proc.returncode != 0:
-                raise RuntimeError(f"bench_blas_coretype: the timing process failed:\n{proc.stderr[-2000:]}")
-            out = json.loads(proc.stdout.strip().splitlines()[-1])
+            out = _in_child("child_step_seconds", options, env, timeout=1200,
+                            where="bench_blas_coretype")
             seconds[name].append(out["seconds"])
             architecture[name] = out["architecture"]
         if progress is not None:
@@ -947,12 +922,9 @@ def _step_runner(model, seed):
     """Functions running one fast training step of ``model`` (its own weights and batch):
     ``step()`` with a workspace of its own (the points of an axis alternate, so they must
     not share one) and ``fresh()``, whose activations are all new (for tracemalloc)."""
-    config = bench_config(model)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
+    model, config, rng, params = _setup(model, seed)
     state = adamw_init(params)
-    ids = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
-    targets = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
+    ids, targets = _batch(model, rng)
     ws, grads = fast.Workspace(), {k: np.empty_like(p) for k, p in params.items()}
     return (lambda: _numpy_step(params, state, ids, targets, config, 1e-3, ws, grads),
             lambda: _numpy_step(params, state, ids, targets, config, 1e-3, fast.Workspace()))
@@ -1020,12 +992,8 @@ def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     import cProfile
     import pstats
 
-    model = dict(DEFAULT_MODEL if model is None else model)
-    config = bench_config(model)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
-    ids = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
-    targets = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
+    model, config, rng, params = _setup(model, seed)
+    ids, targets = _batch(model, rng)
     opt = adamw_init(params)
     params, opt, _, grads = _numpy_step(params, opt, ids, targets, config, 1e-3)   # warm-up
     prof = cProfile.Profile(CLOCKS[clock])

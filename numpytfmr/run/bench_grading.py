@@ -188,7 +188,7 @@ def _children_cpu():
     return usage.ru_utime + usage.ru_stime
 
 
-def _package_env():
+def package_env():
     """The environment for the subprocesses: this copy of numpytfmr first on the path."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -208,7 +208,7 @@ def run_grading_class(n=TARGET_CLASS, *, jobs=2, isolation="bubblewrap", buggy_e
     """
     if n < 1:
         raise ValueError(f"the class has {n} submissions; expected at least 1")
-    env = _package_env()
+    env = package_env()
     with tempfile.TemporaryDirectory(prefix="numpytfmr-bench-class-", dir=workdir) as folder:
         t0 = time.monotonic()
         config, subs, planted = build_class(folder, n, buggy_every=buggy_every, env=env)
