@@ -38,16 +38,12 @@ percent: standard attention at n = 4096, 197 MiB traced against 205 MiB of ``ru_
 growth in a fresh process). Timing runs are separate (tracemalloc slows Python down).
 
 Threads: NumPy's BLAS (through threadpoolctl, ``limit_blas_threads``), the fast path's
-elementwise passes (``fast.parallel``) and ``torch.set_num_threads`` get the same count. With ``threads=None`` nothing is changed.
+elementwise passes (``fast.parallel``) and ``torch.set_num_threads`` get the same count.
+With ``threads=None`` nothing is changed.
 
-Kernels: NumPy's OpenBLAS carries one set of kernels per CPU family and picks one when it
-loads; the package leaves that choice alone. ``bench_blas_coretype`` measures what another
-set would change: the fast training step in fresh processes, with OpenBLAS's own pick and
-with ``OPENBLAS_CORETYPE`` set before NumPy loads (by default, on a CPU where OpenBLAS picks
-an AVX-512 set, its AVX2 set "Haswell": on AMD Zen 4, which runs 512-bit instructions in two
-halves, that set was the faster one). The training commands used to switch the set inside
-the process; they no longer do, and the summary's "blas_coretype" says what that costs.
-PyTorch brings its own BLAS and is not affected.
+Kernels: OpenBLAS's own pick of kernel set is left alone; ``bench_blas_coretype`` measures
+what ``OPENBLAS_CORETYPE`` would change (docs/performance.md, "OpenBLAS keeps its own
+kernels"). PyTorch brings its own BLAS and is not affected.
 """
 import gc
 import json
@@ -172,9 +168,14 @@ def time_interleaved(calls, *, repeat, warmup=1, clock="wall", min_seconds=0.0, 
                 t0 = now()
                 fn()
                 times[name].append(now() - t0)
-        if progress is not None:
-            progress()
+        _tick(progress)
     return times
+
+
+def _tick(progress):
+    """One step of a progress bar: ``progress()``, when there is one."""
+    if progress is not None:
+        progress()
 
 
 def time_calls(fn, *, repeat, warmup=1, clock="wall"):
@@ -247,9 +248,9 @@ def _step_matmul_shapes(config, batch, seq_len):
            (1, batch * H, T, dh, T), (1, batch * H, T, T, dh),  # Q K^T, A V
            (1, 1, N, d, c.d_ff), (1, 1, N, c.d_ff, d)]          # FFN
     shapes = []
-    for count, b, m, k, n in fwd:
-        count *= c.n_layers
-        shapes += [(count, b, m, k, n), (count, b, m, n, k), (count, b, k, m, n)]  # y, dx, dW
+    for times, b, m, k, n in fwd:
+        times *= c.n_layers
+        shapes += [(times, b, m, k, n), (times, b, m, n, k), (times, b, k, m, n)]  # y, dx, dW
     shapes += [(1, 1, N, d, c.vocab_size), (1, 1, N, c.vocab_size, d), (1, 1, d, N, c.vocab_size)]
     return shapes
 
@@ -258,11 +259,11 @@ def gemm_only_seconds(config, batch, seq_len, *, repeat=3, rng=None, clock="wall
     """Time of the training step's matrix products alone, each run on fresh float32 arrays."""
     rng = np.random.default_rng(0) if rng is None else rng
     total = 0.0
-    for count, b, m, k, n in _step_matmul_shapes(config, batch, seq_len):
+    for times, b, m, k, n in _step_matmul_shapes(config, batch, seq_len):
         lead = () if b == 1 else (b,)
         A = rng.standard_normal(lead + (m, k), dtype=np.float32)
         B = rng.standard_normal(lead + (k, n), dtype=np.float32)
-        total += count * min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
+        total += times * min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
     return total
 
 
@@ -505,11 +506,9 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
 
     fast.generate(params, prompt, config=config, max_new_tokens=2, top_k=1)   # warm-up
     tokens_cached, t_cached = run(True)
-    if progress is not None:
-        progress()
+    _tick(progress)
     tokens_uncached, t_uncached = run(False)
-    if progress is not None:
-        progress()
+    _tick(progress)
 
     if contexts is None:
         contexts = [L for L in (2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -524,8 +523,7 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
         uncached = min(time_calls(lambda: fast.gpt_forward(params, seq[:, :L], config=config),
                                   repeat=max(2, repeat // 2), clock=clock))
         per_token[int(L)] = {"cached": cached, "uncached": uncached}
-    if progress is not None:
-        progress()
+    _tick(progress)
     Ls = sorted(per_token)
     slopes = {mode: (_loglog_slope(Ls, [per_token[L][mode] for L in Ls]) if len(Ls) > 1 else None)
               for mode in ("cached", "uncached")}
@@ -642,8 +640,7 @@ def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8)
             "seconds": mine, "hf_seconds": hfs,
             "ms_per_token": 1e3 * mine["min"] / n_new, "hf_ms_per_token": 1e3 * hfs["min"] / n_new,
             "ratio": mine["min"] / hfs["min"], "same_tokens": same}
-        if progress is not None:
-            progress()
+        _tick(progress)
     return out
 
 
@@ -821,8 +818,7 @@ def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rou
                             where="bench_blas_coretype")
             seconds[name].append(out["seconds"])
             architecture[name] = out["architecture"]
-        if progress is not None:
-            progress()
+        _tick(progress)
     best = {name: min(s) for name, s in seconds.items()}
     return {"coretype": coretype, "openblas_choice": architecture["openblas"],
             "coretype_ran": architecture["coretype"], "seconds": best, "runs": seconds,
@@ -887,8 +883,7 @@ def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, 
             peak = _peak_bytes(call)
             row[method] = {"forward_seconds": best[0], "backward_seconds": best[1],
                            "seconds": sum(best), "peak_bytes": peak}
-            if progress is not None:
-                progress()
+            _tick(progress)
         results[int(n)] = row
         del Q, K, V, dout
     return results
@@ -970,8 +965,7 @@ def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progr
                     "flop_slope": fit_exponent(vs, row["flops"]),
                     "predicted_memory_slope": fit_exponent(vs, row["memory_elements"])})
         out["axes"][axis] = row
-        if progress is not None:
-            progress()
+        _tick(progress)
     return out
 
 
