@@ -1,21 +1,11 @@
 """The class grader's cost: ``numpytfmr bench --grading-class N``.
 
-Builds a class as an instructor meets one and grades it with the real command, in a process of
-its own:
-
-1. ``numpytfmr make-assignment`` with ten forward/backward pairs (:data:`OPS`);
-2. N submissions, each the reference's own answers written out as a plain NumPy file
-   (:func:`reference_homework`: the reference functions without their contract decorators,
-   with the helpers they call), every ``buggy_every``-th one carrying a planted bug that
-   varies by student (:func:`planted_bug`: a forward off by a constant factor, a backward with
-   its sign flipped or halved, a forward that fails on part of its cases);
-3. ``numpytfmr grade SUBMISSIONS --config grading.json --csv grades.csv --jobs J --isolation
-   MODE --summary FILE``, as a subprocess.
-
-The figures come from the grade command's own ``--summary`` (wall time, CPU time of the
-submission processes and of the grading, sandbox start-up, per submission); the CPU time of the
-whole grade process tree, as the operating system counts it for the subprocess, is reported
-beside them as a cross-check.
+Builds a class as an instructor meets one (``make-assignment`` with the ten pairs of
+:data:`OPS`; N submissions written from the reference's own code by
+:func:`reference_homework`, every ``buggy_every``-th with a :func:`planted_bug`) and grades it
+with ``numpytfmr grade ... --summary FILE`` in a process of its own; the figures are that
+command's own summary, with the CPU time of the grade process tree beside them as a
+cross-check. docs/performance.md, "Grading a class", says what is measured and why.
 """
 import ast
 import inspect

@@ -1,24 +1,10 @@
 """NumPy's BLAS: how many threads it uses, and what it is.
 
-The training commands, ``generate`` and ``numpytfmr bench`` run NumPy's BLAS with one
-thread by default (``--threads``): the matrices of these small models (64 x 256) are far
-too small to share between threads, and with both cores of a small machine busy a
-multithreaded OpenBLAS spends most of its time waiting.
-
-The count is set through threadpoolctl (``pip install "numpytfmr[threads]"``), which knows
-OpenBLAS, MKL and BLIS. Without it the count is what the standard environment variables
-said when NumPy loaded (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM_THREADS``),
-and :func:`limit_blas_threads` changes nothing: set them before starting, e.g.
-``OPENBLAS_NUM_THREADS=1 numpytfmr train``.
-
-The same count of threads runs the fast path's elementwise and row-wise passes
-(``numpytfmr.fast.parallel``: LayerNorm, GELU, softmax and attention per pair of sequences,
-AdamW in row blocks): :func:`limit_blas_threads` and :func:`blas_threads` set it too, with or
-without threadpoolctl.
-
-Which of OpenBLAS's kernel sets runs (it picks one per CPU when it loads) is the library's
-business: ``OPENBLAS_CORETYPE`` set before NumPy loads chooses another, and
-``numpytfmr bench --blas-coretype`` measures what that changes on the training step.
+The count is set through threadpoolctl (the ``threads`` extra), which knows OpenBLAS, MKL and
+BLIS; without it the count is what :data:`THREAD_VARIABLES` said when NumPy loaded, and
+:func:`limit_blas_threads` changes nothing. The same count runs the fast path's elementwise
+and row-wise passes (``numpytfmr.fast.parallel``), with or without threadpoolctl. Why one
+thread by default, and OpenBLAS's kernel sets: docs/commands.md, "BLAS threads".
 """
 import os
 from contextlib import contextmanager

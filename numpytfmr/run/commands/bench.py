@@ -8,12 +8,7 @@ attention takes.
     numpytfmr bench --scaling                # only: the step's time and memory against its size
     numpytfmr bench --grading-class 200      # only: grade a class of 200 in the sandbox
 
-Measures, in one run (see ``numpytfmr/run/bench.py`` for how): the GPT training step -- on the
-fast path (``numpytfmr.fast``, what ``train`` runs) and with the reference code -- against
-the same model in PyTorch eager mode, its matrix-product FLOP/s against NumPy's own
-``A @ B``, decoding 512 tokens with and without the KV cache, cached decoding against
-Hugging Face transformers' GPT-2 on the same weights, and standard, flash, sliding-window
-and linear attention at n = 1024, 4096, 8192.
+What it measures, and how: docs/performance.md, "Measuring", and ``numpytfmr/run/bench.py``.
 """
 import sys
 
