@@ -101,13 +101,10 @@ ATTENTION_METHODS = ("standard", "flash", "sliding_window", "linear", "linear_ca
 # ---------------------------------------------------------------------------------------
 
 def set_threads(n, *, use_torch=True):
-    """Use ``n`` threads in NumPy's BLAS and in PyTorch (when installed and ``use_torch``).
+    """Use ``n`` threads in NumPy's BLAS (and so the fast path's workers) and in PyTorch.
 
-    NumPy's BLAS count is also the fast path's number of workers (``fast.parallel``: its
-    elementwise and row-wise passes in row blocks on as many threads).
     Returns ``{"threads": n, "numpy_blas_set": bool, "torch_threads": int or None,
-    "fast_workers": int}``; ``n=None`` leaves both libraries as they are and reports what
-    is known.
+    "fast_workers": int}``; ``n=None`` changes nothing and reports what is known.
     """
     torch = _torch_or_none() if use_torch else None
     blas_set = False
@@ -142,14 +139,12 @@ def resolve_clock(clock, threads):
 
 def time_interleaved(calls, *, repeat, warmup=1, clock="wall", min_seconds=0.0, max_runs=1,
                      progress=None):
-    """Seconds of every call of the functions in ``calls`` (a dict name -> function of no
-    argument), on ``clock`` ("wall" or "cpu", see the module docstring): ``{name: [s, ...]}``.
+    """Seconds of every call of the functions in ``calls`` (name -> function of no argument)
+    on ``clock``: ``{name: [s, ...]}``.
 
-    Each function first runs ``warmup`` untimed times (the first touch of memory); then
-    come ``repeat`` rounds, each calling every function in turn, so that a busy moment of
-    the machine hits all of them alike rather than one. A function whose warm-up call took
-    less than ``min_seconds`` runs up to ``max_runs`` times per round (more chances at an
-    undisturbed run of a cheap call). ``progress()`` is called after each round.
+    ``warmup`` untimed calls each, then ``repeat`` rounds calling every function in turn (a busy
+    moment hits all alike); a function whose warm-up took less than ``min_seconds`` runs up to
+    ``max_runs`` times a round. ``progress()`` after each round.
     """
     now = CLOCKS[clock]
     runs = {}
@@ -214,14 +209,11 @@ def _flops(cost):
 
 
 def train_step_flops(config, batch, seq_len):
-    """Matrix-product FLOPs of one training step of a GPT (forward, backward), by stage.
+    """Matrix-product FLOPs of one training step of a GPT, by stage (2 m k n per product).
 
-        forward, per layer:  Q, K, V, output projections and Q K^T, A V (``mha_matmul_cost``),
-                             the FFN's two products;  then the output layer x W_out
-        backward:            2 x forward (each product's two operand gradients)
-
-    Each ``(m, k) @ (k, n)`` counts 2 m k n. Returns a dict of forward FLOPs per stage
-    (summed over layers) and "forward", "backward", "step".
+    Forward, per layer: the Q, K, V and output projections, Q K^T and A V (``mha_matmul_cost``)
+    and the FFN's two products; then the output layer. Backward = 2 x forward. Returns the
+    forward FLOPs per stage (summed over layers) and "forward", "backward", "step".
     """
     c = config
     N = batch * seq_len
@@ -236,10 +228,8 @@ def train_step_flops(config, batch, seq_len):
 
 
 def _step_matmul_shapes(config, batch, seq_len):
-    """Every matrix product of a training step as (count, batch_count, m, k, n) in float32.
-
-    The forward products and, for each, the two products of its backward pass; used to
-    time the step's GEMMs alone (the time the step would take if nothing else cost).
+    """Every matrix product of a training step, forward and backward, as (count,
+    batch_count, m, k, n): what ``gemm_only_seconds`` times.
     """
     c = config
     N, d, H, dh = batch * seq_len, c.d_model, c.n_heads, c.d_head
@@ -336,14 +326,10 @@ _LINEAR_WEIGHTS = (".Wq", ".Wk", ".Wv", ".Wo", ".W1", ".W2")
 def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
     """The same GPT in PyTorch eager mode, and a training-step function for it.
 
-    Mirrors ``gpt_forward`` for the configurations the benchmark uses (pre-norm
-    LayerNorm with biases, GELU, learned positions, tied embeddings, MHA): the weights
-    are copied from ``params`` (linear weights stored transposed, (d_out, d_in), as
-    ``torch.nn.Linear`` keeps them, so ``F.linear`` runs one fused ``addmm``).
-
-    attention: "math" writes softmax(Q K^T scale + M) V out, as attention_forward does;
-               "sdpa" calls ``F.scaled_dot_product_attention(is_causal=True)``.
-    Returns ``step(ids, targets) -> loss`` (a float), running forward, backward and
+    Mirrors ``gpt_forward`` for the benchmark's configuration on a copy of ``params`` (linear
+    weights transposed, (d_out, d_in), as ``torch.nn.Linear`` keeps them). attention: "math"
+    (softmax(Q K^T scale + M) V written out) or "sdpa" (``F.scaled_dot_product_attention``).
+    Returns ``step(ids, targets) -> loss`` (a float): forward, backward and
     ``torch.optim.AdamW`` (weight decay 0.01 on every parameter, as in the NumPy step).
     """
     import torch
@@ -407,16 +393,14 @@ def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
 
 def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True, lr=1e-3,
                      seed=0, clock="wall", progress=None):
-    """Time the NumPy training step -- the fast path, and (optionally) the reference code
-    -- and (optionally) the PyTorch one, alternately.
+    """Time the training step on the fast path, with the reference code and in PyTorch
+    (eager and with fused SDPA), in alternating rounds.
 
-    Returns a dict: "numpy_seconds" (the fast path), "reference_seconds",
-    "torch_seconds", "torch_sdpa_seconds" ({"min", "median", "n"} or None),
-    "ratio_vs_torch" (fast / PyTorch min time; also "ratio_vs_torch_sdpa"),
-    "reference_ratio_vs_torch" (reference / PyTorch), "first_loss_numpy" /
-    "first_loss_reference" / "first_loss_torch" (the same initial weights and batch: they
-    agree to float32 rounding when the models are the same), and the FLOP figures:
-    "step_flops", "flops_per_second" (step FLOPs / the fast step's min time).
+    Returns "numpy_seconds" (the fast path), "reference_seconds", "torch_seconds",
+    "torch_sdpa_seconds" ({"min", "median", "n"} or None), the ratios of min times
+    "ratio_vs_torch", "ratio_vs_torch_sdpa", "reference_ratio_vs_torch(_sdpa)",
+    "reference_over_fast", the first losses "first_loss_numpy" / "_reference" / "_torch" (same
+    weights and batch: equal to float32 rounding), "step_flops" and "flops_per_second".
     """
     model, config, rng, params = _setup(model, seed)
     ids, targets = _batch(model, rng)
@@ -483,15 +467,11 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
                    clock="wall", progress=None):
     """Greedy decoding of ``n_new`` tokens (batch 1) with and without the KV cache.
 
-    Totals come from ``fast.generate`` itself (``use_cache=True`` / ``False``; both must give
-    the same tokens). Per-token times: one decoding step at context length L (the step
-    that reads L - 1 earlier positions and produces token L + 1): with the cache, one new
-    token against a cache of L - 1 positions; without, a forward pass over all L tokens.
-
-    Returns a dict with "cached_seconds", "uncached_seconds", "speedup" (uncached /
-    cached), "same_tokens", "per_token" ({L: {"cached": s, "uncached": s}}) and the
-    log-log slopes of per-token time against L ("cached_slope", "uncached_slope":
-    1 = linear growth).
+    Totals from ``fast.generate`` (``use_cache`` True / False: the same tokens); per token, one
+    step at context length L: cached, one token against L - 1 cached positions; uncached, a
+    forward pass over all L tokens. Returns "cached_seconds", "uncached_seconds", "speedup"
+    (uncached / cached), "same_tokens", "per_token" ({L: {"cached", "uncached"}}) and the
+    log-log slopes against L "cached_slope", "uncached_slope" (1 = linear).
     """
     model, config, rng, params = _setup(model, seed, max_len=prompt_len + n_new)
     prompt = rng.integers(0, config.vocab_size, size=(1, prompt_len))
@@ -553,12 +533,9 @@ def _transformers_or_none():
 def hf_gpt2_from_params(params, config):
     """A ``transformers.GPT2LMHeadModel`` (eval mode, float32) holding numpytfmr's weights.
 
-    The configuration is the bench model's: pre-norm LayerNorm with biases, exact GELU
-    (``activation_function="gelu"``, the erf form numpytfmr uses, not GPT-2's tanh form),
-    learned positions, tied embeddings, no dropout. GPT-2 stores its projections as
-    ``Conv1D`` weights of shape (d_in, d_out), numpytfmr's own layout, so the mapping is a
-    renaming; ``c_attn`` holds ``[Wq | Wk | Wv]`` side by side (the inverse of
-    ``gpt_from_hf``).
+    The bench model's configuration, with exact (erf) GELU. GPT-2's ``Conv1D`` weights are
+    (d_in, d_out), numpytfmr's layout, so the mapping is a renaming; ``c_attn`` holds
+    ``[Wq | Wk | Wv]`` side by side (the inverse of ``gpt_from_hf``).
     """
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -601,13 +578,11 @@ def hf_gpt2_from_params(params, config):
 def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8), repeat=3,
                          seed=0, clock="wall", progress=None):
     """Cached greedy decoding of ``n_new`` tokens: ``fast.generate`` against transformers'
-    ``GPT2LMHeadModel.generate`` (its KV cache, ``do_sample=False``) on the same weights,
-    float32, batch by batch, the two timed in alternating rounds.
+    ``GPT2LMHeadModel.generate`` on the same weights, float32, per batch, in alternating rounds.
 
-    Returns ``{"available": bool, "note": why not, "transformers_version", "by_batch":
-    {B: {"seconds", "hf_seconds" ({"min", "median", "n"}), "ms_per_token",
-    "hf_ms_per_token", "ratio" (ours / transformers, min times), "same_tokens"}}}``;
-    without transformers (or torch) only "available": False and the note.
+    Returns ``{"available", "note", "transformers_version", "by_batch": {B: {"seconds",
+    "hf_seconds", "ms_per_token", "hf_ms_per_token", "ratio" (ours / transformers),
+    "same_tokens"}}}``; without transformers (or torch), "available": False and the note.
     """
     transformers = _transformers_or_none()
     if transformers is None:
@@ -788,16 +763,14 @@ def child_step_seconds(model, repeat, clock):
 
 def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rounds=3,
                         clock="cpu", progress=None):
-    """What running OpenBLAS's kernel set ``coretype`` instead of its own pick costs or saves
-    on the fast training step.
+    """What OpenBLAS's kernel set ``coretype`` instead of its own pick costs or saves on the
+    fast training step.
 
-    Each measurement is a fresh Python process (OpenBLAS reads ``OPENBLAS_CORETYPE``, and the
-    thread variables, when NumPy loads it): ``rounds`` pairs, alternating OpenBLAS's pick and
-    ``coretype``, each the minimum of ``repeat`` steps; the minimum over rounds is kept.
-    ``coretype="auto"``: "Haswell" (AVX2) where OpenBLAS picks an AVX-512 set, else nothing
-    to compare. Returns ``{"coretype", "openblas_choice", "seconds": {"openblas", "coretype"},
-    "ratio"}`` (ratio = coretype / OpenBLAS's pick: below 1 the other set is faster), or
-    ``{"coretype": None, "note"}`` when there is nothing to compare.
+    Fresh processes (OpenBLAS reads ``OPENBLAS_CORETYPE`` when NumPy loads it): ``rounds`` pairs,
+    OpenBLAS's pick and ``coretype`` alternating, each the min of ``repeat`` steps; "auto" is
+    "Haswell" where OpenBLAS picks an AVX-512 set, else nothing. Returns ``{"coretype",
+    "openblas_choice", "seconds": {"openblas", "coretype"}, "ratio"}`` (coretype / OpenBLAS's
+    pick), or ``{"coretype": None, "note"}`` when there is nothing to compare.
     """
     model = dict(DEFAULT_MODEL if model is None else model)
     chosen = blas_info()["architecture"]
@@ -856,14 +829,8 @@ def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
 
 def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, block_size=128,
                     window=256, repeat=3, seed=0, clock="wall", progress=None):
-    """Time and peak memory of forward + backward of attention over one (n, d) head, float32.
-
-    Methods: "standard" (attention_forward: the n x n weights), "flash"
-    (flash_attention_forward, tiles of block_size), "sliding_window"
-    (sliding_window_attention_forward: causal, ``window`` keys back, blocks of block_size
-    queries against the keys they reach; no n x n array), "linear" and "linear_causal"
-    (linear_attention_forward; causal in chunks with a running state). Q, K, V and dout
-    ~ N(0, 1), shape (1, n, d), no mask unless the method has one.
+    """Time and peak memory of forward + backward of attention over one (1, n, d) head,
+    float32, for each of ``methods`` (:data:`ATTENTION_METHODS`; Q, K, V, dout ~ N(0, 1)).
 
     Returns ``{n: {method: {"forward_seconds", "backward_seconds", "seconds" (min over
     repeat of forward + backward), "peak_bytes" (tracemalloc, above the inputs)}}}``.
@@ -926,21 +893,13 @@ def _step_runner(model, seed):
 
 
 def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progress=None):
-    """Time and peak memory of the fast training step (``fast.gpt_loss`` + ``adamw_step_``)
-    as one size at a time grows, beside the counts of ``cost.train_step_cost`` (001 §1.1,
-    §2.1) over the same points.
+    """Time and peak memory of the fast training step as one size at a time grows, beside
+    ``cost.train_step_cost`` (001 §1.1, §2.1) over the same points.
 
-    For each axis (d_model, n_layers, seq_len, batch) the points are timed in alternating
-    rounds (the minimum of ``repeat``), their peak memory traced once (tracemalloc: what the
-    step allocates on top of the weights and moments, i.e. activations, temporaries and
-    gradients), and four log-log slopes fitted (``fit_exponent``): measured time and
-    memory, predicted FLOPs and memory (saved activations + one gradient per weight).
-    Where the time slope is below the FLOP slope, the fixed per-call costs (Python, NumPy
-    dispatch, small products) still weigh; above it, a part the FLOP count leaves out
-    (softmax and the other elementwise passes over n^2 scores) grows faster.
-
-    Returns ``{"base": model, "axes": {axis: {"values", "seconds", "peak_bytes", "flops",
-    "memory_elements", "time_slope", "memory_slope", "flop_slope", "predicted_memory_slope"}}}``.
+    Per axis the points are timed in alternating rounds (min of ``repeat``), their peak memory
+    traced once, and four log-log slopes fitted (``fit_exponent``). Returns ``{"base": model,
+    "axes": {axis: {"values", "seconds", "peak_bytes", "flops", "memory_elements",
+    "time_slope", "memory_slope", "flop_slope", "predicted_memory_slope"}}}``.
     """
     base = dict(SCALING_BASE if base is None else base)
     axes = dict(SCALING_AXES if axes is None else axes)
@@ -976,10 +935,7 @@ def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progr
 def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     """cProfile of ``steps`` fast-path training steps: the functions with the most own time.
 
-    NumPy's operators and ufuncs (``@``, ``np.exp``, ...) are not function calls cProfile
-    sees: their time is counted in the function that uses them, which is what makes this
-    profile read per kernel (the attention, layernorm, gelu_float32, ...). The profiler's timer
-    is ``clock`` ("wall" or "cpu").
+    NumPy's operators count in the function that uses them, so the profile reads per kernel.
     Returns ``{"seconds": total, "rows": [{"function", "calls", "own_seconds",
     "own_fraction", "cumulative_seconds"}, ...]}``, most own time first.
     """
@@ -1018,15 +974,9 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 def keep_freed_memory():
     """Ask the C allocator to keep freed memory in the process (glibc only).
 
-    By default glibc returns large freed blocks to the operating system (``munmap``, heap
-    trimming), so the next step's arrays are fresh pages and every page faults in again: a
-    step that allocates its arrays anew, as the reference does, spends a fifth of its time
-    in the kernel (30 000 - 60 000 page faults a step at the bench configuration). Here
-    blocks up to 32 MiB come from the heap (``M_MMAP_THRESHOLD``) and the heap is never
-    trimmed (``M_TRIM_THRESHOLD``), as allocators like jemalloc or tcmalloc behave. The
-    setting is process-wide: NumPy and PyTorch run under the same one.
-
-    Returns ``{"allocator": ..., "kept": bool}`` (False where this is not glibc).
+    Blocks up to 32 MiB come from the heap (``M_MMAP_THRESHOLD``) and the heap is never trimmed
+    (``M_TRIM_THRESHOLD``), so a step that allocates anew does not page-fault in again what the
+    last one returned. Process-wide. Returns ``{"allocator": ..., "kept": bool}``.
     """
     import ctypes
     import ctypes.util
