@@ -680,22 +680,18 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
     - with a cache, one new row against L - 1 cached keys and values:
       ``mha_forward(x_new, x_new, ..., kv_cache={"k", "v": (batch, heads, L-1, d_head)})``, L scores.
 
-    Each time is the fastest of ``repeats`` rounds after a warm-up (a step faster than 20 ms
-    runs several times per round), the lengths interleaved; the exponent is the median
-    slope over all pairs of lengths. The default lengths keep all points in one memory
-    regime: the uncached step's (L, L) score arrays (4 MB at L = 724) are larger than a
-    typical L2 cache at every length, the cached step's keys (4 MB at L = 8192) no larger;
-    crossing a cache size adds a jump that no operation count has.
-    With ``single_thread`` (default) the timing runs in a fresh Python process with the BLAS
-    limited to one thread (``OPENBLAS_NUM_THREADS=1`` etc.): a multithreaded BLAS switches
-    threads on above some matrix size, which on a busy machine bends the curve far more
-    than the arithmetic does.
+    Each time is the fastest of ``repeats`` interleaved rounds (:func:`time_decoding_steps`); the
+    exponent is the median slope over all pairs of lengths (:func:`fit_exponent`). The default
+    lengths keep all points in one memory regime (the uncached step's (L, L) scores above a
+    typical L2 cache at every length, the cached step's keys below it): crossing a cache size
+    adds a jump no operation count has. ``single_thread`` (default): in a fresh process with one
+    BLAS thread, since a multithreaded BLAS switching threads on bends the curve far more than
+    the arithmetic does.
 
-    The predictions are fitted the same way to counts over the same lengths: the query-key
-    scores of ``decoding_cost`` (exponents 2 and 1), and all multiplications of the step
-    (``mha_matmul_cost`` / ``matmul_cost``; the projections, linear in L, pull this below the
-    asymptote at small L). A step of cost L^p summed over L = 1..n gives n^(p+1): the
-    notes' O(n^3) and O(n^2) for a whole generation.
+    The predictions are fitted the same way to the query-key scores of ``decoding_cost``
+    (exponents 2 and 1) and to all multiplications of the step (``mha_matmul_cost`` /
+    ``matmul_cost``; the projections, linear in L, pull this below the asymptote at small L). A
+    step of cost L^p summed over L = 1..n gives n^(p+1): the notes' O(n^3) and O(n^2).
 
     Returns a dict: "contexts", "seconds", "cached_contexts", "cached_seconds",
     "exponent", "cached_exponent" (measured), "predicted_exponent",
@@ -1009,13 +1005,9 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
     quick:   tiny model, short decoding and small n (a smoke test; figures meaningless)
     threads: BLAS and torch threads (None: leave both as they are)
     clock:   "auto" (CPU time with one thread, else wall clock), "wall" or "cpu"
-    scaling: run the scaling study (``bench_scaling``) INSTEAD of everything else; the
-             summary then holds "scaling" (and the machine, threads and clock)
-    keep_memory: ``keep_freed_memory()`` first (the C allocator keeps freed memory, for
-             NumPy and PyTorch alike); by default the allocator is left as users have it
-    coretype: the OpenBLAS kernel set to compare with OpenBLAS's own pick on the training
-             step (``bench_blas_coretype``; "auto": the AVX2 set where OpenBLAS picks an
-             AVX-512 one; None: skip)
+    scaling: only the scaling study (``bench_scaling``): the summary holds "scaling"
+    keep_memory: ``keep_freed_memory()`` first (by default the allocator is left alone)
+    coretype: the OpenBLAS kernel set for ``bench_blas_coretype`` ("auto"; None: skip)
     on_stage(name): called after each measurement (a progress bar)
     """
     tick = on_stage if on_stage is not None else (lambda name: None)
@@ -1091,7 +1083,7 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
         if row is None or method not in row or "standard" not in row:
             return None
         return row[method][key] / row["standard"][key]
-
+    hf1, hf8 = (vs_hf["by_batch"].get(B, {}) for B in (1, 8))
     summary.update({
         # the acceptance figures
         "train_step_ratio_vs_torch": train["ratio_vs_torch"],
@@ -1099,23 +1091,22 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
         "kv_cache_speedup_512": decode["speedup"] if n_new == 512 else None,
         "flash_memory_ratio_4096": ratio(4096, "peak_bytes"),
         "flash_time_ratio_4096": ratio(4096, "seconds"),
-        "decode_ratio_vs_hf": vs_hf["by_batch"].get(1, {}).get("ratio"),
-        "decode_ratio_vs_hf_batch8": vs_hf["by_batch"].get(8, {}).get("ratio"),
+        "decode_ratio_vs_hf": hf1.get("ratio"),
+        "decode_ratio_vs_hf_batch8": hf8.get("ratio"),
         "linear_causal_memory_ratio_8192": ratio(8192, "peak_bytes", "linear_causal"),
         "sliding_window_memory_ratio_8192": ratio(8192, "peak_bytes", "sliding_window"),
         # the figures behind them
-        "decode_ms_per_token": vs_hf["by_batch"].get(1, {}).get("ms_per_token"),
-        "decode_hf_ms_per_token": vs_hf["by_batch"].get(1, {}).get("hf_ms_per_token"),
+        "decode_ms_per_token": hf1.get("ms_per_token"),
+        "decode_hf_ms_per_token": hf1.get("hf_ms_per_token"),
         "train_step_ratio_vs_torch_sdpa": train["ratio_vs_torch_sdpa"],
         "numpy_step_seconds": train["numpy_seconds"]["min"],
         "reference_step_ratio_vs_torch": train["reference_ratio_vs_torch"],
         "reference_step_ratio_vs_torch_sdpa": train["reference_ratio_vs_torch_sdpa"],
-        "decode_ms_per_token_batch8": vs_hf["by_batch"].get(8, {}).get("ms_per_token"),
-        "decode_hf_ms_per_token_batch8": vs_hf["by_batch"].get(8, {}).get("hf_ms_per_token"),
-        "reference_step_seconds": (None if train["reference_seconds"] is None
-                                   else train["reference_seconds"]["min"]),
+        "decode_ms_per_token_batch8": hf8.get("ms_per_token"),
+        "decode_hf_ms_per_token_batch8": hf8.get("hf_ms_per_token"),
+        "reference_step_seconds": (train["reference_seconds"] or {}).get("min"),
         "reference_over_fast": train["reference_over_fast"],
-        "torch_step_seconds": None if train["torch_seconds"] is None else train["torch_seconds"]["min"],
+        "torch_step_seconds": (train["torch_seconds"] or {}).get("min"),
         "step_gflop": train["step_flops"] / 1e9,
         "step_gflops_per_second": train["flops_per_second"] / 1e9,
         "matmul_gflops_per_second": mm["peak"] / 1e9,
