@@ -96,9 +96,7 @@ REQUIRED_KEYS = ("train_step_ratio_vs_torch", "train_step_ratio_vs_torch_sdpa", 
 ATTENTION_METHODS = ("standard", "flash", "sliding_window", "linear", "linear_causal")
 
 
-# ---------------------------------------------------------------------------------------
-# Threads and timing
-# ---------------------------------------------------------------------------------------
+# --- Threads and timing ---
 
 def set_threads(n, *, use_torch=True):
     """Use ``n`` threads in NumPy's BLAS (and so the fast path's workers) and in PyTorch.
@@ -199,9 +197,7 @@ def _peak_bytes(fn):
     return int(peak - base)
 
 
-# ---------------------------------------------------------------------------------------
-# FLOPs
-# ---------------------------------------------------------------------------------------
+# --- FLOPs ---
 
 def _flops(cost):
     """FLOPs of a product from matmul_cost's (multiplications, additions): 2 per multiply-add."""
@@ -273,9 +269,7 @@ def matmul_flops_per_second(sizes=(512, 1024, 2048), *, repeat=5, rng=None, cloc
     return {"by_size": by_size, "peak": max(by_size.values())}
 
 
-# ---------------------------------------------------------------------------------------
-# The training step, in NumPy and in PyTorch
-# ---------------------------------------------------------------------------------------
+# --- The training step, in NumPy and in PyTorch ---
 
 def bench_config(model, max_len=None):
     """The GPTConfig of a benchmark model dict (pre-norm, LayerNorm, GELU, learned positions,
@@ -453,9 +447,7 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
     return out
 
 
-# ---------------------------------------------------------------------------------------
-# Decoding with and without the KV cache
-# ---------------------------------------------------------------------------------------
+# --- Decoding with and without the KV cache ---
 
 def _loglog_slope(x, y):
     """Least-squares slope of log y against log x: 1 = linear growth, 0 = constant."""
@@ -517,9 +509,7 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
             "cached_slope": slopes["cached"], "uncached_slope": slopes["uncached"]}
 
 
-# ---------------------------------------------------------------------------------------
-# Cached decoding against Hugging Face transformers' GPT-2
-# ---------------------------------------------------------------------------------------
+# --- Cached decoding against Hugging Face transformers' GPT-2 ---
 
 def _transformers_or_none():
     try:
@@ -619,9 +609,7 @@ def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8)
     return out
 
 
-# ---------------------------------------------------------------------------------------
-# Decoding-step time against the context length (the decoding_growth example)
-# ---------------------------------------------------------------------------------------
+# --- Decoding-step time against the context length (the decoding_growth example) ---
 
 def fit_exponent(x, y):
     """The p of ``y ~ x^p``: the median slope of log y against log x over all pairs of points
@@ -741,9 +729,7 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
     }
 
 
-# ---------------------------------------------------------------------------------------
-# OpenBLAS's kernel sets: the training step in fresh processes
-# ---------------------------------------------------------------------------------------
+# --- OpenBLAS's kernel sets: the training step in fresh processes ---
 
 # The kernel sets of OpenBLAS that use AVX-512, and the AVX2 set every such CPU also runs.
 AVX512_SETS = ("SkylakeX", "Cooperlake", "SapphireRapids")
@@ -794,9 +780,7 @@ def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rou
             "ratio": best["coretype"] / best["openblas"], "threads": threads, "model": model}
 
 
-# ---------------------------------------------------------------------------------------
-# Attention: time and peak memory against n
-# ---------------------------------------------------------------------------------------
+# --- Attention: time and peak memory against n ---
 
 def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
     """Forward + backward of one attention method; returns (forward s, backward s)."""
@@ -852,9 +836,7 @@ def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, 
     return results
 
 
-# ---------------------------------------------------------------------------------------
-# Scaling: the training step's time and memory against its size (bench --scaling)
-# ---------------------------------------------------------------------------------------
+# --- Scaling: the training step's time and memory against its size (bench --scaling) ---
 
 # The base model of the scaling study, and the values each axis takes (one axis varies at a
 # time; d_model keeps d_head = 32 and d_ff = 4 d_model).
@@ -924,9 +906,7 @@ def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progr
     return out
 
 
-# ---------------------------------------------------------------------------------------
-# Profile of the training step
-# ---------------------------------------------------------------------------------------
+# --- Profile of the training step ---
 
 def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     """cProfile of ``steps`` fast-path training steps: the functions with the most own time.
@@ -959,9 +939,7 @@ def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     return {"seconds": total / steps, "rows": rows[:top]}
 
 
-# ---------------------------------------------------------------------------------------
-# Everything
-# ---------------------------------------------------------------------------------------
+# --- Everything ---
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3

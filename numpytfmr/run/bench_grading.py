@@ -108,6 +108,13 @@ def reference_homework(ops=OPS):
     return "\n".join(head + [""] + consts + [""] + ["\n\n" + t for t in order]) + "\n"
 
 
+def _around(name, args, body):
+    """Source that renames ``name`` to ``_right_<name>`` and defines ``name(args)`` as
+    ``body`` (which calls the right one)."""
+    return (f"\n_right_{name} = {name}\n\n\ndef {name}({args}):\n"
+            + textwrap.indent(textwrap.dedent(body).lstrip("\n"), "    "))
+
+
 def planted_bug(k, ops=OPS):
     """``(description, source)``: the ``k``-th planted bug, appended to a correct homework; the
     op and the kind of bug vary with ``k`` (:data:`BUGS`)."""
@@ -115,38 +122,23 @@ def planted_bug(k, ops=OPS):
     kind = BUGS[k % len(BUGS)]
     fwd, bwd = resolve(ops[(k // len(BUGS) + 3 * k) % len(ops)]).functions
     if kind == "forward scaled":
-        code = f"""
-_right_{fwd} = {fwd}
-
-
-def {fwd}(*args, **kwargs):
-    out, cache = _right_{fwd}(*args, **kwargs)
-    return out * 1.5, cache
-"""
-        return f"{fwd} returns 1.5 times the output", code
+        return f"{fwd} returns 1.5 times the output", _around(fwd, "*args, **kwargs", f"""
+            out, cache = _right_{fwd}(*args, **kwargs)
+            return out * 1.5, cache
+            """)
     if kind == "forward fails":
-        code = f"""
-_right_{fwd} = {fwd}
-
-
-def {fwd}(*args, **kwargs):
-    if sum(getattr(a, "size", 1) for a in args) % 2:
-        raise ValueError("a planted bug")
-    return _right_{fwd}(*args, **kwargs)
-"""
-        return f"{fwd} raises on inputs of an odd total size", code
+        return f"{fwd} raises on inputs of an odd total size", _around(fwd, "*args, **kwargs", f"""
+            if sum(getattr(a, "size", 1) for a in args) % 2:
+                raise ValueError("a planted bug")
+            return _right_{fwd}(*args, **kwargs)
+            """)
     factor = -1.0 if kind == "backward sign" else 0.5
-    code = f"""
-_right_{bwd} = {bwd}
-
-
-def {bwd}(dout, cache):
-    grads = _right_{bwd}(dout, cache)
-    if isinstance(grads, tuple):
-        return tuple(None if g is None else g * {factor} for g in grads)
-    return grads * {factor}
-"""
-    return f"{bwd} returns the gradients times {factor:g}", code
+    return f"{bwd} returns the gradients times {factor:g}", _around(bwd, "dout, cache", f"""
+        grads = _right_{bwd}(dout, cache)
+        if isinstance(grads, tuple):
+            return tuple(None if g is None else g * {factor} for g in grads)
+        return grads * {factor}
+        """)
 
 
 def build_class(folder, n, *, buggy_every=4, ops=OPS, env=None):
