@@ -357,9 +357,8 @@ def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
         for l in range(c.n_layers):
             p = f"h{l}."
             h = ln(x, p + "attn_norm")
-            q = heads(F.linear(h, t[p + "attn.Wq"], t[p + "attn.bq"]), B, T)
-            k = heads(F.linear(h, t[p + "attn.Wk"], t[p + "attn.bk"]), B, T)
-            v = heads(F.linear(h, t[p + "attn.Wv"], t[p + "attn.bv"]), B, T)
+            q, k, v = (heads(F.linear(h, t[p + f"attn.W{n}"], t[p + f"attn.b{n}"]), B, T)
+                       for n in "qkv")
             if attention == "sdpa":
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
@@ -449,12 +448,6 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
 
 # --- Decoding with and without the KV cache ---
 
-def _loglog_slope(x, y):
-    """Least-squares slope of log y against log x: 1 = linear growth, 0 = constant."""
-    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
-    return float(np.polyfit(lx, ly, 1)[0])
-
-
 def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repeat=5, seed=0,
                    clock="wall", progress=None):
     """Greedy decoding of ``n_new`` tokens (batch 1) with and without the KV cache.
@@ -469,18 +462,15 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
     prompt = rng.integers(0, config.vocab_size, size=(1, prompt_len))
 
     now = CLOCKS[clock]
-
-    def run(use_cache):
-        t0 = now()
-        out = fast.generate(params, prompt, config=config, max_new_tokens=n_new, top_k=1,
-                            use_cache=use_cache)
-        return out, now() - t0
-
     fast.generate(params, prompt, config=config, max_new_tokens=2, top_k=1)   # warm-up
-    tokens_cached, t_cached = run(True)
-    _tick(progress)
-    tokens_uncached, t_uncached = run(False)
-    _tick(progress)
+    tokens, seconds = {}, {}
+    for use_cache in (True, False):
+        t0 = now()
+        tokens[use_cache] = fast.generate(params, prompt, config=config, max_new_tokens=n_new,
+                                          top_k=1, use_cache=use_cache)
+        seconds[use_cache] = now() - t0
+        _tick(progress)
+    (tokens_cached, tokens_uncached), (t_cached, t_uncached) = tokens.values(), seconds.values()
 
     if contexts is None:
         contexts = [L for L in (2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -497,8 +487,10 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
         per_token[int(L)] = {"cached": cached, "uncached": uncached}
     _tick(progress)
     Ls = sorted(per_token)
-    slopes = {mode: (_loglog_slope(Ls, [per_token[L][mode] for L in Ls]) if len(Ls) > 1 else None)
-              for mode in ("cached", "uncached")}
+    # least-squares slope of log time against log L: 1 = linear growth, 0 = constant
+    slopes = {mode: float(np.polyfit(np.log(np.asarray(Ls, float)),
+                                     np.log([per_token[L][mode] for L in Ls]), 1)[0])
+              if len(Ls) > 1 else None for mode in ("cached", "uncached")}
     return {"model": model, "n_new": n_new, "prompt_len": prompt_len,
             "cached_seconds": t_cached, "uncached_seconds": t_uncached,
             "speedup": t_uncached / t_cached,
@@ -518,6 +510,14 @@ def _transformers_or_none():
     except ImportError:
         return None
     return transformers
+
+
+# GPT-2's name of each layer's weight (after "transformer.h.<l>.") -> numpytfmr's (after "h<l>.")
+_HF_LAYER_NAMES = {"ln_1.weight": "attn_norm.gamma", "ln_1.bias": "attn_norm.beta",
+                   "ln_2.weight": "mlp_norm.gamma", "ln_2.bias": "mlp_norm.beta",
+                   "attn.c_proj.weight": "attn.Wo", "attn.c_proj.bias": "attn.bo",
+                   "mlp.c_fc.weight": "mlp.W1", "mlp.c_fc.bias": "mlp.b1",
+                   "mlp.c_proj.weight": "mlp.W2", "mlp.c_proj.bias": "mlp.b2"}
 
 
 def hf_gpt2_from_params(params, config):
@@ -545,17 +545,10 @@ def hf_gpt2_from_params(params, config):
           "transformer.ln_f.bias": params["norm_f.beta"]}
     for l in range(c.n_layers):
         h, p = f"transformer.h.{l}.", f"h{l}."
-        sd.update({
-            h + "ln_1.weight": params[p + "attn_norm.gamma"], h + "ln_1.bias": params[p + "attn_norm.beta"],
-            h + "ln_2.weight": params[p + "mlp_norm.gamma"], h + "ln_2.bias": params[p + "mlp_norm.beta"],
-            h + "attn.c_attn.weight": np.concatenate(
-                [params[p + "attn.Wq"], params[p + "attn.Wk"], params[p + "attn.Wv"]], axis=1),
-            h + "attn.c_attn.bias": np.concatenate(
-                [params[p + "attn.bq"], params[p + "attn.bk"], params[p + "attn.bv"]]),
-            h + "attn.c_proj.weight": params[p + "attn.Wo"], h + "attn.c_proj.bias": params[p + "attn.bo"],
-            h + "mlp.c_fc.weight": params[p + "mlp.W1"], h + "mlp.c_fc.bias": params[p + "mlp.b1"],
-            h + "mlp.c_proj.weight": params[p + "mlp.W2"], h + "mlp.c_proj.bias": params[p + "mlp.b2"],
-        })
+        sd.update({h + theirs: params[p + ours] for theirs, ours in _HF_LAYER_NAMES.items()})
+        for kind, letter in (("weight", "W"), ("bias", "b")):      # c_attn = [q | k | v]
+            sd[h + "attn.c_attn." + kind] = np.concatenate(
+                [params[p + f"attn.{letter}{n}"] for n in "qkv"], axis=-1)
     model = GPT2LMHeadModel(hf)
     state = {k: torch.tensor(np.ascontiguousarray(v, dtype=np.float32)) for k, v in sd.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
