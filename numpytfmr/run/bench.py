@@ -225,8 +225,7 @@ def train_step_flops(config, batch, seq_len):
 
 def _step_matmul_shapes(config, batch, seq_len):
     """Every matrix product of a training step, forward and backward, as (count,
-    batch_count, m, k, n): what ``gemm_only_seconds`` times.
-    """
+    batch_count, m, k, n): what ``gemm_only_seconds`` times."""
     c = config
     N, d, H, dh = batch * seq_len, c.d_model, c.n_heads, c.d_head
     T = seq_len

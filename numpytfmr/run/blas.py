@@ -30,14 +30,10 @@ def _controller():
 
 
 def limit_blas_threads(n):
-    """Make the BLAS library NumPy uses run ``n`` threads from now on.
+    """Make NumPy's BLAS, and the fast path's passes, run ``n`` threads from now on.
 
-    Returns the number it used before, or None when the count cannot be changed while the
-    program runs (threadpoolctl is not installed, or it finds no BLAS); the environment
-    variables of :data:`THREAD_VARIABLES`, read when NumPy loaded, then decide. Prefer the
-    context manager :func:`blas_threads`, which restores the previous number.
-    The fast path's passes run on ``n`` threads from now on in either case
-    (``fast.parallel.set_workers``).
+    Returns the BLAS's previous count, or None when it cannot be changed while the program runs
+    (no threadpoolctl, or no BLAS found). Prefer :func:`blas_threads`, which restores it.
     """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"limit_blas_threads: n is {n!r}; expected an integer >= 1")
@@ -52,9 +48,9 @@ def limit_blas_threads(n):
 
 @contextmanager
 def blas_threads(n):
-    """``with blas_threads(1): ...`` runs the block with ``n`` BLAS threads (see
-    :func:`limit_blas_threads`) and restores the previous number afterwards (and the fast
-    path's previous number of workers)."""
+    """``with blas_threads(1): ...`` runs the block with ``n`` threads (see
+    :func:`limit_blas_threads`) and restores both previous counts afterwards.
+    """
     workers = parallel.workers()
     previous = limit_blas_threads(n)
     try:
@@ -66,10 +62,8 @@ def blas_threads(n):
 
 
 def blas_info():
-    """What NumPy's BLAS is: ``{"library", "version", "architecture", "threads",
-    "controlled"}``; ``architecture`` is OpenBLAS's kernel set ("Haswell", "SkylakeX", ...).
-    ``controlled`` says whether threadpoolctl can change the thread count; without it the
-    other fields come from the environment and are None where unknown."""
+    """What NumPy's BLAS is: ``{"library", "version", "architecture" (OpenBLAS's kernel set),
+    "threads", "controlled" (threadpoolctl can change the count)}``; None where unknown."""
     blas = _controller()
     if blas is None:
         threads = next((os.environ[v] for v in THREAD_VARIABLES if os.environ.get(v)), None)
