@@ -45,6 +45,7 @@ Kernels: OpenBLAS's own pick of kernel set is left alone; ``bench_blas_coretype`
 what ``OPENBLAS_CORETYPE`` would change (docs/performance.md, "OpenBLAS keeps its own
 kernels"). PyTorch brings its own BLAS and is not affected.
 """
+import dataclasses
 import gc
 import json
 import math
@@ -511,46 +512,22 @@ def _transformers_or_none():
     return transformers
 
 
-# GPT-2's name of each layer's weight (after "transformer.h.<l>.") -> numpytfmr's (after "h<l>.")
-_HF_LAYER_NAMES = {"ln_1.weight": "attn_norm.gamma", "ln_1.bias": "attn_norm.beta",
-                   "ln_2.weight": "mlp_norm.gamma", "ln_2.bias": "mlp_norm.beta",
-                   "attn.c_proj.weight": "attn.Wo", "attn.c_proj.bias": "attn.bo",
-                   "mlp.c_fc.weight": "mlp.W1", "mlp.c_fc.bias": "mlp.b1",
-                   "mlp.c_proj.weight": "mlp.W2", "mlp.c_proj.bias": "mlp.b2"}
-
-
 def hf_gpt2_from_params(params, config):
-    """A ``transformers.GPT2LMHeadModel`` (eval mode, float32) holding numpytfmr's weights.
-
-    The bench model's configuration, with exact (erf) GELU. GPT-2's ``Conv1D`` weights are
-    (d_in, d_out), numpytfmr's layout, so the mapping is a renaming; ``c_attn`` holds
-    ``[Wq | Wk | Wv]`` side by side (the inverse of ``gpt_from_hf``).
-    """
+    """A ``transformers.GPT2LMHeadModel`` (eval mode, float32) holding numpytfmr's weights:
+    the bench model's configuration, exact (erf) GELU, written by :func:`hf.gpt_to_hf`."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+    from .hf import gpt_to_hf
 
     c = config
     if (c.norm, c.norm_type, c.positional, c.activation, c.tie_embeddings, c.bias) != \
             ("pre", "layernorm", "learned", "gelu", True, True) or c.n_kv_heads != c.n_heads:
         raise ValueError("hf_gpt2_from_params: config must be GPT-2's architecture (pre-norm "
                          "LayerNorm, GELU, learned positions, tied embeddings, biases, MHA)")
-    hf = GPT2Config(vocab_size=c.vocab_size, n_positions=c.max_len, n_embd=c.d_model,
-                    n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.d_ff,
-                    activation_function="gelu", layer_norm_epsilon=c.norm_eps,
-                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True,
-                    bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    sd = {"transformer.wte.weight": params["wte"], "transformer.wpe.weight": params["wpe"],
-          "transformer.ln_f.weight": params["norm_f.gamma"],
-          "transformer.ln_f.bias": params["norm_f.beta"]}
-    for l in range(c.n_layers):
-        h, p = f"transformer.h.{l}.", f"h{l}."
-        sd.update({h + theirs: params[p + ours] for theirs, ours in _HF_LAYER_NAMES.items()})
-        for kind, letter in (("weight", "W"), ("bias", "b")):      # c_attn = [q | k | v]
-            sd[h + "attn.c_attn." + kind] = np.concatenate(
-                [params[p + f"attn.{letter}{n}"] for n in "qkv"], axis=-1)
-    model = GPT2LMHeadModel(hf)
-    state = {k: torch.tensor(np.ascontiguousarray(v, dtype=np.float32)) for k, v in sd.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    sd, hf_config = gpt_to_hf(params, dataclasses.replace(c, dropout=0.0), dtype=np.float32)
+    model = GPT2LMHeadModel(GPT2Config(**hf_config))
+    missing, unexpected = model.load_state_dict({k: torch.tensor(v) for k, v in sd.items()},
+                                                strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:          # lm_head is tied to wte
         raise RuntimeError(f"hf_gpt2_from_params: weights did not map (missing {missing}, "
                            f"unexpected {unexpected})")
