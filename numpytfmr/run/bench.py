@@ -751,14 +751,17 @@ def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rou
 
 # --- Attention: time and peak memory against n ---
 
-def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
-    """Forward + backward of one attention method; returns (forward s, backward s)."""
-    if method not in ATTENTION_METHODS:
-        raise ValueError(f"bench_attention: unknown method {method!r}; expected one of "
-                         f"{ATTENTION_METHODS}")
+def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, block_size=128, window=256, repeat=3, seed=0,
+                    clock="wall", progress=None):
+    """Time and peak memory of forward + backward of attention over one (1, n, d) head,
+    float32, for each of :data:`ATTENTION_METHODS` (Q, K, V, dout ~ N(0, 1)).
+
+    Returns ``{n: {method: {"forward_seconds", "backward_seconds", "seconds" (min over
+    repeat of forward + backward), "peak_bytes" (tracemalloc, above the inputs)}}}``.
+    """
     # (forward, its keyword arguments, backward); the sliding window goes band by band: the
     # keys each block of queries can see, no (n, n) mask or weights
-    forward, kwargs, backward = {
+    methods = {
         "standard": (attention_forward, {}, attention_backward),
         "flash": (flash_attention_forward, {"block_size": block_size}, flash_attention_backward),
         "sliding_window": (sliding_window_attention_forward,
@@ -766,42 +769,26 @@ def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
                            sliding_window_attention_backward),
         "linear": (linear_attention_forward, {}, linear_attention_backward),
         "linear_causal": (linear_attention_forward, {"causal": True}, linear_attention_backward),
-    }[method]
+    }
     now = CLOCKS[clock]
-    t0 = now()
-    _, cache = forward(Q, K, V, **kwargs)
-    t1 = now()
-    backward(dout, cache)
-    t2 = now()
-    return t1 - t0, t2 - t1
-
-
-def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, block_size=128,
-                    window=256, repeat=3, seed=0, clock="wall", progress=None):
-    """Time and peak memory of forward + backward of attention over one (1, n, d) head,
-    float32, for each of ``methods`` (:data:`ATTENTION_METHODS`; Q, K, V, dout ~ N(0, 1)).
-
-    Returns ``{n: {method: {"forward_seconds", "backward_seconds", "seconds" (min over
-    repeat of forward + backward), "peak_bytes" (tracemalloc, above the inputs)}}}``.
-    """
     rng = np.random.default_rng(seed)
     results = {}
     for n in ns:
         Q, K, V, dout = (rng.standard_normal((1, n, d), dtype=np.float32) for _ in range(4))
-        row = {}
-        for method in methods:
-            def call():
-                return _attention_call(method, Q, K, V, dout, block_size=block_size, window=window,
-                                       clock=clock)
+        results[int(n)] = row = {}
+        for method, (forward, kwargs, backward) in methods.items():
+            def call():                       # (forward seconds, backward seconds)
+                t0 = now()
+                _, cache = forward(Q, K, V, **kwargs)
+                t1 = now()
+                backward(dout, cache)
+                return t1 - t0, now() - t1
             reps = repeat if n < 8192 else max(1, repeat - 1)
             runs = [call() for _ in range(reps + 1)][1:]           # the first is a warm-up
             best = min(runs, key=sum)
-            peak = _peak_bytes(call)
             row[method] = {"forward_seconds": best[0], "backward_seconds": best[1],
-                           "seconds": sum(best), "peak_bytes": peak}
+                           "seconds": sum(best), "peak_bytes": _peak_bytes(call)}
             _tick(progress)
-        results[int(n)] = row
-        del Q, K, V, dout
     return results
 
 
