@@ -9,17 +9,12 @@ docs/performance.md.
 
 How things are measured
 -----------------------
-Time: after one warm-up call a measurement is repeated and the MINIMUM is reported (the
-run least disturbed by other processes; the median is kept alongside). Every timing goes
-through one harness, ``time_interleaved``: calls that are compared are timed in alternating
-rounds (the NumPy and PyTorch training steps; the context lengths of a decoding step), so a
-change of machine load hits all of them alike.
-Two clocks: "wall" (``time.perf_counter``) and "cpu" (``time.process_time``, the CPU time
-of this process, all threads). With one thread, the CPU time is the time the work takes
-on a core of its own, however busy the machine is with other processes (NumPy's BLAS
-and PyTorch both run single-threaded work in the calling thread); with several threads
-it would add up the threads' times, so only the wall clock means anything there. The
-default "auto" takes "cpu" for one thread and "wall" otherwise.
+Time: the MINIMUM over the repeats after a warm-up (the median alongside); calls that are
+compared are timed in alternating rounds by one harness, ``time_interleaved``, so a change
+of machine load hits all of them alike. Clocks: "wall" (``time.perf_counter``) and "cpu"
+(``time.process_time``: all threads of this process). With one thread the CPU time is the
+work's time on a core of its own however busy the machine is; with several it adds up the
+threads, so "auto" takes "cpu" for one thread and "wall" otherwise.
 
 FLOPs of the training step: every matrix product ``(m, k) @ (k, n)`` counts
 ``2 m k n`` FLOPs (``matmul_cost``'s m k n multiplications, each with its addition); the
@@ -399,7 +394,6 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
     ids, targets = _batch(model, rng)
     torch = _torch_or_none() if use_torch else None
 
-    runners = {}
     state = {"params": {k: p.copy() for k, p in params.items()}, "opt": adamw_init(params),
              "grads": None}
     ref_state = {"params": params, "opt": adamw_init(params)}
@@ -414,9 +408,7 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
             ref_state["params"], ref_state["opt"], ids, targets, config, lr)
         return float(loss)
 
-    runners["numpy"] = numpy_run
-    if use_reference:
-        runners["reference"] = reference_run
+    runners = {"numpy": numpy_run, **({"reference": reference_run} if use_reference else {})}
     if torch is not None:
         ids_t, targets_t = torch.as_tensor(ids), torch.as_tensor(targets)
         for name, attention in (("torch", "math"), ("torch_sdpa", "sdpa")):
@@ -660,15 +652,14 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
     if d_model % n_heads:
         raise ValueError(f"{where}: d_model is {d_model} and n_heads is {n_heads}; expected d_model "
                          "divisible by n_heads")
-    lengths = {}
+    options = {}
     for name, Ls in (("contexts", contexts), ("cached_contexts", cached_contexts)):
-        Ls = [count(L, name, where) for L in Ls]
+        options[name] = Ls = [count(L, name, where) for L in Ls]
         if len(set(Ls)) < 2:
-            raise ValueError(f"{where}: {name} is {Ls}; expected at least two different lengths to fit")
-        lengths[name] = Ls
-    options = {"contexts": lengths["contexts"], "cached_contexts": lengths["cached_contexts"],
-               "d_model": d_model, "n_heads": n_heads, "batch": count(batch, "batch", where),
-               "repeats": count(repeats, "repeats", where), "seed": int(seed)}
+            raise ValueError(f"{where}: {name} is {Ls}; expected at least two different lengths "
+                             "to fit")
+    options.update(d_model=d_model, n_heads=n_heads, batch=count(batch, "batch", where),
+                   repeats=count(repeats, "repeats", where), seed=int(seed))
     if single_thread:
         env = dict(package_env(), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                    MKL_NUM_THREADS="1", VECLIB_MAXIMUM_THREADS="1", NUMEXPR_NUM_THREADS="1")
