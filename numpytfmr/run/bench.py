@@ -290,10 +290,8 @@ def _batch(model, rng):
 
 
 def _numpy_step(params, state, ids, targets, config, lr, workspace=None, grads=None):
-    """One training step on the fast path: forward, backward (``fast.gpt_loss``, its
-    activations in ``workspace`` or this thread's, the gradients written into ``grads``,
-    the previous step's, when given) and an AdamW update in place (``fast.adamw_step_``;
-    the parameters and moments are the caller's own copies, as a training loop's are).
+    """One training step on the fast path: ``fast.gpt_loss`` (activations in ``workspace``,
+    gradients into ``grads`` when given) and ``fast.adamw_step_`` in place on the caller's copies.
     Returns (params, state, loss, grads)."""
     loss, grads = fast.gpt_loss(params, ids, targets, config=config, workspace=workspace,
                                 out=grads)
@@ -904,8 +902,7 @@ def keep_freed_memory():
 
     name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = None if libc is None else libc.mallopt
+        mallopt = ctypes.CDLL(name).mallopt if name else None
     except (OSError, AttributeError):
         mallopt = None
     if mallopt is None or platform.libc_ver()[0] != "glibc":
@@ -927,13 +924,9 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
               keep_memory=False, coretype="auto", on_stage=None):
     """Run every measurement; returns the summary dict (REQUIRED_KEYS plus details).
 
-    quick:   tiny model, short decoding and small n (a smoke test; figures meaningless)
-    threads: BLAS and torch threads (None: leave both as they are)
-    clock:   "auto" (CPU time with one thread, else wall clock), "wall" or "cpu"
-    scaling: only the scaling study (``bench_scaling``): the summary holds "scaling"
-    keep_memory: ``keep_freed_memory()`` first (by default the allocator is left alone)
-    coretype: the OpenBLAS kernel set for ``bench_blas_coretype`` ("auto"; None: skip)
-    on_stage(name): called after each measurement (a progress bar)
+    The keywords are the command's flags (docs/commands.md, "numpytfmr bench"): ``threads=None``
+    leaves the thread counts alone, ``scaling`` runs only ``bench_scaling``, ``coretype=None``
+    skips ``bench_blas_coretype``; ``on_stage(name)`` is called after each measurement.
     """
     tick = on_stage if on_stage is not None else (lambda name: None)
     attention_n = tuple(attention_n or (QUICK_ATTENTION_N if quick else DEFAULT_ATTENTION_N))

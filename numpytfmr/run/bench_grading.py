@@ -179,21 +179,19 @@ def package_env():
     return env
 
 
-def run_grading_class(n=TARGET_CLASS, *, jobs=2, isolation="bubblewrap", buggy_every=4,
-                      workdir=None, on_line=None):
+def run_grading_class(n=TARGET_CLASS, *, jobs=2, isolation="bubblewrap", on_line=None):
     """Build a class of ``n`` (:func:`build_class`), grade it with ``numpytfmr grade`` as a
     subprocess, and return the figures (a dict; ``grade_summary`` is the command's own).
 
     isolation: the ``--isolation`` of the grade command (bubblewrap, as on Gradescope)
-    workdir: where to build the class (default: a temporary folder, removed afterwards)
     on_line: a callable taking each line the grade command prints, or None
     """
     if n < 1:
         raise ValueError(f"the class has {n} submissions; expected at least 1")
     env = package_env()
-    with tempfile.TemporaryDirectory(prefix="numpytfmr-bench-class-", dir=workdir) as folder:
+    with tempfile.TemporaryDirectory(prefix="numpytfmr-bench-class-") as folder:
         t0 = time.monotonic()
-        config, subs, planted = build_class(folder, n, buggy_every=buggy_every, env=env)
+        config, subs, planted = build_class(folder, n, env=env)
         build_seconds = time.monotonic() - t0
         summary_path = os.path.join(folder, "summary.json")
         argv = [sys.executable, "-m", "numpytfmr", "grade", subs, "--config", config, "--csv",

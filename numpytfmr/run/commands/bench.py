@@ -240,11 +240,8 @@ def cmd_bench(args):
                                   on_stage=on_stage)
     if not args.quiet and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
-    if args.scaling:
-        print("\n".join(scaling_lines(summary["scaling"])
-                        + [f"\n{summary['seconds']:.0f} s in all"]))
-    else:
-        print("\n".join(report_lines(summary)))
+    print("\n".join(scaling_lines(summary["scaling"]) + [f"\n{summary['seconds']:.0f} s in all"]
+                    if args.scaling else report_lines(summary)))
     if args.summary:
         fileio.write_summary(args.summary, summary)
     return 0
