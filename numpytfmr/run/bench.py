@@ -293,8 +293,7 @@ def _numpy_step(params, state, ids, targets, config, lr, workspace=None, grads=N
     """One training step on the fast path: ``fast.gpt_loss`` (activations in ``workspace``,
     gradients into ``grads`` when given) and ``fast.adamw_step_`` in place on the caller's copies.
     Returns (params, state, loss, grads)."""
-    loss, grads = fast.gpt_loss(params, ids, targets, config=config, workspace=workspace,
-                                out=grads)
+    loss, grads = fast.gpt_loss(params, ids, targets, config=config, workspace=workspace, out=grads)
     fast.adamw_step_(params, grads, state, lr=lr, weight_decay=0.01)
     return params, state, loss, grads
 
@@ -557,8 +556,7 @@ def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8)
                                    do_sample=False, use_cache=True)
 
         same = bool(np.array_equal(ours(), theirs().numpy()))     # also the warm-up
-        times = time_interleaved({"ours": ours, "hf": theirs}, repeat=repeat, warmup=0,
-                                 clock=clock)
+        times = time_interleaved({"ours": ours, "hf": theirs}, repeat=repeat, warmup=0, clock=clock)
         mine, hfs = _stats(times["ours"]), _stats(times["hf"])
         out["by_batch"][int(B)] = {
             "seconds": mine, "hf_seconds": hfs,
@@ -791,8 +789,7 @@ SCALING_AXES = {"d_model": (128, 256, 512, 1024), "n_layers": (1, 2, 4, 8),
                 "seq_len": (32, 64, 128, 256, 512), "batch": (1, 2, 4, 8, 16)}
 QUICK_SCALING_BASE = {"vocab_size": 64, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 128,
                       "batch": 2, "seq_len": 16}
-QUICK_SCALING_AXES = {"d_model": (32, 64), "n_layers": (1, 2), "seq_len": (16, 32),
-                      "batch": (2, 4)}
+QUICK_SCALING_AXES = {"d_model": (32, 64), "n_layers": (1, 2), "seq_len": (16, 32), "batch": (2, 4)}
 
 
 def _scaled_model(base, axis, value):
