@@ -201,12 +201,8 @@ def _flops(cost):
 
 
 def train_step_flops(config, batch, seq_len):
-    """Matrix-product FLOPs of one training step of a GPT, by stage (2 m k n per product).
-
-    Forward, per layer: the Q, K, V and output projections, Q K^T and A V (``mha_matmul_cost``)
-    and the FFN's two products; then the output layer. Backward = 2 x forward. Returns the
-    forward FLOPs per stage (summed over layers) and "forward", "backward", "step".
-    """
+    """Matrix-product FLOPs of one training step of a GPT, as the module docstring counts
+    them: the forward FLOPs per stage (summed over layers), "forward", "backward", "step"."""
     c = config
     N = batch * seq_len
     attn = mha_matmul_cost(seq_len, c.d_model, c.n_heads, batch=batch, n_kv_heads=c.n_kv_heads)
@@ -236,31 +232,32 @@ def _step_matmul_shapes(config, batch, seq_len):
     return shapes
 
 
-def gemm_only_seconds(config, batch, seq_len, *, repeat=3, rng=None, clock="wall"):
+def _matmul_seconds(rng, a_shape, b_shape, repeat, clock):
+    """Min time of ``A @ B`` on float32 arrays of these shapes, drawn from ``rng``."""
+    A = rng.standard_normal(a_shape, dtype=np.float32)
+    B = rng.standard_normal(b_shape, dtype=np.float32)
+    return min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
+
+
+def gemm_only_seconds(config, batch, seq_len, *, repeat=3, clock="wall"):
     """Time of the training step's matrix products alone, each run on fresh float32 arrays."""
-    rng = np.random.default_rng(0) if rng is None else rng
+    rng = np.random.default_rng(0)
     total = 0.0
     for times, b, m, k, n in _step_matmul_shapes(config, batch, seq_len):
         lead = () if b == 1 else (b,)
-        A = rng.standard_normal(lead + (m, k), dtype=np.float32)
-        B = rng.standard_normal(lead + (k, n), dtype=np.float32)
-        total += times * min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
+        total += times * _matmul_seconds(rng, lead + (m, k), lead + (k, n), repeat, clock)
     return total
 
 
-def matmul_flops_per_second(sizes=(512, 1024, 2048), *, repeat=5, rng=None, clock="wall"):
+def matmul_flops_per_second(sizes=(512, 1024, 2048), *, repeat=5, clock="wall"):
     """FLOP/s of float32 ``A @ B`` for square n x n matrices (2 n^3 FLOPs each).
 
     Returns ``{"by_size": {n: FLOP/s}, "peak": the largest}``: the reference speed of
     this machine's NumPy matrix product, measured in the same run as the model.
     """
-    rng = np.random.default_rng(0) if rng is None else rng
-    by_size = {}
-    for n in sizes:
-        A = rng.standard_normal((n, n), dtype=np.float32)
-        B = rng.standard_normal((n, n), dtype=np.float32)
-        t = min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
-        by_size[int(n)] = 2.0 * n ** 3 / t
+    rng = np.random.default_rng(0)
+    by_size = {int(n): 2.0 * n ** 3 / _matmul_seconds(rng, (n, n), (n, n), repeat, clock)
+               for n in sizes}
     return {"by_size": by_size, "peak": max(by_size.values())}
 
 
