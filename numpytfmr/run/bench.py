@@ -376,13 +376,11 @@ def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
 def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True, lr=1e-3,
                      seed=0, clock="wall", progress=None):
     """Time the training step on the fast path, with the reference code and in PyTorch
-    (eager and with fused SDPA), in alternating rounds.
+    (eager and with fused SDPA), in alternating rounds, from the same weights and batch.
 
-    Returns "numpy_seconds" (the fast path), "reference_seconds", "torch_seconds",
-    "torch_sdpa_seconds" ({"min", "median", "n"} or None), the ratios of min times
-    "ratio_vs_torch", "ratio_vs_torch_sdpa", "reference_ratio_vs_torch(_sdpa)",
-    "reference_over_fast", the first losses "first_loss_numpy" / "_reference" / "_torch" (same
-    weights and batch: equal to float32 rounding), "step_flops" and "flops_per_second".
+    Returns the times "numpy_seconds" (fast), "reference_seconds", "torch_seconds",
+    "torch_sdpa_seconds" ({"min", "median", "n"} or None), their ratios (``ratio_vs_*``,
+    ``reference_*``), the first losses ``first_loss_*``, "step_flops" and "flops_per_second".
     """
     model, config, rng, params = _setup(model, seed)
     ids, targets = _batch(model, rng)
@@ -526,8 +524,7 @@ def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8)
     ``GPT2LMHeadModel.generate`` on the same weights, float32, per batch, in alternating rounds.
 
     Returns ``{"available", "note", "transformers_version", "by_batch": {B: {"seconds",
-    "hf_seconds", "ms_per_token", "hf_ms_per_token", "ratio" (ours / transformers),
-    "same_tokens"}}}``; without transformers (or torch), "available": False and the note.
+    "hf_seconds", "ms_per_token", "hf_ms_per_token", "ratio", "same_tokens"}}}``.
     """
     transformers = _transformers_or_none()
     if transformers is None:
@@ -699,11 +696,9 @@ def child_step_seconds(model, repeat, clock):
 def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rounds=3,
                         clock="cpu", progress=None):
     """What OpenBLAS's kernel set ``coretype`` instead of its own pick costs or saves on the
-    fast training step.
+    fast training step, in fresh processes (``rounds`` alternating pairs, min of ``repeat`` steps).
 
-    Fresh processes (OpenBLAS reads ``OPENBLAS_CORETYPE`` when NumPy loads it): ``rounds`` pairs,
-    OpenBLAS's pick and ``coretype`` alternating, each the min of ``repeat`` steps; "auto" is
-    "Haswell" where OpenBLAS picks an AVX-512 set, else nothing. Returns ``{"coretype",
+    ``coretype="auto"``: "Haswell" where OpenBLAS picks an AVX-512 set. Returns ``{"coretype",
     "openblas_choice", "seconds": {"openblas", "coretype"}, "ratio"}`` (coretype / OpenBLAS's
     pick), or ``{"coretype": None, "note"}`` when there is nothing to compare.
     """
@@ -811,12 +806,11 @@ def _step_runner(model, seed):
 
 def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progress=None):
     """Time and peak memory of the fast training step as one size at a time grows, beside
-    ``cost.train_step_cost`` (001 §1.1, §2.1) over the same points.
+    ``cost.train_step_cost`` (001 §1.1, §2.1): per axis, alternating rounds (min of ``repeat``),
+    one traced peak per point and four log-log slopes (``fit_exponent``).
 
-    Per axis the points are timed in alternating rounds (min of ``repeat``), their peak memory
-    traced once, and four log-log slopes fitted (``fit_exponent``). Returns ``{"base": model,
-    "axes": {axis: {"values", "seconds", "peak_bytes", "flops", "memory_elements",
-    "time_slope", "memory_slope", "flop_slope", "predicted_memory_slope"}}}``.
+    Returns ``{"base": model, "axes": {axis: {"values", "seconds", "peak_bytes", "flops",
+    "memory_elements", "time_slope", "memory_slope", "flop_slope", "predicted_memory_slope"}}}``.
     """
     base = dict(SCALING_BASE if base is None else base)
     axes = dict(SCALING_AXES if axes is None else axes)
@@ -836,10 +830,9 @@ def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progr
                "peak_bytes": [peaks[v] for v in vs],
                "flops": [costs[v]["step_flops"] for v in vs],
                "memory_elements": [costs[v]["memory_elements"] for v in vs]}
-        row.update({"time_slope": fit_exponent(vs, row["seconds"]),
-                    "memory_slope": fit_exponent(vs, row["peak_bytes"]),
-                    "flop_slope": fit_exponent(vs, row["flops"]),
-                    "predicted_memory_slope": fit_exponent(vs, row["memory_elements"])})
+        for slope, of in (("time", "seconds"), ("memory", "peak_bytes"), ("flop", "flops"),
+                          ("predicted_memory", "memory_elements")):
+            row[slope + "_slope"] = fit_exponent(vs, row[of])
         out["axes"][axis] = row
         _tick(progress)
     return out
@@ -969,9 +962,8 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
     tick("matmul")
     train = bench_train_step(model, repeat=repeat, use_torch=use_torch, clock=clock,
                              progress=lambda: tick("train step"))
-    config = bench_config(model)
-    gemm_s = gemm_only_seconds(config, model["batch"], model["seq_len"], repeat=2 if quick else 3,
-                               clock=clock)
+    gemm_s = gemm_only_seconds(bench_config(model), model["batch"], model["seq_len"],
+                               repeat=2 if quick else 3, clock=clock)
     tick("gemm only")
     decode = bench_decoding(model, n_new=n_new, prompt_len=4 if quick else 16,
                             repeat=2 if quick else 5, clock=clock,
