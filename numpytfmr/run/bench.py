@@ -325,10 +325,8 @@ def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
                          "positions, tied embeddings, biases, no dropout, n_kv_heads = n_heads")
     if attention not in ("math", "sdpa"):
         raise ValueError(f"torch_gpt_step: attention is {attention!r}; expected 'math' or 'sdpa'")
-    t = {}
-    for k, p in params.items():
-        a = p.T if k.endswith(_LINEAR_WEIGHTS) else p
-        t[k] = torch.tensor(np.ascontiguousarray(a)).requires_grad_(True)
+    t = {k: torch.tensor(np.ascontiguousarray(p.T if k.endswith(_LINEAR_WEIGHTS) else p))
+         .requires_grad_(True) for k, p in params.items()}
     opt = torch.optim.AdamW(list(t.values()), lr=lr, weight_decay=0.01)
     H, dh, d, eps = c.n_heads, c.d_head, c.d_model, c.norm_eps
     scale = 1.0 / math.sqrt(dh)
@@ -862,7 +860,7 @@ def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     st = pstats.Stats(prof)
     total = st.total_tt
     rows = []
-    for (file, line, name), (cc, nc, tt, ct, _) in st.stats.items():
+    for (file, line, name), (_, nc, tt, ct, _) in st.stats.items():
         label = f"{os.path.basename(file)}:{name}" if line else name
         rows.append({"function": label, "calls": nc // steps, "own_seconds": tt / steps,
                      "own_fraction": tt / total if total else 0.0,
