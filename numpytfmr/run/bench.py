@@ -25,12 +25,11 @@ small, so the count is the standard lower bound used for "model FLOP utilisation
 Attention counts the full n x n score matrix (the usual convention; the fast path skips
 the key blocks a block of queries may not see, about a quarter of them at n = 128).
 
-Peak memory: ``tracemalloc``, started after the inputs exist, so the peak is what the
-call allocates on top of them (outputs, caches, temporaries, gradients). NumPy reports
-every array buffer to tracemalloc, so this counts the arrays exactly, without the
-interpreter's own memory that ``ru_maxrss`` would add (the two agree within a few
-percent: standard attention at n = 4096, 197 MiB traced against 205 MiB of ``ru_maxrss``
-growth in a fresh process). Timing runs are separate (tracemalloc slows Python down).
+Peak memory: ``tracemalloc``, started after the inputs exist: what the call allocates on top
+of them (outputs, caches, temporaries, gradients). NumPy reports every array buffer to it, so
+it counts the arrays exactly, without the interpreter's own memory (``ru_maxrss`` growth
+agrees within a few percent: 205 against 197 MiB traced for standard attention at
+n = 4096). Timing runs are separate (tracemalloc slows Python down).
 
 Threads: NumPy's BLAS (through threadpoolctl, ``limit_blas_threads``), the fast path's
 elementwise passes (``fast.parallel``) and ``torch.set_num_threads`` get the same count.
@@ -134,12 +133,9 @@ def resolve_clock(clock, threads):
 def time_interleaved(calls, *, repeat, warmup=1, clock="wall", min_seconds=0.0, max_runs=1,
                      progress=None):
     """Seconds of every call of the functions in ``calls`` (name -> function of no argument)
-    on ``clock``: ``{name: [s, ...]}``.
-
-    ``warmup`` untimed calls each, then ``repeat`` rounds calling every function in turn (a busy
-    moment hits all alike); a function whose warm-up took less than ``min_seconds`` runs up to
-    ``max_runs`` times a round. ``progress()`` after each round.
-    """
+    on ``clock``: ``{name: [s, ...]}``. ``warmup`` untimed calls each, then ``repeat`` rounds
+    calling every function in turn; a function whose warm-up took less than ``min_seconds`` runs
+    up to ``max_runs`` times a round. ``progress()`` after each round."""
     now = CLOCKS[clock]
     runs = {}
     for name, fn in calls.items():
@@ -307,14 +303,11 @@ _LINEAR_WEIGHTS = (".Wq", ".Wk", ".Wv", ".Wo", ".W1", ".W2")
 
 
 def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
-    """The same GPT in PyTorch eager mode, and a training-step function for it.
-
-    Mirrors ``gpt_forward`` for the benchmark's configuration on a copy of ``params`` (linear
-    weights transposed, (d_out, d_in), as ``torch.nn.Linear`` keeps them). attention: "math"
-    (softmax(Q K^T scale + M) V written out) or "sdpa" (``F.scaled_dot_product_attention``).
-    Returns ``step(ids, targets) -> loss`` (a float): forward, backward and
-    ``torch.optim.AdamW`` (weight decay 0.01 on every parameter, as in the NumPy step).
-    """
+    """The same GPT in PyTorch eager mode (a copy of ``params``, linear weights stored
+    (d_out, d_in) as ``torch.nn.Linear`` keeps them), and ``step(ids, targets) -> loss``: forward,
+    backward and ``torch.optim.AdamW`` (weight decay 0.01 on every parameter, as in the NumPy
+    step). attention: "math" (softmax(Q K^T scale + M) V written out) or "sdpa"
+    (``F.scaled_dot_product_attention``)."""
     import torch
     import torch.nn.functional as F
 
@@ -434,11 +427,10 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
                    clock="wall", progress=None):
     """Greedy decoding of ``n_new`` tokens (batch 1) with and without the KV cache.
 
-    Totals from ``fast.generate`` (``use_cache`` True / False: the same tokens); per token, one
-    step at context length L: cached, one token against L - 1 cached positions; uncached, a
-    forward pass over all L tokens. Returns "cached_seconds", "uncached_seconds", "speedup"
-    (uncached / cached), "same_tokens", "per_token" ({L: {"cached", "uncached"}}) and the
-    log-log slopes against L "cached_slope", "uncached_slope" (1 = linear).
+    Totals from ``fast.generate``; per token, one step at context length L (cached: one token
+    against L - 1 cached positions; uncached: all L tokens). Returns "cached_seconds",
+    "uncached_seconds", "speedup", "same_tokens", "per_token" ({L: {"cached", "uncached"}}) and
+    the log-log slopes against L "cached_slope", "uncached_slope" (1 = linear).
     """
     model, config, rng, params = _setup(model, seed, max_len=prompt_len + n_new)
     prompt = rng.integers(0, config.vocab_size, size=(1, prompt_len))
