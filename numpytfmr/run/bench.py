@@ -41,6 +41,7 @@ kernels"). PyTorch brings its own BLAS and is not affected.
 """
 import dataclasses
 import gc
+import importlib
 import json
 import math
 import os
@@ -83,8 +84,8 @@ DEFAULT_ATTENTION_N = (1024, 4096, 8192)
 QUICK_ATTENTION_N = (64, 128)
 
 # Keys every summary has (values are None when a part was skipped, e.g. without torch).
-REQUIRED_KEYS = ("train_step_ratio_vs_torch", "train_step_ratio_vs_torch_sdpa", "gemm_fraction", "kv_cache_speedup_512",
-                 "flash_memory_ratio_4096", "flash_time_ratio_4096",
+REQUIRED_KEYS = ("train_step_ratio_vs_torch", "train_step_ratio_vs_torch_sdpa", "gemm_fraction",
+                 "kv_cache_speedup_512", "flash_memory_ratio_4096", "flash_time_ratio_4096",
                  "reference_step_ratio_vs_torch", "decode_ratio_vs_hf", "decode_ratio_vs_hf_batch8",
                  "linear_causal_memory_ratio_8192", "sliding_window_memory_ratio_8192")
 
@@ -99,7 +100,7 @@ def set_threads(n, *, use_torch=True):
     Returns ``{"threads": n, "numpy_blas_set": bool, "torch_threads": int or None,
     "fast_workers": int}``; ``n=None`` changes nothing and reports what is known.
     """
-    torch = _torch_or_none() if use_torch else None
+    torch = _optional("torch") if use_torch else None
     blas_set = False
     if n is not None:
         blas_set = limit_blas_threads(n)
@@ -110,12 +111,12 @@ def set_threads(n, *, use_torch=True):
             "fast_workers": fast.parallel.workers()}
 
 
-def _torch_or_none():
+def _optional(*names):
+    """The last of the modules ``names``, or None when one of them is not installed."""
     try:
-        import torch
+        return [importlib.import_module(name) for name in names][-1]
     except ImportError:
         return None
-    return torch
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -375,7 +376,7 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
     """
     model, config, rng, params = _setup(model, seed)
     ids, targets = _batch(model, rng)
-    torch = _torch_or_none() if use_torch else None
+    torch = _optional("torch") if use_torch else None
 
     state = {"params": {k: p.copy() for k, p in params.items()}, "opt": adamw_init(params),
              "grads": None}
@@ -478,12 +479,7 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
 # --- Cached decoding against Hugging Face transformers' GPT-2 ---
 
 def _transformers_or_none():
-    try:
-        import torch  # noqa: F401
-        import transformers
-    except ImportError:
-        return None
-    return transformers
+    return _optional("torch", "transformers")
 
 
 def hf_gpt2_from_params(params, config):
@@ -911,7 +907,7 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
     repeat = repeat or (2 if quick else 8)
     start = time.perf_counter()
     clock = resolve_clock(clock, threads)
-    torch = _torch_or_none() if use_torch else None
+    torch = _optional("torch") if use_torch else None
     torch_threads = None if torch is None else torch.get_num_threads()
     summary = {"quick": bool(quick), "machine": _machine(),
                "threads": set_threads(threads, use_torch=use_torch), "clock": clock,
