@@ -16,14 +16,12 @@ of machine load hits all of them alike. Clocks: "wall" (``time.perf_counter``) a
 work's time on a core of its own however busy the machine is; with several it adds up the
 threads, so "auto" takes "cpu" for one thread and "wall" otherwise.
 
-FLOPs of the training step: every matrix product ``(m, k) @ (k, n)`` counts
-``2 m k n`` FLOPs (``matmul_cost``'s m k n multiplications, each with its addition); the
-backward pass of a product computes two products of the same size (the gradients of both
-operands), so a step counts 3 x the forward FLOPs. Embedding lookups, norms,
-activations, softmax and the optimizer are not counted: they are memory-bound and
-small, so the count is the standard lower bound used for "model FLOP utilisation".
-Attention counts the full n x n score matrix (the usual convention; the fast path skips
-the key blocks a block of queries may not see, about a quarter of them at n = 128).
+FLOPs of the training step: every matrix product ``(m, k) @ (k, n)`` counts ``2 m k n``
+(``matmul_cost``'s multiplications, each with its addition); its backward pass computes two
+products of the same size, so a step counts 3 x the forward FLOPs. Embeddings, norms,
+activations, softmax and the optimizer (memory-bound and small) are not counted: the standard
+lower bound of "model FLOP utilisation". Attention counts the full n x n scores (the fast
+path skips the key blocks a block of queries may not see, about a quarter at n = 128).
 
 Peak memory: ``tracemalloc``, started after the inputs exist: what the call allocates on top
 of them (outputs, caches, temporaries, gradients). NumPy reports every array buffer to it, so
@@ -605,18 +603,15 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
     - with a cache, one new row against L - 1 cached keys and values:
       ``mha_forward(x_new, x_new, ..., kv_cache={"k", "v": (batch, heads, L-1, d_head)})``, L scores.
 
-    Each time is the fastest of ``repeats`` interleaved rounds (:func:`time_decoding_steps`); the
-    exponent is the median slope over all pairs of lengths (:func:`fit_exponent`). The default
-    lengths keep all points in one memory regime (the uncached step's (L, L) scores above a
-    typical L2 cache at every length, the cached step's keys below it): crossing a cache size
-    adds a jump no operation count has. ``single_thread`` (default): in a fresh process with one
-    BLAS thread, since a multithreaded BLAS switching threads on bends the curve far more than
-    the arithmetic does.
-
-    The predictions are fitted the same way to the query-key scores of ``decoding_cost``
-    (exponents 2 and 1) and to all multiplications of the step (``mha_matmul_cost`` /
-    ``matmul_cost``; the projections, linear in L, pull this below the asymptote at small L). A
-    step of cost L^p summed over L = 1..n gives n^(p+1): the notes' O(n^3) and O(n^2).
+    Times: the fastest of ``repeats`` interleaved rounds (:func:`time_decoding_steps`), by default
+    in a fresh process with one BLAS thread (a BLAS switching threads on bends the curve more than
+    the arithmetic does); exponent: the median slope over all pairs (:func:`fit_exponent`). The
+    default lengths keep every point in one memory regime (the uncached scores above a typical L2
+    cache, the cached keys below it): crossing a cache size adds a jump no count has.
+    Predictions, fitted the same way: the query-key scores of ``decoding_cost`` (exponents 2 and
+    1) and all multiplications of the step (``mha_matmul_cost`` / ``matmul_cost``: the
+    projections, linear in L, pull it below the asymptote at small L). Summed over L = 1..n, a
+    step of cost L^p gives n^(p+1): the notes' O(n^3) and O(n^2).
 
     Returns a dict: "contexts", "seconds", "cached_contexts", "cached_seconds",
     "exponent", "cached_exponent" (measured), "predicted_exponent",
