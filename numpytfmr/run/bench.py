@@ -2,69 +2,44 @@
 
 Every figure is measured in the same process, on the same machine and with the same
 number of threads, so the ratios between them mean something even where the absolute
-times depend on the machine:
-
-    training step   forward + backward + AdamW of a GPT (default: vocab 512, d_model 256,
-                    4 layers, 8 heads, d_ff 1024, batch 8 x 128 tokens, float32) on the
-                    fast path (``numpytfmr.fast``: the training commands' step) and with
-                    the reference code (``numpytfmr.gpt_loss`` + ``optim.adamw_step``),
-                    and the same model in PyTorch eager mode when torch is installed
-    matmul FLOP/s   the step's matrix-product FLOPs (counted below) per second, against
-                    the FLOP/s of a plain float32 ``A @ B`` on this machine
-    decoding        512 new tokens with and without the KV cache (003 §6.2, 000 §2.5.1),
-                    and the time of one decoding step against the context length (fast path,
-                    as the ``generate`` command); cached greedy decoding at batch 1 and 8
-                    against transformers' GPT-2 ``generate`` on the same weights
-                    (and, for the ``decoding_growth`` worked example, the growth exponent
-                    of one ``mha_forward`` decoding step: ``measure_decoding_growth``)
-    attention       time and peak memory of standard, flash (tiled), sliding-window and
-                    linear attention, forward + backward, at n = 1024, 4096, 8192 (001 §2.1)
-    scaling         (``--scaling``, on its own) the fast step's time and memory as d_model,
-                    n_layers, seq_len and batch grow, beside ``cost.train_step_cost``
+times depend on the machine. What is measured (the training step on the fast path, with the
+reference and in PyTorch; its matrix-product FLOP/s; decoding with and without the KV cache
+and against transformers' GPT-2; attention against n; ``--scaling``) and today's figures:
+docs/performance.md.
 
 How things are measured
 -----------------------
-Time: after one warm-up call a measurement is repeated and the MINIMUM is reported (the
-run least disturbed by other processes; the median is kept alongside). Every timing goes
-through one harness, ``time_interleaved``: calls that are compared are timed in alternating
-rounds (the NumPy and PyTorch training steps; the context lengths of a decoding step), so a
-change of machine load hits all of them alike.
-Two clocks: "wall" (``time.perf_counter``) and "cpu" (``time.process_time``, the CPU time
-of this process, all threads). With one thread, the CPU time is the time the work takes
-on a core of its own, however busy the machine is with other processes (NumPy's BLAS
-and PyTorch both run single-threaded work in the calling thread); with several threads
-it would add up the threads' times, so only the wall clock means anything there. The
-default "auto" takes "cpu" for one thread and "wall" otherwise.
+Time: the MINIMUM over the repeats after a warm-up (the median alongside); calls that are
+compared are timed in alternating rounds by one harness, ``time_interleaved``, so a change
+of machine load hits all of them alike. Clocks: "wall" (``time.perf_counter``) and "cpu"
+(``time.process_time``: all threads of this process). With one thread the CPU time is the
+work's time on a core of its own however busy the machine is; with several it adds up the
+threads, so "auto" takes "cpu" for one thread and "wall" otherwise.
 
-FLOPs of the training step: every matrix product ``(m, k) @ (k, n)`` counts
-``2 m k n`` FLOPs (``matmul_cost``'s m k n multiplications, each with its addition); the
-backward pass of a product computes two products of the same size (the gradients of both
-operands), so a step counts 3 x the forward FLOPs. Embedding lookups, norms,
-activations, softmax and the optimizer are not counted: they are memory-bound and
-small, so the count is the standard lower bound used for "model FLOP utilisation".
-Attention counts the full n x n score matrix (the usual convention; the fast path skips
-the key blocks a block of queries may not see, about a quarter of them at n = 128).
+FLOPs of the training step: every matrix product ``(m, k) @ (k, n)`` counts ``2 m k n``
+(``matmul_cost``'s multiplications, each with its addition); its backward pass computes two
+products of the same size, so a step counts 3 x the forward FLOPs. Embeddings, norms,
+activations, softmax and the optimizer (memory-bound and small) are not counted: the standard
+lower bound of "model FLOP utilisation". Attention counts the full n x n scores (the fast
+path skips the key blocks a block of queries may not see, about a quarter at n = 128).
 
-Peak memory: ``tracemalloc``, started after the inputs exist, so the peak is what the
-call allocates on top of them (outputs, caches, temporaries, gradients). NumPy reports
-every array buffer to tracemalloc, so this counts the arrays exactly, without the
-interpreter's own memory that ``ru_maxrss`` would add (the two agree within a few
-percent: standard attention at n = 4096, 197 MiB traced against 205 MiB of ``ru_maxrss``
-growth in a fresh process). Timing runs are separate (tracemalloc slows Python down).
+Peak memory: ``tracemalloc``, started after the inputs exist: what the call allocates on top
+of them (outputs, caches, temporaries, gradients). NumPy reports every array buffer to it, so
+it counts the arrays exactly, without the interpreter's own memory (``ru_maxrss`` growth
+agrees within a few percent: 205 against 197 MiB traced for standard attention at
+n = 4096). Timing runs are separate (tracemalloc slows Python down).
 
 Threads: NumPy's BLAS (through threadpoolctl, ``limit_blas_threads``), the fast path's
-elementwise passes (``fast.parallel``) and ``torch.set_num_threads`` get the same count. With ``threads=None`` nothing is changed.
+elementwise passes (``fast.parallel``) and ``torch.set_num_threads`` get the same count.
+With ``threads=None`` nothing is changed.
 
-Kernels: NumPy's OpenBLAS carries one set of kernels per CPU family and picks one when it
-loads; the package leaves that choice alone. ``bench_blas_coretype`` measures what another
-set would change: the fast training step in fresh processes, with OpenBLAS's own pick and
-with ``OPENBLAS_CORETYPE`` set before NumPy loads (by default, on a CPU where OpenBLAS picks
-an AVX-512 set, its AVX2 set "Haswell": on AMD Zen 4, which runs 512-bit instructions in two
-halves, that set was the faster one). The training commands used to switch the set inside
-the process; they no longer do, and the summary's "blas_coretype" says what that costs.
-PyTorch brings its own BLAS and is not affected.
+Kernels: OpenBLAS's own pick of kernel set is left alone; ``bench_blas_coretype`` measures
+what ``OPENBLAS_CORETYPE`` would change (docs/performance.md, "OpenBLAS keeps its own
+kernels"). PyTorch brings its own BLAS and is not affected.
 """
+import dataclasses
 import gc
+import importlib
 import json
 import math
 import os
@@ -86,6 +61,7 @@ from ..gpt import GPTConfig, gpt_loss, init_gpt
 from ..mha import mha_forward
 from ..optim import adamw_init, adamw_step
 from ..contract import count
+from .bench_grading import package_env
 from .blas import THREAD_VARIABLES, blas_info, limit_blas_threads
 
 __all__ = ["DEFAULT_MODEL", "QUICK_MODEL", "REQUIRED_KEYS", "set_threads", "resolve_clock",
@@ -106,28 +82,23 @@ DEFAULT_ATTENTION_N = (1024, 4096, 8192)
 QUICK_ATTENTION_N = (64, 128)
 
 # Keys every summary has (values are None when a part was skipped, e.g. without torch).
-REQUIRED_KEYS = ("train_step_ratio_vs_torch", "train_step_ratio_vs_torch_sdpa", "gemm_fraction", "kv_cache_speedup_512",
-                 "flash_memory_ratio_4096", "flash_time_ratio_4096",
+REQUIRED_KEYS = ("train_step_ratio_vs_torch", "train_step_ratio_vs_torch_sdpa", "gemm_fraction",
+                 "kv_cache_speedup_512", "flash_memory_ratio_4096", "flash_time_ratio_4096",
                  "reference_step_ratio_vs_torch", "decode_ratio_vs_hf", "decode_ratio_vs_hf_batch8",
                  "linear_causal_memory_ratio_8192", "sliding_window_memory_ratio_8192")
 
 ATTENTION_METHODS = ("standard", "flash", "sliding_window", "linear", "linear_causal")
 
 
-# ---------------------------------------------------------------------------------------
-# Threads and timing
-# ---------------------------------------------------------------------------------------
+# --- Threads and timing ---
 
 def set_threads(n, *, use_torch=True):
-    """Use ``n`` threads in NumPy's BLAS and in PyTorch (when installed and ``use_torch``).
+    """Use ``n`` threads in NumPy's BLAS (and so the fast path's workers) and in PyTorch.
 
-    NumPy's BLAS count is also the fast path's number of workers (``fast.parallel``: its
-    elementwise and row-wise passes in row blocks on as many threads).
     Returns ``{"threads": n, "numpy_blas_set": bool, "torch_threads": int or None,
-    "fast_workers": int}``; ``n=None`` leaves both libraries as they are and reports what
-    is known.
+    "fast_workers": int}``; ``n=None`` changes nothing and reports what is known.
     """
-    torch = _torch_or_none() if use_torch else None
+    torch = _optional("torch") if use_torch else None
     blas_set = False
     if n is not None:
         blas_set = limit_blas_threads(n)
@@ -138,12 +109,12 @@ def set_threads(n, *, use_torch=True):
             "fast_workers": fast.parallel.workers()}
 
 
-def _torch_or_none():
+def _optional(*names):
+    """The last of the modules ``names``, or None when one of them is not installed."""
     try:
-        import torch
+        return [importlib.import_module(name) for name in names][-1]
     except ImportError:
         return None
-    return torch
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -160,15 +131,10 @@ def resolve_clock(clock, threads):
 
 def time_interleaved(calls, *, repeat, warmup=1, clock="wall", min_seconds=0.0, max_runs=1,
                      progress=None):
-    """Seconds of every call of the functions in ``calls`` (a dict name -> function of no
-    argument), on ``clock`` ("wall" or "cpu", see the module docstring): ``{name: [s, ...]}``.
-
-    Each function first runs ``warmup`` untimed times (the first touch of memory); then
-    come ``repeat`` rounds, each calling every function in turn, so that a busy moment of
-    the machine hits all of them alike rather than one. A function whose warm-up call took
-    less than ``min_seconds`` runs up to ``max_runs`` times per round (more chances at an
-    undisturbed run of a cheap call). ``progress()`` is called after each round.
-    """
+    """Seconds of every call of the functions in ``calls`` (name -> function of no argument)
+    on ``clock``: ``{name: [s, ...]}``. ``warmup`` untimed calls each, then ``repeat`` rounds
+    calling every function in turn; a function whose warm-up took less than ``min_seconds`` runs
+    up to ``max_runs`` times a round. ``progress()`` after each round."""
     now = CLOCKS[clock]
     runs = {}
     for name, fn in calls.items():
@@ -186,9 +152,14 @@ def time_interleaved(calls, *, repeat, warmup=1, clock="wall", min_seconds=0.0, 
                 t0 = now()
                 fn()
                 times[name].append(now() - t0)
-        if progress is not None:
-            progress()
+        _tick(progress)
     return times
+
+
+def _tick(progress):
+    """One step of a progress bar: ``progress()``, when there is one."""
+    if progress is not None:
+        progress()
 
 
 def time_calls(fn, *, repeat, warmup=1, clock="wall"):
@@ -217,9 +188,7 @@ def _peak_bytes(fn):
     return int(peak - base)
 
 
-# ---------------------------------------------------------------------------------------
-# FLOPs
-# ---------------------------------------------------------------------------------------
+# --- FLOPs ---
 
 def _flops(cost):
     """FLOPs of a product from matmul_cost's (multiplications, additions): 2 per multiply-add."""
@@ -227,15 +196,8 @@ def _flops(cost):
 
 
 def train_step_flops(config, batch, seq_len):
-    """Matrix-product FLOPs of one training step of a GPT (forward, backward), by stage.
-
-        forward, per layer:  Q, K, V, output projections and Q K^T, A V (``mha_matmul_cost``),
-                             the FFN's two products;  then the output layer x W_out
-        backward:            2 x forward (each product's two operand gradients)
-
-    Each ``(m, k) @ (k, n)`` counts 2 m k n. Returns a dict of forward FLOPs per stage
-    (summed over layers) and "forward", "backward", "step".
-    """
+    """Matrix-product FLOPs of one training step of a GPT, as the module docstring counts
+    them: the forward FLOPs per stage (summed over layers), "forward", "backward", "step"."""
     c = config
     N = batch * seq_len
     attn = mha_matmul_cost(seq_len, c.d_model, c.n_heads, batch=batch, n_kv_heads=c.n_kv_heads)
@@ -249,11 +211,8 @@ def train_step_flops(config, batch, seq_len):
 
 
 def _step_matmul_shapes(config, batch, seq_len):
-    """Every matrix product of a training step as (count, batch_count, m, k, n) in float32.
-
-    The forward products and, for each, the two products of its backward pass; used to
-    time the step's GEMMs alone (the time the step would take if nothing else cost).
-    """
+    """Every matrix product of a training step, forward and backward, as (count,
+    batch_count, m, k, n): what ``gemm_only_seconds`` times."""
     c = config
     N, d, H, dh = batch * seq_len, c.d_model, c.n_heads, c.d_head
     T = seq_len
@@ -261,44 +220,43 @@ def _step_matmul_shapes(config, batch, seq_len):
            (1, batch * H, T, dh, T), (1, batch * H, T, T, dh),  # Q K^T, A V
            (1, 1, N, d, c.d_ff), (1, 1, N, c.d_ff, d)]          # FFN
     shapes = []
-    for count, b, m, k, n in fwd:
-        count *= c.n_layers
-        shapes += [(count, b, m, k, n), (count, b, m, n, k), (count, b, k, m, n)]  # y, dx, dW
+    for times, b, m, k, n in fwd:
+        times *= c.n_layers
+        shapes += [(times, b, m, k, n), (times, b, m, n, k), (times, b, k, m, n)]  # y, dx, dW
     shapes += [(1, 1, N, d, c.vocab_size), (1, 1, N, c.vocab_size, d), (1, 1, d, N, c.vocab_size)]
     return shapes
 
 
-def gemm_only_seconds(config, batch, seq_len, *, repeat=3, rng=None, clock="wall"):
+def _matmul_seconds(rng, a_shape, b_shape, repeat, clock):
+    """Min time of ``A @ B`` on float32 arrays of these shapes, drawn from ``rng``."""
+    A = rng.standard_normal(a_shape, dtype=np.float32)
+    B = rng.standard_normal(b_shape, dtype=np.float32)
+    return min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
+
+
+def gemm_only_seconds(config, batch, seq_len, *, repeat=3, clock="wall"):
     """Time of the training step's matrix products alone, each run on fresh float32 arrays."""
-    rng = np.random.default_rng(0) if rng is None else rng
+    rng = np.random.default_rng(0)
     total = 0.0
-    for count, b, m, k, n in _step_matmul_shapes(config, batch, seq_len):
+    for times, b, m, k, n in _step_matmul_shapes(config, batch, seq_len):
         lead = () if b == 1 else (b,)
-        A = rng.standard_normal(lead + (m, k), dtype=np.float32)
-        B = rng.standard_normal(lead + (k, n), dtype=np.float32)
-        total += count * min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
+        total += times * _matmul_seconds(rng, lead + (m, k), lead + (k, n), repeat, clock)
     return total
 
 
-def matmul_flops_per_second(sizes=(512, 1024, 2048), *, repeat=5, rng=None, clock="wall"):
+def matmul_flops_per_second(sizes=(512, 1024, 2048), *, repeat=5, clock="wall"):
     """FLOP/s of float32 ``A @ B`` for square n x n matrices (2 n^3 FLOPs each).
 
     Returns ``{"by_size": {n: FLOP/s}, "peak": the largest}``: the reference speed of
     this machine's NumPy matrix product, measured in the same run as the model.
     """
-    rng = np.random.default_rng(0) if rng is None else rng
-    by_size = {}
-    for n in sizes:
-        A = rng.standard_normal((n, n), dtype=np.float32)
-        B = rng.standard_normal((n, n), dtype=np.float32)
-        t = min(time_calls(lambda: A @ B, repeat=repeat, clock=clock))
-        by_size[int(n)] = 2.0 * n ** 3 / t
+    rng = np.random.default_rng(0)
+    by_size = {int(n): 2.0 * n ** 3 / _matmul_seconds(rng, (n, n), (n, n), repeat, clock)
+               for n in sizes}
     return {"by_size": by_size, "peak": max(by_size.values())}
 
 
-# ---------------------------------------------------------------------------------------
-# The training step, in NumPy and in PyTorch
-# ---------------------------------------------------------------------------------------
+# --- The training step, in NumPy and in PyTorch ---
 
 def bench_config(model, max_len=None):
     """The GPTConfig of a benchmark model dict (pre-norm, LayerNorm, GELU, learned positions,
@@ -308,14 +266,26 @@ def bench_config(model, max_len=None):
                      max_len=max_len or model["seq_len"])
 
 
+def _setup(model, seed, max_len=None):
+    """``(model, config, rng, params)``: the model dict (default DEFAULT_MODEL), its
+    GPTConfig, a generator seeded with ``seed`` and float32 weights drawn from it."""
+    model = dict(DEFAULT_MODEL if model is None else model)
+    config = bench_config(model, max_len=max_len)
+    rng = np.random.default_rng(seed)
+    return model, config, rng, init_gpt(config, rng=rng, dtype=np.float32)
+
+
+def _batch(model, rng):
+    """Token ids and targets of one training batch of ``model``, drawn from ``rng``."""
+    shape = (model["batch"], model["seq_len"])
+    return tuple(rng.integers(0, model["vocab_size"], size=shape) for _ in range(2))
+
+
 def _numpy_step(params, state, ids, targets, config, lr, workspace=None, grads=None):
-    """One training step on the fast path: forward, backward (``fast.gpt_loss``, its
-    activations in ``workspace`` or this thread's, the gradients written into ``grads``,
-    the previous step's, when given) and an AdamW update in place (``fast.adamw_step_``;
-    the parameters and moments are the caller's own copies, as a training loop's are).
+    """One training step on the fast path: ``fast.gpt_loss`` (activations in ``workspace``,
+    gradients into ``grads`` when given) and ``fast.adamw_step_`` in place on the caller's copies.
     Returns (params, state, loss, grads)."""
-    loss, grads = fast.gpt_loss(params, ids, targets, config=config, workspace=workspace,
-                                out=grads)
+    loss, grads = fast.gpt_loss(params, ids, targets, config=config, workspace=workspace, out=grads)
     fast.adamw_step_(params, grads, state, lr=lr, weight_decay=0.01)
     return params, state, loss, grads
 
@@ -332,18 +302,11 @@ _LINEAR_WEIGHTS = (".Wq", ".Wk", ".Wv", ".Wo", ".W1", ".W2")
 
 
 def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
-    """The same GPT in PyTorch eager mode, and a training-step function for it.
-
-    Mirrors ``gpt_forward`` for the configurations the benchmark uses (pre-norm
-    LayerNorm with biases, GELU, learned positions, tied embeddings, MHA): the weights
-    are copied from ``params`` (linear weights stored transposed, (d_out, d_in), as
-    ``torch.nn.Linear`` keeps them, so ``F.linear`` runs one fused ``addmm``).
-
-    attention: "math" writes softmax(Q K^T scale + M) V out, as attention_forward does;
-               "sdpa" calls ``F.scaled_dot_product_attention(is_causal=True)``.
-    Returns ``step(ids, targets) -> loss`` (a float), running forward, backward and
-    ``torch.optim.AdamW`` (weight decay 0.01 on every parameter, as in the NumPy step).
-    """
+    """The same GPT in PyTorch eager mode (a copy of ``params``, linear weights stored
+    (d_out, d_in) as ``torch.nn.Linear`` keeps them), and ``step(ids, targets) -> loss``: forward,
+    backward and ``torch.optim.AdamW`` (weight decay 0.01 on every parameter, as in the NumPy
+    step). attention: "math" (softmax(Q K^T scale + M) V written out) or "sdpa"
+    (``F.scaled_dot_product_attention``)."""
     import torch
     import torch.nn.functional as F
 
@@ -354,10 +317,8 @@ def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
                          "positions, tied embeddings, biases, no dropout, n_kv_heads = n_heads")
     if attention not in ("math", "sdpa"):
         raise ValueError(f"torch_gpt_step: attention is {attention!r}; expected 'math' or 'sdpa'")
-    t = {}
-    for k, p in params.items():
-        a = p.T if k.endswith(_LINEAR_WEIGHTS) else p
-        t[k] = torch.tensor(np.ascontiguousarray(a)).requires_grad_(True)
+    t = {k: torch.tensor(np.ascontiguousarray(p.T if k.endswith(_LINEAR_WEIGHTS) else p))
+         .requires_grad_(True) for k, p in params.items()}
     opt = torch.optim.AdamW(list(t.values()), lr=lr, weight_decay=0.01)
     H, dh, d, eps = c.n_heads, c.d_head, c.d_model, c.norm_eps
     scale = 1.0 / math.sqrt(dh)
@@ -375,9 +336,8 @@ def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
         for l in range(c.n_layers):
             p = f"h{l}."
             h = ln(x, p + "attn_norm")
-            q = heads(F.linear(h, t[p + "attn.Wq"], t[p + "attn.bq"]), B, T)
-            k = heads(F.linear(h, t[p + "attn.Wk"], t[p + "attn.bk"]), B, T)
-            v = heads(F.linear(h, t[p + "attn.Wv"], t[p + "attn.bv"]), B, T)
+            q, k, v = (heads(F.linear(h, t[p + f"attn.W{n}"], t[p + f"attn.b{n}"]), B, T)
+                       for n in "qkv")
             if attention == "sdpa":
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
@@ -405,27 +365,17 @@ def torch_gpt_step(params, config, *, attention="math", lr=1e-3):
 
 def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True, lr=1e-3,
                      seed=0, clock="wall", progress=None):
-    """Time the NumPy training step -- the fast path, and (optionally) the reference code
-    -- and (optionally) the PyTorch one, alternately.
+    """Time the training step on the fast path, with the reference code and in PyTorch
+    (eager and with fused SDPA), in alternating rounds, from the same weights and batch.
 
-    Returns a dict: "numpy_seconds" (the fast path), "reference_seconds",
-    "torch_seconds", "torch_sdpa_seconds" ({"min", "median", "n"} or None),
-    "ratio_vs_torch" (fast / PyTorch min time; also "ratio_vs_torch_sdpa"),
-    "reference_ratio_vs_torch" (reference / PyTorch), "first_loss_numpy" /
-    "first_loss_reference" / "first_loss_torch" (the same initial weights and batch: they
-    agree to float32 rounding when the models are the same), and the FLOP figures:
-    "step_flops", "flops_per_second" (step FLOPs / the fast step's min time).
+    Returns the times "numpy_seconds" (fast), "reference_seconds", "torch_seconds",
+    "torch_sdpa_seconds" ({"min", "median", "n"} or None), their ratios (``ratio_vs_*``,
+    ``reference_*``), the first losses ``first_loss_*``, "step_flops" and "flops_per_second".
     """
-    model = dict(DEFAULT_MODEL if model is None else model)
-    config = bench_config(model)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
-    B, T, V = model["batch"], model["seq_len"], model["vocab_size"]
-    ids = rng.integers(0, V, size=(B, T))
-    targets = rng.integers(0, V, size=(B, T))
-    torch = _torch_or_none() if use_torch else None
+    model, config, rng, params = _setup(model, seed)
+    ids, targets = _batch(model, rng)
+    torch = _optional("torch") if use_torch else None
 
-    runners = {}
     state = {"params": {k: p.copy() for k, p in params.items()}, "opt": adamw_init(params),
              "grads": None}
     ref_state = {"params": params, "opt": adamw_init(params)}
@@ -440,9 +390,7 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
             ref_state["params"], ref_state["opt"], ids, targets, config, lr)
         return float(loss)
 
-    runners["numpy"] = numpy_run
-    if use_reference:
-        runners["reference"] = reference_run
+    runners = {"numpy": numpy_run, **({"reference": reference_run} if use_reference else {})}
     if torch is not None:
         ids_t, targets_t = torch.as_tensor(ids), torch.as_tensor(targets)
         for name, attention in (("torch", "math"), ("torch_sdpa", "sdpa")):
@@ -450,81 +398,52 @@ def bench_train_step(model=None, *, repeat=8, use_torch=True, use_reference=True
             runners[name] = (lambda s=step: s(ids_t, targets_t))
     first = {name: fn() for name, fn in runners.items()}      # warm-up, and the initial losses
     times = time_interleaved(runners, repeat=repeat, warmup=0, clock=clock, progress=progress)
-    flops = train_step_flops(config, B, T)
+    flops = train_step_flops(config, model["batch"], model["seq_len"])
+    stats = {name: _stats(ts) for name, ts in times.items()}
+
+    def ratio(a, b):               # min time of runner a / min time of runner b, when both ran
+        return stats[a]["min"] / stats[b]["min"] if a in stats and b in stats else None
     out = {"model": model, "step_flops": flops["step"], "flops_by_stage": flops,
-           "numpy_seconds": _stats(times["numpy"]), "first_loss_numpy": first["numpy"],
-           "torch_seconds": None, "torch_sdpa_seconds": None, "first_loss_torch": None,
-           "ratio_vs_torch": None, "ratio_vs_torch_sdpa": None,
-           "reference_seconds": None, "first_loss_reference": None,
-           "reference_ratio_vs_torch": None, "reference_ratio_vs_torch_sdpa": None,
-           "reference_over_fast": None,
-           "torch_version": None if torch is None else torch.__version__}
-    out["flops_per_second"] = flops["step"] / out["numpy_seconds"]["min"]
-    if use_reference:
-        out["reference_seconds"] = _stats(times["reference"])
-        out["first_loss_reference"] = first["reference"]
-        out["reference_over_fast"] = out["reference_seconds"]["min"] / out["numpy_seconds"]["min"]
+           "numpy_seconds": stats["numpy"], "first_loss_numpy": first["numpy"],
+           "torch_seconds": stats.get("torch"), "torch_sdpa_seconds": stats.get("torch_sdpa"),
+           "first_loss_torch": first.get("torch"), "ratio_vs_torch": ratio("numpy", "torch"),
+           "ratio_vs_torch_sdpa": ratio("numpy", "torch_sdpa"),
+           "reference_seconds": stats.get("reference"),
+           "first_loss_reference": first.get("reference"),
+           "reference_ratio_vs_torch": ratio("reference", "torch"),
+           "reference_ratio_vs_torch_sdpa": ratio("reference", "torch_sdpa"),
+           "reference_over_fast": ratio("reference", "numpy"),
+           "torch_version": None if torch is None else torch.__version__,
+           "flops_per_second": flops["step"] / stats["numpy"]["min"]}
     if torch is not None:
-        out["torch_seconds"] = _stats(times["torch"])
-        out["torch_sdpa_seconds"] = _stats(times["torch_sdpa"])
-        out["first_loss_torch"] = first["torch"]
-        out["ratio_vs_torch"] = out["numpy_seconds"]["min"] / out["torch_seconds"]["min"]
-        out["ratio_vs_torch_sdpa"] = (out["numpy_seconds"]["min"]
-                                      / out["torch_sdpa_seconds"]["min"])
-        out["torch_flops_per_second"] = flops["step"] / out["torch_seconds"]["min"]
-        if use_reference:
-            out["reference_ratio_vs_torch"] = (out["reference_seconds"]["min"]
-                                               / out["torch_seconds"]["min"])
-            out["reference_ratio_vs_torch_sdpa"] = (out["reference_seconds"]["min"]
-                                                    / out["torch_sdpa_seconds"]["min"])
+        out["torch_flops_per_second"] = flops["step"] / stats["torch"]["min"]
     return out
 
 
-# ---------------------------------------------------------------------------------------
-# Decoding with and without the KV cache
-# ---------------------------------------------------------------------------------------
-
-def _loglog_slope(x, y):
-    """Least-squares slope of log y against log x: 1 = linear growth, 0 = constant."""
-    lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
-    return float(np.polyfit(lx, ly, 1)[0])
-
+# --- Decoding with and without the KV cache ---
 
 def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repeat=5, seed=0,
                    clock="wall", progress=None):
     """Greedy decoding of ``n_new`` tokens (batch 1) with and without the KV cache.
 
-    Totals come from ``fast.generate`` itself (``use_cache=True`` / ``False``; both must give
-    the same tokens). Per-token times: one decoding step at context length L (the step
-    that reads L - 1 earlier positions and produces token L + 1): with the cache, one new
-    token against a cache of L - 1 positions; without, a forward pass over all L tokens.
-
-    Returns a dict with "cached_seconds", "uncached_seconds", "speedup" (uncached /
-    cached), "same_tokens", "per_token" ({L: {"cached": s, "uncached": s}}) and the
-    log-log slopes of per-token time against L ("cached_slope", "uncached_slope":
-    1 = linear growth).
+    Totals from ``fast.generate``; per token, one step at context length L (cached: one token
+    against L - 1 cached positions; uncached: all L tokens). Returns "cached_seconds",
+    "uncached_seconds", "speedup", "same_tokens", "per_token" ({L: {"cached", "uncached"}}) and
+    the log-log slopes against L "cached_slope", "uncached_slope" (1 = linear).
     """
-    model = dict(DEFAULT_MODEL if model is None else model)
-    config = bench_config(model, max_len=prompt_len + n_new)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
+    model, config, rng, params = _setup(model, seed, max_len=prompt_len + n_new)
     prompt = rng.integers(0, config.vocab_size, size=(1, prompt_len))
 
     now = CLOCKS[clock]
-
-    def run(use_cache):
-        t0 = now()
-        out = fast.generate(params, prompt, config=config, max_new_tokens=n_new, top_k=1,
-                            use_cache=use_cache)
-        return out, now() - t0
-
     fast.generate(params, prompt, config=config, max_new_tokens=2, top_k=1)   # warm-up
-    tokens_cached, t_cached = run(True)
-    if progress is not None:
-        progress()
-    tokens_uncached, t_uncached = run(False)
-    if progress is not None:
-        progress()
+    tokens, seconds = {}, {}
+    for use_cache in (True, False):
+        t0 = now()
+        tokens[use_cache] = fast.generate(params, prompt, config=config, max_new_tokens=n_new,
+                                          top_k=1, use_cache=use_cache)
+        seconds[use_cache] = now() - t0
+        _tick(progress)
+    (tokens_cached, tokens_uncached), (t_cached, t_uncached) = tokens.values(), seconds.values()
 
     if contexts is None:
         contexts = [L for L in (2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -539,11 +458,12 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
         uncached = min(time_calls(lambda: fast.gpt_forward(params, seq[:, :L], config=config),
                                   repeat=max(2, repeat // 2), clock=clock))
         per_token[int(L)] = {"cached": cached, "uncached": uncached}
-    if progress is not None:
-        progress()
+    _tick(progress)
     Ls = sorted(per_token)
-    slopes = {mode: (_loglog_slope(Ls, [per_token[L][mode] for L in Ls]) if len(Ls) > 1 else None)
-              for mode in ("cached", "uncached")}
+    # least-squares slope of log time against log L: 1 = linear growth, 0 = constant
+    slopes = {mode: float(np.polyfit(np.log(np.asarray(Ls, float)),
+                                     np.log([per_token[L][mode] for L in Ls]), 1)[0])
+              if len(Ls) > 1 else None for mode in ("cached", "uncached")}
     return {"model": model, "n_new": n_new, "prompt_len": prompt_len,
             "cached_seconds": t_cached, "uncached_seconds": t_uncached,
             "speedup": t_uncached / t_cached,
@@ -554,61 +474,28 @@ def bench_decoding(model=None, *, n_new=512, prompt_len=16, contexts=None, repea
             "cached_slope": slopes["cached"], "uncached_slope": slopes["uncached"]}
 
 
-# ---------------------------------------------------------------------------------------
-# Cached decoding against Hugging Face transformers' GPT-2
-# ---------------------------------------------------------------------------------------
+# --- Cached decoding against Hugging Face transformers' GPT-2 ---
 
 def _transformers_or_none():
-    try:
-        import torch  # noqa: F401
-        import transformers
-    except ImportError:
-        return None
-    return transformers
+    return _optional("torch", "transformers")
 
 
 def hf_gpt2_from_params(params, config):
-    """A ``transformers.GPT2LMHeadModel`` (eval mode, float32) holding numpytfmr's weights.
-
-    The configuration is the bench model's: pre-norm LayerNorm with biases, exact GELU
-    (``activation_function="gelu"``, the erf form numpytfmr uses, not GPT-2's tanh form),
-    learned positions, tied embeddings, no dropout. GPT-2 stores its projections as
-    ``Conv1D`` weights of shape (d_in, d_out), numpytfmr's own layout, so the mapping is a
-    renaming; ``c_attn`` holds ``[Wq | Wk | Wv]`` side by side (the inverse of
-    ``gpt_from_hf``).
-    """
+    """A ``transformers.GPT2LMHeadModel`` (eval mode, float32) holding numpytfmr's weights:
+    the bench model's configuration, exact (erf) GELU, written by :func:`hf.gpt_to_hf`."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+    from .hf import gpt_to_hf
 
     c = config
     if (c.norm, c.norm_type, c.positional, c.activation, c.tie_embeddings, c.bias) != \
             ("pre", "layernorm", "learned", "gelu", True, True) or c.n_kv_heads != c.n_heads:
         raise ValueError("hf_gpt2_from_params: config must be GPT-2's architecture (pre-norm "
                          "LayerNorm, GELU, learned positions, tied embeddings, biases, MHA)")
-    hf = GPT2Config(vocab_size=c.vocab_size, n_positions=c.max_len, n_embd=c.d_model,
-                    n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.d_ff,
-                    activation_function="gelu", layer_norm_epsilon=c.norm_eps,
-                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True,
-                    bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    sd = {"transformer.wte.weight": params["wte"], "transformer.wpe.weight": params["wpe"],
-          "transformer.ln_f.weight": params["norm_f.gamma"],
-          "transformer.ln_f.bias": params["norm_f.beta"]}
-    for l in range(c.n_layers):
-        h, p = f"transformer.h.{l}.", f"h{l}."
-        sd.update({
-            h + "ln_1.weight": params[p + "attn_norm.gamma"], h + "ln_1.bias": params[p + "attn_norm.beta"],
-            h + "ln_2.weight": params[p + "mlp_norm.gamma"], h + "ln_2.bias": params[p + "mlp_norm.beta"],
-            h + "attn.c_attn.weight": np.concatenate(
-                [params[p + "attn.Wq"], params[p + "attn.Wk"], params[p + "attn.Wv"]], axis=1),
-            h + "attn.c_attn.bias": np.concatenate(
-                [params[p + "attn.bq"], params[p + "attn.bk"], params[p + "attn.bv"]]),
-            h + "attn.c_proj.weight": params[p + "attn.Wo"], h + "attn.c_proj.bias": params[p + "attn.bo"],
-            h + "mlp.c_fc.weight": params[p + "mlp.W1"], h + "mlp.c_fc.bias": params[p + "mlp.b1"],
-            h + "mlp.c_proj.weight": params[p + "mlp.W2"], h + "mlp.c_proj.bias": params[p + "mlp.b2"],
-        })
-    model = GPT2LMHeadModel(hf)
-    state = {k: torch.tensor(np.ascontiguousarray(v, dtype=np.float32)) for k, v in sd.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    sd, hf_config = gpt_to_hf(params, dataclasses.replace(c, dropout=0.0), dtype=np.float32)
+    model = GPT2LMHeadModel(GPT2Config(**hf_config))
+    missing, unexpected = model.load_state_dict({k: torch.tensor(v) for k, v in sd.items()},
+                                                strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:          # lm_head is tied to wte
         raise RuntimeError(f"hf_gpt2_from_params: weights did not map (missing {missing}, "
                            f"unexpected {unexpected})")
@@ -618,13 +505,10 @@ def hf_gpt2_from_params(params, config):
 def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8), repeat=3,
                          seed=0, clock="wall", progress=None):
     """Cached greedy decoding of ``n_new`` tokens: ``fast.generate`` against transformers'
-    ``GPT2LMHeadModel.generate`` (its KV cache, ``do_sample=False``) on the same weights,
-    float32, batch by batch, the two timed in alternating rounds.
+    ``GPT2LMHeadModel.generate`` on the same weights, float32, per batch, in alternating rounds.
 
-    Returns ``{"available": bool, "note": why not, "transformers_version", "by_batch":
-    {B: {"seconds", "hf_seconds" ({"min", "median", "n"}), "ms_per_token",
-    "hf_ms_per_token", "ratio" (ours / transformers, min times), "same_tokens"}}}``;
-    without transformers (or torch) only "available": False and the note.
+    Returns ``{"available", "note", "transformers_version", "by_batch": {B: {"seconds",
+    "hf_seconds", "ms_per_token", "hf_ms_per_token", "ratio", "same_tokens"}}}``.
     """
     transformers = _transformers_or_none()
     if transformers is None:
@@ -632,10 +516,7 @@ def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8)
                 "cached decoding is not compared with Hugging Face", "by_batch": {}}
     import torch
 
-    model = dict(DEFAULT_MODEL if model is None else model)
-    config = bench_config(model, max_len=prompt_len + n_new)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
+    model, config, rng, params = _setup(model, seed, max_len=prompt_len + n_new)
     hf = hf_gpt2_from_params(params, config)
     out = {"available": True, "note": None, "transformers_version": transformers.__version__,
            "n_new": n_new, "prompt_len": prompt_len, "by_batch": {}}
@@ -653,21 +534,17 @@ def bench_decoding_vs_hf(model=None, *, n_new=512, prompt_len=16, batches=(1, 8)
                                    do_sample=False, use_cache=True)
 
         same = bool(np.array_equal(ours(), theirs().numpy()))     # also the warm-up
-        times = time_interleaved({"ours": ours, "hf": theirs}, repeat=repeat, warmup=0,
-                                 clock=clock)
+        times = time_interleaved({"ours": ours, "hf": theirs}, repeat=repeat, warmup=0, clock=clock)
         mine, hfs = _stats(times["ours"]), _stats(times["hf"])
         out["by_batch"][int(B)] = {
             "seconds": mine, "hf_seconds": hfs,
             "ms_per_token": 1e3 * mine["min"] / n_new, "hf_ms_per_token": 1e3 * hfs["min"] / n_new,
             "ratio": mine["min"] / hfs["min"], "same_tokens": same}
-        if progress is not None:
-            progress()
+        _tick(progress)
     return out
 
 
-# ---------------------------------------------------------------------------------------
-# Decoding-step time against the context length (the decoding_growth example)
-# ---------------------------------------------------------------------------------------
+# --- Decoding-step time against the context length (the decoding_growth example) ---
 
 def fit_exponent(x, y):
     """The p of ``y ~ x^p``: the median slope of log y against log x over all pairs of points
@@ -702,9 +579,17 @@ def time_decoding_steps(*, contexts, cached_contexts, d_model, n_heads, batch, r
             "cached_seconds": [best[("cached", L)] for L in cached_contexts]}
 
 
-_CHILD = ("import json, sys\n"
-          "from numpytfmr.run.bench import time_decoding_steps\n"
-          "print(json.dumps(time_decoding_steps(**json.loads(sys.argv[1]))))\n")
+def _in_child(name, options, env, *, timeout, where):
+    """``name(**options)``, a function of this module, run in a fresh Python process with the
+    environment ``env``: its result, through JSON."""
+    code = ("import json, sys\n"
+            f"from numpytfmr.run.bench import {name}\n"
+            f"print(json.dumps({name}(**json.loads(sys.argv[1]))))\n")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(options)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{where}: the timing process failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
@@ -718,22 +603,15 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
     - with a cache, one new row against L - 1 cached keys and values:
       ``mha_forward(x_new, x_new, ..., kv_cache={"k", "v": (batch, heads, L-1, d_head)})``, L scores.
 
-    Each time is the fastest of ``repeats`` rounds after a warm-up (a step faster than 20 ms
-    runs several times per round), the lengths interleaved; the exponent is the median
-    slope over all pairs of lengths. The default lengths keep all points in one memory
-    regime: the uncached step's (L, L) score arrays (4 MB at L = 724) are larger than a
-    typical L2 cache at every length, the cached step's keys (4 MB at L = 8192) no larger;
-    crossing a cache size adds a jump that no operation count has.
-    With ``single_thread`` (default) the timing runs in a fresh Python process with the BLAS
-    limited to one thread (``OPENBLAS_NUM_THREADS=1`` etc.): a multithreaded BLAS switches
-    threads on above some matrix size, which on a busy machine bends the curve far more
-    than the arithmetic does.
-
-    The predictions are fitted the same way to counts over the same lengths: the query-key
-    scores of ``decoding_cost`` (exponents 2 and 1), and all multiplications of the step
-    (``mha_matmul_cost`` / ``matmul_cost``; the projections, linear in L, pull this below the
-    asymptote at small L). A step of cost L^p summed over L = 1..n gives n^(p+1): the
-    notes' O(n^3) and O(n^2) for a whole generation.
+    Times: the fastest of ``repeats`` interleaved rounds (:func:`time_decoding_steps`), by default
+    in a fresh process with one BLAS thread (a BLAS switching threads on bends the curve more than
+    the arithmetic does); exponent: the median slope over all pairs (:func:`fit_exponent`). The
+    default lengths keep every point in one memory regime (the uncached scores above a typical L2
+    cache, the cached keys below it): crossing a cache size adds a jump no count has.
+    Predictions, fitted the same way: the query-key scores of ``decoding_cost`` (exponents 2 and
+    1) and all multiplications of the step (``mha_matmul_cost`` / ``matmul_cost``: the
+    projections, linear in L, pull it below the asymptote at small L). Summed over L = 1..n, a
+    step of cost L^p gives n^(p+1): the notes' O(n^3) and O(n^2).
 
     Returns a dict: "contexts", "seconds", "cached_contexts", "cached_seconds",
     "exponent", "cached_exponent" (measured), "predicted_exponent",
@@ -745,25 +623,18 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
     if d_model % n_heads:
         raise ValueError(f"{where}: d_model is {d_model} and n_heads is {n_heads}; expected d_model "
                          "divisible by n_heads")
-    lengths = {}
+    options = {}
     for name, Ls in (("contexts", contexts), ("cached_contexts", cached_contexts)):
-        Ls = [count(L, name, where) for L in Ls]
+        options[name] = Ls = [count(L, name, where) for L in Ls]
         if len(set(Ls)) < 2:
-            raise ValueError(f"{where}: {name} is {Ls}; expected at least two different lengths to fit")
-        lengths[name] = Ls
-    options = {"contexts": lengths["contexts"], "cached_contexts": lengths["cached_contexts"],
-               "d_model": d_model, "n_heads": n_heads, "batch": count(batch, "batch", where),
-               "repeats": count(repeats, "repeats", where), "seed": int(seed)}
+            raise ValueError(f"{where}: {name} is {Ls}; expected at least two different lengths "
+                             "to fit")
+    options.update(d_model=d_model, n_heads=n_heads, batch=count(batch, "batch", where),
+                   repeats=count(repeats, "repeats", where), seed=int(seed))
     if single_thread:
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = [package_root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   VECLIB_MAXIMUM_THREADS="1", NUMEXPR_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(path))
-        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(options)], env=env,
-                              capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{where}: the timing process failed:\n{proc.stderr[-2000:]}")
-        times = json.loads(proc.stdout.strip().splitlines()[-1])
+        env = dict(package_env(), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                   MKL_NUM_THREADS="1", VECLIB_MAXIMUM_THREADS="1", NUMEXPR_NUM_THREADS="1")
+        times = _in_child("time_decoding_steps", options, env, timeout=600, where=where)
     else:
         times = time_decoding_steps(**options)
     Ls, Lc = options["contexts"], options["cached_contexts"]
@@ -789,16 +660,11 @@ def measure_decoding_growth(*, contexts=(724, 1024, 1448, 2048),
     }
 
 
-# ---------------------------------------------------------------------------------------
-# OpenBLAS's kernel sets: the training step in fresh processes
-# ---------------------------------------------------------------------------------------
+# --- OpenBLAS's kernel sets: the training step in fresh processes ---
 
 # The kernel sets of OpenBLAS that use AVX-512, and the AVX2 set every such CPU also runs.
 AVX512_SETS = ("SkylakeX", "Cooperlake", "SapphireRapids")
 AVX2_SET = "Haswell"
-_STEP_CHILD = ("import json, sys\n"
-               "from numpytfmr.run.bench import child_step_seconds\n"
-               "print(json.dumps(child_step_seconds(**json.loads(sys.argv[1]))))\n")
 
 
 def child_step_seconds(model, repeat, clock):
@@ -810,16 +676,12 @@ def child_step_seconds(model, repeat, clock):
 
 def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rounds=3,
                         clock="cpu", progress=None):
-    """What running OpenBLAS's kernel set ``coretype`` instead of its own pick costs or saves
-    on the fast training step.
+    """What OpenBLAS's kernel set ``coretype`` instead of its own pick costs or saves on the
+    fast training step, in fresh processes (``rounds`` alternating pairs, min of ``repeat`` steps).
 
-    Each measurement is a fresh Python process (OpenBLAS reads ``OPENBLAS_CORETYPE``, and the
-    thread variables, when NumPy loads it): ``rounds`` pairs, alternating OpenBLAS's pick and
-    ``coretype``, each the minimum of ``repeat`` steps; the minimum over rounds is kept.
-    ``coretype="auto"``: "Haswell" (AVX2) where OpenBLAS picks an AVX-512 set, else nothing
-    to compare. Returns ``{"coretype", "openblas_choice", "seconds": {"openblas", "coretype"},
-    "ratio"}`` (ratio = coretype / OpenBLAS's pick: below 1 the other set is faster), or
-    ``{"coretype": None, "note"}`` when there is nothing to compare.
+    ``coretype="auto"``: "Haswell" where OpenBLAS picks an AVX-512 set. Returns ``{"coretype",
+    "openblas_choice", "seconds": {"openblas", "coretype"}, "ratio"}`` (coretype / OpenBLAS's
+    pick), or ``{"coretype": None, "note"}`` when there is nothing to compare.
     """
     model = dict(DEFAULT_MODEL if model is None else model)
     chosen = blas_info()["architecture"]
@@ -828,44 +690,38 @@ def bench_blas_coretype(model=None, *, coretype="auto", threads=1, repeat=4, rou
     if coretype is None:
         return {"coretype": None, "openblas_choice": chosen,
                 "note": f"OpenBLAS runs {chosen}; no other kernel set to compare"}
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = [package_root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    base["PYTHONPATH"] = os.pathsep.join(path)
+    base = {k: v for k, v in package_env().items() if k != "OPENBLAS_CORETYPE"}
     if threads is not None:
         base.update({v: str(threads) for v in THREAD_VARIABLES})
     envs = {"openblas": base, "coretype": dict(base, OPENBLAS_CORETYPE=str(coretype))}
-    options = json.dumps({"model": model, "repeat": int(repeat), "clock": clock})
+    options = {"model": model, "repeat": int(repeat), "clock": clock}
     seconds, architecture = {"openblas": [], "coretype": []}, {}
     for _ in range(int(rounds)):
         for name, env in envs.items():
-            proc = subprocess.run([sys.executable, "-c", _STEP_CHILD, options], env=env,
-                                  capture_output=True, text=True, timeout=1200)
-            if proc.returncode != 0:
-                raise RuntimeError(f"bench_blas_coretype: the timing process failed:\n{proc.stderr[-2000:]}")
-            out = json.loads(proc.stdout.strip().splitlines()[-1])
+            out = _in_child("child_step_seconds", options, env, timeout=1200,
+                            where="bench_blas_coretype")
             seconds[name].append(out["seconds"])
             architecture[name] = out["architecture"]
-        if progress is not None:
-            progress()
+        _tick(progress)
     best = {name: min(s) for name, s in seconds.items()}
     return {"coretype": coretype, "openblas_choice": architecture["openblas"],
             "coretype_ran": architecture["coretype"], "seconds": best, "runs": seconds,
             "ratio": best["coretype"] / best["openblas"], "threads": threads, "model": model}
 
 
-# ---------------------------------------------------------------------------------------
-# Attention: time and peak memory against n
-# ---------------------------------------------------------------------------------------
+# --- Attention: time and peak memory against n ---
 
-def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
-    """Forward + backward of one attention method; returns (forward s, backward s)."""
-    if method not in ATTENTION_METHODS:
-        raise ValueError(f"bench_attention: unknown method {method!r}; expected one of "
-                         f"{ATTENTION_METHODS}")
+def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, block_size=128, window=256, repeat=3, seed=0,
+                    clock="wall", progress=None):
+    """Time and peak memory of forward + backward of attention over one (1, n, d) head,
+    float32, for each of :data:`ATTENTION_METHODS` (Q, K, V, dout ~ N(0, 1)).
+
+    Returns ``{n: {method: {"forward_seconds", "backward_seconds", "seconds" (min over
+    repeat of forward + backward), "peak_bytes" (tracemalloc, above the inputs)}}}``.
+    """
     # (forward, its keyword arguments, backward); the sliding window goes band by band: the
     # keys each block of queries can see, no (n, n) mask or weights
-    forward, kwargs, backward = {
+    methods = {
         "standard": (attention_forward, {}, attention_backward),
         "flash": (flash_attention_forward, {"block_size": block_size}, flash_attention_backward),
         "sliding_window": (sliding_window_attention_forward,
@@ -873,55 +729,30 @@ def _attention_call(method, Q, K, V, dout, *, block_size, window, clock="wall"):
                            sliding_window_attention_backward),
         "linear": (linear_attention_forward, {}, linear_attention_backward),
         "linear_causal": (linear_attention_forward, {"causal": True}, linear_attention_backward),
-    }[method]
+    }
     now = CLOCKS[clock]
-    t0 = now()
-    _, cache = forward(Q, K, V, **kwargs)
-    t1 = now()
-    backward(dout, cache)
-    t2 = now()
-    return t1 - t0, t2 - t1
-
-
-def bench_attention(ns=DEFAULT_ATTENTION_N, *, d=64, methods=ATTENTION_METHODS, block_size=128,
-                    window=256, repeat=3, seed=0, clock="wall", progress=None):
-    """Time and peak memory of forward + backward of attention over one (n, d) head, float32.
-
-    Methods: "standard" (attention_forward: the n x n weights), "flash"
-    (flash_attention_forward, tiles of block_size), "sliding_window"
-    (sliding_window_attention_forward: causal, ``window`` keys back, blocks of block_size
-    queries against the keys they reach; no n x n array), "linear" and "linear_causal"
-    (linear_attention_forward; causal in chunks with a running state). Q, K, V and dout
-    ~ N(0, 1), shape (1, n, d), no mask unless the method has one.
-
-    Returns ``{n: {method: {"forward_seconds", "backward_seconds", "seconds" (min over
-    repeat of forward + backward), "peak_bytes" (tracemalloc, above the inputs)}}}``.
-    """
     rng = np.random.default_rng(seed)
     results = {}
     for n in ns:
         Q, K, V, dout = (rng.standard_normal((1, n, d), dtype=np.float32) for _ in range(4))
-        row = {}
-        for method in methods:
-            def call():
-                return _attention_call(method, Q, K, V, dout, block_size=block_size, window=window,
-                                       clock=clock)
+        results[int(n)] = row = {}
+        for method, (forward, kwargs, backward) in methods.items():
+            def call():                       # (forward seconds, backward seconds)
+                t0 = now()
+                _, cache = forward(Q, K, V, **kwargs)
+                t1 = now()
+                backward(dout, cache)
+                return t1 - t0, now() - t1
             reps = repeat if n < 8192 else max(1, repeat - 1)
             runs = [call() for _ in range(reps + 1)][1:]           # the first is a warm-up
             best = min(runs, key=sum)
-            peak = _peak_bytes(call)
             row[method] = {"forward_seconds": best[0], "backward_seconds": best[1],
-                           "seconds": sum(best), "peak_bytes": peak}
-            if progress is not None:
-                progress()
-        results[int(n)] = row
-        del Q, K, V, dout
+                           "seconds": sum(best), "peak_bytes": _peak_bytes(call)}
+            _tick(progress)
     return results
 
 
-# ---------------------------------------------------------------------------------------
-# Scaling: the training step's time and memory against its size (bench --scaling)
-# ---------------------------------------------------------------------------------------
+# --- Scaling: the training step's time and memory against its size (bench --scaling) ---
 
 # The base model of the scaling study, and the values each axis takes (one axis varies at a
 # time; d_model keeps d_head = 32 and d_ff = 4 d_model).
@@ -931,8 +762,7 @@ SCALING_AXES = {"d_model": (128, 256, 512, 1024), "n_layers": (1, 2, 4, 8),
                 "seq_len": (32, 64, 128, 256, 512), "batch": (1, 2, 4, 8, 16)}
 QUICK_SCALING_BASE = {"vocab_size": 64, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 128,
                       "batch": 2, "seq_len": 16}
-QUICK_SCALING_AXES = {"d_model": (32, 64), "n_layers": (1, 2), "seq_len": (16, 32),
-                      "batch": (2, 4)}
+QUICK_SCALING_AXES = {"d_model": (32, 64), "n_layers": (1, 2), "seq_len": (16, 32), "batch": (2, 4)}
 
 
 def _scaled_model(base, axis, value):
@@ -947,30 +777,18 @@ def _step_runner(model, seed):
     """Functions running one fast training step of ``model`` (its own weights and batch):
     ``step()`` with a workspace of its own (the points of an axis alternate, so they must
     not share one) and ``fresh()``, whose activations are all new (for tracemalloc)."""
-    config = bench_config(model)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
+    model, config, rng, params = _setup(model, seed)
     state = adamw_init(params)
-    ids = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
-    targets = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
+    ids, targets = _batch(model, rng)
     ws, grads = fast.Workspace(), {k: np.empty_like(p) for k, p in params.items()}
     return (lambda: _numpy_step(params, state, ids, targets, config, 1e-3, ws, grads),
             lambda: _numpy_step(params, state, ids, targets, config, 1e-3, fast.Workspace()))
 
 
 def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progress=None):
-    """Time and peak memory of the fast training step (``fast.gpt_loss`` + ``adamw_step_``)
-    as one size at a time grows, beside the counts of ``cost.train_step_cost`` (001 §1.1,
-    §2.1) over the same points.
-
-    For each axis (d_model, n_layers, seq_len, batch) the points are timed in alternating
-    rounds (the minimum of ``repeat``), their peak memory traced once (tracemalloc: what the
-    step allocates on top of the weights and moments, i.e. activations, temporaries and
-    gradients), and four log-log slopes fitted (``fit_exponent``): measured time and
-    memory, predicted FLOPs and memory (saved activations + one gradient per weight).
-    Where the time slope is below the FLOP slope, the fixed per-call costs (Python, NumPy
-    dispatch, small products) still weigh; above it, a part the FLOP count leaves out
-    (softmax and the other elementwise passes over n^2 scores) grows faster.
+    """Time and peak memory of the fast training step as one size at a time grows, beside
+    ``cost.train_step_cost`` (001 §1.1, §2.1): per axis, alternating rounds (min of ``repeat``),
+    one traced peak per point and four log-log slopes (``fit_exponent``).
 
     Returns ``{"base": model, "axes": {axis: {"values", "seconds", "peak_bytes", "flops",
     "memory_elements", "time_slope", "memory_slope", "flop_slope", "predicted_memory_slope"}}}``.
@@ -993,39 +811,28 @@ def bench_scaling(base=None, axes=None, *, repeat=5, seed=0, clock="wall", progr
                "peak_bytes": [peaks[v] for v in vs],
                "flops": [costs[v]["step_flops"] for v in vs],
                "memory_elements": [costs[v]["memory_elements"] for v in vs]}
-        row.update({"time_slope": fit_exponent(vs, row["seconds"]),
-                    "memory_slope": fit_exponent(vs, row["peak_bytes"]),
-                    "flop_slope": fit_exponent(vs, row["flops"]),
-                    "predicted_memory_slope": fit_exponent(vs, row["memory_elements"])})
+        for slope, of in (("time", "seconds"), ("memory", "peak_bytes"), ("flop", "flops"),
+                          ("predicted_memory", "memory_elements")):
+            row[slope + "_slope"] = fit_exponent(vs, row[of])
         out["axes"][axis] = row
-        if progress is not None:
-            progress()
+        _tick(progress)
     return out
 
 
-# ---------------------------------------------------------------------------------------
-# Profile of the training step
-# ---------------------------------------------------------------------------------------
+# --- Profile of the training step ---
 
 def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     """cProfile of ``steps`` fast-path training steps: the functions with the most own time.
 
-    NumPy's operators and ufuncs (``@``, ``np.exp``, ...) are not function calls cProfile
-    sees: their time is counted in the function that uses them, which is what makes this
-    profile read per kernel (the attention, layernorm, gelu_float32, ...). The profiler's timer
-    is ``clock`` ("wall" or "cpu").
+    NumPy's operators count in the function that uses them, so the profile reads per kernel.
     Returns ``{"seconds": total, "rows": [{"function", "calls", "own_seconds",
     "own_fraction", "cumulative_seconds"}, ...]}``, most own time first.
     """
     import cProfile
     import pstats
 
-    model = dict(DEFAULT_MODEL if model is None else model)
-    config = bench_config(model)
-    rng = np.random.default_rng(seed)
-    params = init_gpt(config, rng=rng, dtype=np.float32)
-    ids = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
-    targets = rng.integers(0, model["vocab_size"], size=(model["batch"], model["seq_len"]))
+    model, config, rng, params = _setup(model, seed)
+    ids, targets = _batch(model, rng)
     opt = adamw_init(params)
     params, opt, _, grads = _numpy_step(params, opt, ids, targets, config, 1e-3)   # warm-up
     prof = cProfile.Profile(CLOCKS[clock])
@@ -1036,7 +843,7 @@ def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     st = pstats.Stats(prof)
     total = st.total_tt
     rows = []
-    for (file, line, name), (cc, nc, tt, ct, _) in st.stats.items():
+    for (file, line, name), (_, nc, tt, ct, _) in st.stats.items():
         label = f"{os.path.basename(file)}:{name}" if line else name
         rows.append({"function": label, "calls": nc // steps, "own_seconds": tt / steps,
                      "own_fraction": tt / total if total else 0.0,
@@ -1045,9 +852,7 @@ def profile_train_step(model=None, *, steps=3, top=15, seed=0, clock="wall"):
     return {"seconds": total / steps, "rows": rows[:top]}
 
 
-# ---------------------------------------------------------------------------------------
-# Everything
-# ---------------------------------------------------------------------------------------
+# --- Everything ---
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -1056,23 +861,16 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 def keep_freed_memory():
     """Ask the C allocator to keep freed memory in the process (glibc only).
 
-    By default glibc returns large freed blocks to the operating system (``munmap``, heap
-    trimming), so the next step's arrays are fresh pages and every page faults in again: a
-    step that allocates its arrays anew, as the reference does, spends a fifth of its time
-    in the kernel (30 000 - 60 000 page faults a step at the bench configuration). Here
-    blocks up to 32 MiB come from the heap (``M_MMAP_THRESHOLD``) and the heap is never
-    trimmed (``M_TRIM_THRESHOLD``), as allocators like jemalloc or tcmalloc behave. The
-    setting is process-wide: NumPy and PyTorch run under the same one.
-
-    Returns ``{"allocator": ..., "kept": bool}`` (False where this is not glibc).
+    Blocks up to 32 MiB come from the heap (``M_MMAP_THRESHOLD``) and the heap is never trimmed
+    (``M_TRIM_THRESHOLD``), so a step that allocates anew does not page-fault in again what the
+    last one returned. Process-wide. Returns ``{"allocator": ..., "kept": bool}``.
     """
     import ctypes
     import ctypes.util
 
     name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = None if libc is None else libc.mallopt
+        mallopt = ctypes.CDLL(name).mallopt if name else None
     except (OSError, AttributeError):
         mallopt = None
     if mallopt is None or platform.libc_ver()[0] != "glibc":
@@ -1094,17 +892,9 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
               keep_memory=False, coretype="auto", on_stage=None):
     """Run every measurement; returns the summary dict (REQUIRED_KEYS plus details).
 
-    quick:   tiny model, short decoding and small n (a smoke test; figures meaningless)
-    threads: BLAS and torch threads (None: leave both as they are)
-    clock:   "auto" (CPU time with one thread, else wall clock), "wall" or "cpu"
-    scaling: run the scaling study (``bench_scaling``) INSTEAD of everything else; the
-             summary then holds "scaling" (and the machine, threads and clock)
-    keep_memory: ``keep_freed_memory()`` first (the C allocator keeps freed memory, for
-             NumPy and PyTorch alike); by default the allocator is left as users have it
-    coretype: the OpenBLAS kernel set to compare with OpenBLAS's own pick on the training
-             step (``bench_blas_coretype``; "auto": the AVX2 set where OpenBLAS picks an
-             AVX-512 one; None: skip)
-    on_stage(name): called after each measurement (a progress bar)
+    The keywords are the command's flags (docs/commands.md, "numpytfmr bench"): ``threads=None``
+    leaves the thread counts alone, ``scaling`` runs only ``bench_scaling``, ``coretype=None``
+    skips ``bench_blas_coretype``; ``on_stage(name)`` is called after each measurement.
     """
     tick = on_stage if on_stage is not None else (lambda name: None)
     attention_n = tuple(attention_n or (QUICK_ATTENTION_N if quick else DEFAULT_ATTENTION_N))
@@ -1112,7 +902,7 @@ def run_bench(*, quick=False, threads=1, clock="auto", use_torch=True, attention
     repeat = repeat or (2 if quick else 8)
     start = time.perf_counter()
     clock = resolve_clock(clock, threads)
-    torch = _torch_or_none() if use_torch else None
+    torch = _optional("torch") if use_torch else None
     torch_threads = None if torch is None else torch.get_num_threads()
     summary = {"quick": bool(quick), "machine": _machine(),
                "threads": set_threads(threads, use_torch=use_torch), "clock": clock,
@@ -1153,9 +943,8 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
     tick("matmul")
     train = bench_train_step(model, repeat=repeat, use_torch=use_torch, clock=clock,
                              progress=lambda: tick("train step"))
-    config = bench_config(model)
-    gemm_s = gemm_only_seconds(config, model["batch"], model["seq_len"], repeat=2 if quick else 3,
-                               clock=clock)
+    gemm_s = gemm_only_seconds(bench_config(model), model["batch"], model["seq_len"],
+                               repeat=2 if quick else 3, clock=clock)
     tick("gemm only")
     decode = bench_decoding(model, n_new=n_new, prompt_len=4 if quick else 16,
                             repeat=2 if quick else 5, clock=clock,
@@ -1179,7 +968,7 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
         if row is None or method not in row or "standard" not in row:
             return None
         return row[method][key] / row["standard"][key]
-
+    hf1, hf8 = (vs_hf["by_batch"].get(B, {}) for B in (1, 8))
     summary.update({
         # the acceptance figures
         "train_step_ratio_vs_torch": train["ratio_vs_torch"],
@@ -1187,23 +976,22 @@ def _run_all(summary, *, quick, clock, use_torch, attention_n, block_size, windo
         "kv_cache_speedup_512": decode["speedup"] if n_new == 512 else None,
         "flash_memory_ratio_4096": ratio(4096, "peak_bytes"),
         "flash_time_ratio_4096": ratio(4096, "seconds"),
-        "decode_ratio_vs_hf": vs_hf["by_batch"].get(1, {}).get("ratio"),
-        "decode_ratio_vs_hf_batch8": vs_hf["by_batch"].get(8, {}).get("ratio"),
+        "decode_ratio_vs_hf": hf1.get("ratio"),
+        "decode_ratio_vs_hf_batch8": hf8.get("ratio"),
         "linear_causal_memory_ratio_8192": ratio(8192, "peak_bytes", "linear_causal"),
         "sliding_window_memory_ratio_8192": ratio(8192, "peak_bytes", "sliding_window"),
         # the figures behind them
-        "decode_ms_per_token": vs_hf["by_batch"].get(1, {}).get("ms_per_token"),
-        "decode_hf_ms_per_token": vs_hf["by_batch"].get(1, {}).get("hf_ms_per_token"),
+        "decode_ms_per_token": hf1.get("ms_per_token"),
+        "decode_hf_ms_per_token": hf1.get("hf_ms_per_token"),
         "train_step_ratio_vs_torch_sdpa": train["ratio_vs_torch_sdpa"],
         "numpy_step_seconds": train["numpy_seconds"]["min"],
         "reference_step_ratio_vs_torch": train["reference_ratio_vs_torch"],
         "reference_step_ratio_vs_torch_sdpa": train["reference_ratio_vs_torch_sdpa"],
-        "decode_ms_per_token_batch8": vs_hf["by_batch"].get(8, {}).get("ms_per_token"),
-        "decode_hf_ms_per_token_batch8": vs_hf["by_batch"].get(8, {}).get("hf_ms_per_token"),
-        "reference_step_seconds": (None if train["reference_seconds"] is None
-                                   else train["reference_seconds"]["min"]),
+        "decode_ms_per_token_batch8": hf8.get("ms_per_token"),
+        "decode_hf_ms_per_token_batch8": hf8.get("hf_ms_per_token"),
+        "reference_step_seconds": (train["reference_seconds"] or {}).get("min"),
         "reference_over_fast": train["reference_over_fast"],
-        "torch_step_seconds": None if train["torch_seconds"] is None else train["torch_seconds"]["min"],
+        "torch_step_seconds": (train["torch_seconds"] or {}).get("min"),
         "step_gflop": train["step_flops"] / 1e9,
         "step_gflops_per_second": train["flops_per_second"] / 1e9,
         "matmul_gflops_per_second": mm["peak"] / 1e9,

@@ -1,21 +1,11 @@
 """The class grader's cost: ``numpytfmr bench --grading-class N``.
 
-Builds a class as an instructor meets one and grades it with the real command, in a process of
-its own:
-
-1. ``numpytfmr make-assignment`` with ten forward/backward pairs (:data:`OPS`);
-2. N submissions, each the reference's own answers written out as a plain NumPy file
-   (:func:`reference_homework`: the reference functions without their contract decorators,
-   with the helpers they call), every ``buggy_every``-th one carrying a planted bug that
-   varies by student (:func:`planted_bug`: a forward off by a constant factor, a backward with
-   its sign flipped or halved, a forward that fails on part of its cases);
-3. ``numpytfmr grade SUBMISSIONS --config grading.json --csv grades.csv --jobs J --isolation
-   MODE --summary FILE``, as a subprocess.
-
-The figures come from the grade command's own ``--summary`` (wall time, CPU time of the
-submission processes and of the grading, sandbox start-up, per submission); the CPU time of the
-whole grade process tree, as the operating system counts it for the subprocess, is reported
-beside them as a cross-check.
+Builds a class as an instructor meets one (``make-assignment`` with the ten pairs of
+:data:`OPS`; N submissions written from the reference's own code by
+:func:`reference_homework`, every ``buggy_every``-th with a :func:`planted_bug`) and grades it
+with ``numpytfmr grade ... --summary FILE`` in a process of its own; the figures are that
+command's own summary, with the CPU time of the grade process tree beside them as a
+cross-check. docs/performance.md, "Grading a class", says what is measured and why.
 """
 import ast
 import inspect
@@ -118,6 +108,13 @@ def reference_homework(ops=OPS):
     return "\n".join(head + [""] + consts + [""] + ["\n\n" + t for t in order]) + "\n"
 
 
+def _around(name, args, body):
+    """Source that renames ``name`` to ``_right_<name>`` and defines ``name(args)`` as
+    ``body`` (which calls the right one)."""
+    return (f"\n_right_{name} = {name}\n\n\ndef {name}({args}):\n"
+            + textwrap.indent(textwrap.dedent(body).lstrip("\n"), "    "))
+
+
 def planted_bug(k, ops=OPS):
     """``(description, source)``: the ``k``-th planted bug, appended to a correct homework; the
     op and the kind of bug vary with ``k`` (:data:`BUGS`)."""
@@ -125,38 +122,23 @@ def planted_bug(k, ops=OPS):
     kind = BUGS[k % len(BUGS)]
     fwd, bwd = resolve(ops[(k // len(BUGS) + 3 * k) % len(ops)]).functions
     if kind == "forward scaled":
-        code = f"""
-_right_{fwd} = {fwd}
-
-
-def {fwd}(*args, **kwargs):
-    out, cache = _right_{fwd}(*args, **kwargs)
-    return out * 1.5, cache
-"""
-        return f"{fwd} returns 1.5 times the output", code
+        return f"{fwd} returns 1.5 times the output", _around(fwd, "*args, **kwargs", f"""
+            out, cache = _right_{fwd}(*args, **kwargs)
+            return out * 1.5, cache
+            """)
     if kind == "forward fails":
-        code = f"""
-_right_{fwd} = {fwd}
-
-
-def {fwd}(*args, **kwargs):
-    if sum(getattr(a, "size", 1) for a in args) % 2:
-        raise ValueError("a planted bug")
-    return _right_{fwd}(*args, **kwargs)
-"""
-        return f"{fwd} raises on inputs of an odd total size", code
+        return f"{fwd} raises on inputs of an odd total size", _around(fwd, "*args, **kwargs", f"""
+            if sum(getattr(a, "size", 1) for a in args) % 2:
+                raise ValueError("a planted bug")
+            return _right_{fwd}(*args, **kwargs)
+            """)
     factor = -1.0 if kind == "backward sign" else 0.5
-    code = f"""
-_right_{bwd} = {bwd}
-
-
-def {bwd}(dout, cache):
-    grads = _right_{bwd}(dout, cache)
-    if isinstance(grads, tuple):
-        return tuple(None if g is None else g * {factor} for g in grads)
-    return grads * {factor}
-"""
-    return f"{bwd} returns the gradients times {factor:g}", code
+    return f"{bwd} returns the gradients times {factor:g}", _around(bwd, "dout, cache", f"""
+        grads = _right_{bwd}(dout, cache)
+        if isinstance(grads, tuple):
+            return tuple(None if g is None else g * {factor} for g in grads)
+        return grads * {factor}
+        """)
 
 
 def build_class(folder, n, *, buggy_every=4, ops=OPS, env=None):
@@ -188,7 +170,7 @@ def _children_cpu():
     return usage.ru_utime + usage.ru_stime
 
 
-def _package_env():
+def package_env():
     """The environment for the subprocesses: this copy of numpytfmr first on the path."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -197,21 +179,19 @@ def _package_env():
     return env
 
 
-def run_grading_class(n=TARGET_CLASS, *, jobs=2, isolation="bubblewrap", buggy_every=4,
-                      workdir=None, on_line=None):
+def run_grading_class(n=TARGET_CLASS, *, jobs=2, isolation="bubblewrap", on_line=None):
     """Build a class of ``n`` (:func:`build_class`), grade it with ``numpytfmr grade`` as a
     subprocess, and return the figures (a dict; ``grade_summary`` is the command's own).
 
     isolation: the ``--isolation`` of the grade command (bubblewrap, as on Gradescope)
-    workdir: where to build the class (default: a temporary folder, removed afterwards)
     on_line: a callable taking each line the grade command prints, or None
     """
     if n < 1:
         raise ValueError(f"the class has {n} submissions; expected at least 1")
-    env = _package_env()
-    with tempfile.TemporaryDirectory(prefix="numpytfmr-bench-class-", dir=workdir) as folder:
+    env = package_env()
+    with tempfile.TemporaryDirectory(prefix="numpytfmr-bench-class-") as folder:
         t0 = time.monotonic()
-        config, subs, planted = build_class(folder, n, buggy_every=buggy_every, env=env)
+        config, subs, planted = build_class(folder, n, env=env)
         build_seconds = time.monotonic() - t0
         summary_path = os.path.join(folder, "summary.json")
         argv = [sys.executable, "-m", "numpytfmr", "grade", subs, "--config", config, "--csv",
@@ -260,11 +240,10 @@ def figures(summary, *, planted, scores, process_cpu, process_wall, build_second
         "wall_seconds": summary["seconds"],
         "cpu_seconds": summary["cpu_seconds"],
         "cpu_seconds_per_submission": round(per, 3),
-        "start_seconds_per_submission": summary["start_seconds_per_submission"],
-        "wall_seconds_per_submission": summary["wall_seconds_per_submission"],
-        "sandbox_cpu_seconds_per_submission": summary.get("sandbox_cpu_seconds_per_submission"),
-        "grader_cpu_seconds_per_submission": summary.get("grader_cpu_seconds_per_submission"),
-        "processes_per_submission": summary.get("processes_per_submission"),
+        **{k: summary[k] for k in ("start_seconds_per_submission", "wall_seconds_per_submission")},
+        **{k: summary.get(k) for k in ("sandbox_cpu_seconds_per_submission",
+                                      "grader_cpu_seconds_per_submission",
+                                      "processes_per_submission")},
         "run_cpu_seconds": round(process_cpu, 3),
         "run_wall_seconds": round(process_wall, 2),
         "build_seconds": round(build_seconds, 2),

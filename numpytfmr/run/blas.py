@@ -1,24 +1,10 @@
 """NumPy's BLAS: how many threads it uses, and what it is.
 
-The training commands, ``generate`` and ``numpytfmr bench`` run NumPy's BLAS with one
-thread by default (``--threads``): the matrices of these small models (64 x 256) are far
-too small to share between threads, and with both cores of a small machine busy a
-multithreaded OpenBLAS spends most of its time waiting.
-
-The count is set through threadpoolctl (``pip install "numpytfmr[threads]"``), which knows
-OpenBLAS, MKL and BLIS. Without it the count is what the standard environment variables
-said when NumPy loaded (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM_THREADS``),
-and :func:`limit_blas_threads` changes nothing: set them before starting, e.g.
-``OPENBLAS_NUM_THREADS=1 numpytfmr train``.
-
-The same count of threads runs the fast path's elementwise and row-wise passes
-(``numpytfmr.fast.parallel``: LayerNorm, GELU, softmax and attention per pair of sequences,
-AdamW in row blocks): :func:`limit_blas_threads` and :func:`blas_threads` set it too, with or
-without threadpoolctl.
-
-Which of OpenBLAS's kernel sets runs (it picks one per CPU when it loads) is the library's
-business: ``OPENBLAS_CORETYPE`` set before NumPy loads chooses another, and
-``numpytfmr bench --blas-coretype`` measures what that changes on the training step.
+The count is set through threadpoolctl (the ``threads`` extra), which knows OpenBLAS, MKL and
+BLIS; without it the count is what :data:`THREAD_VARIABLES` said when NumPy loaded, and
+:func:`limit_blas_threads` changes nothing. The same count runs the fast path's elementwise
+and row-wise passes (``numpytfmr.fast.parallel``), with or without threadpoolctl. Why one
+thread by default, and OpenBLAS's kernel sets: docs/commands.md, "BLAS threads".
 """
 import os
 from contextlib import contextmanager
@@ -44,14 +30,10 @@ def _controller():
 
 
 def limit_blas_threads(n):
-    """Make the BLAS library NumPy uses run ``n`` threads from now on.
+    """Make NumPy's BLAS, and the fast path's passes, run ``n`` threads from now on.
 
-    Returns the number it used before, or None when the count cannot be changed while the
-    program runs (threadpoolctl is not installed, or it finds no BLAS); the environment
-    variables of :data:`THREAD_VARIABLES`, read when NumPy loaded, then decide. Prefer the
-    context manager :func:`blas_threads`, which restores the previous number.
-    The fast path's passes run on ``n`` threads from now on in either case
-    (``fast.parallel.set_workers``).
+    Returns the BLAS's previous count, or None when it cannot be changed while the program runs
+    (no threadpoolctl, or no BLAS found). Prefer :func:`blas_threads`, which restores it.
     """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"limit_blas_threads: n is {n!r}; expected an integer >= 1")
@@ -66,9 +48,9 @@ def limit_blas_threads(n):
 
 @contextmanager
 def blas_threads(n):
-    """``with blas_threads(1): ...`` runs the block with ``n`` BLAS threads (see
-    :func:`limit_blas_threads`) and restores the previous number afterwards (and the fast
-    path's previous number of workers)."""
+    """``with blas_threads(1): ...`` runs the block with ``n`` threads (see
+    :func:`limit_blas_threads`) and restores both previous counts afterwards.
+    """
     workers = parallel.workers()
     previous = limit_blas_threads(n)
     try:
@@ -80,10 +62,8 @@ def blas_threads(n):
 
 
 def blas_info():
-    """What NumPy's BLAS is: ``{"library", "version", "architecture", "threads",
-    "controlled"}``; ``architecture`` is OpenBLAS's kernel set ("Haswell", "SkylakeX", ...).
-    ``controlled`` says whether threadpoolctl can change the thread count; without it the
-    other fields come from the environment and are None where unknown."""
+    """What NumPy's BLAS is: ``{"library", "version", "architecture" (OpenBLAS's kernel set),
+    "threads", "controlled" (threadpoolctl can change the count)}``; None where unknown."""
     blas = _controller()
     if blas is None:
         threads = next((os.environ[v] for v in THREAD_VARIABLES if os.environ.get(v)), None)

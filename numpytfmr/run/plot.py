@@ -51,8 +51,7 @@ def _loss_panel(loss, ylabel="training loss", scale=1.0):
     if width > 1:
         lines.append({"x": steps, "y": _smoothed(y, width), "label": f"mean of {width} steps",
                       "style": "-", "alpha": 1.0})
-    return {"title": "training", "xlabel": "step", "ylabel": ylabel, "lines": lines,
-            "hlines": []}
+    return {"title": "training", "xlabel": "step", "ylabel": ylabel, "lines": lines, "hlines": []}
 
 
 def run_panels(summary, metrics=None):

@@ -71,4 +71,3 @@ class Progress:
 
     def __exit__(self, *exc):
         self.close()
-        return False

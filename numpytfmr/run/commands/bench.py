@@ -8,12 +8,7 @@ attention takes.
     numpytfmr bench --scaling                # only: the step's time and memory against its size
     numpytfmr bench --grading-class 200      # only: grade a class of 200 in the sandbox
 
-Measures, in one run (see ``numpytfmr/run/bench.py`` for how): the GPT training step -- on the
-fast path (``numpytfmr.fast``, what ``train`` runs) and with the reference code -- against
-the same model in PyTorch eager mode, its matrix-product FLOP/s against NumPy's own
-``A @ B``, decoding 512 tokens with and without the KV cache, cached decoding against
-Hugging Face transformers' GPT-2 on the same weights, and standard, flash, sliding-window
-and linear attention at n = 1024, 4096, 8192.
+What it measures, and how: docs/performance.md, "Measuring", and ``numpytfmr/run/bench.py``.
 """
 import sys
 
@@ -99,35 +94,34 @@ def report_lines(s):
               f"d_model {md['d_model']}, {md['n_layers']} layers, {md['n_heads']} heads, d_ff "
               f"{md['d_ff']}, batch {md['batch']} x {md['seq_len']} tokens); min of "
               f"{tr['numpy_seconds']['n']} runs"]
-    gf = tr["step_flops"] / 1e9
     torch_s = tr["torch_seconds"]
 
-    def vs_torch(eager, sdpa):
+    def step_row(label, name, note, ratios=""):
+        seconds = tr[name + "_seconds"]["min"]
+        return (f"  {label:<23}{_ms(seconds)}  {tr['step_flops'] / seconds / 1e9:7.1f} GFLOP/s   "
+                + note + ratios)
+
+    def vs_torch(prefix):
         if torch_s is None:
             return ""
-        return f"   / PyTorch eager {eager:.3f}x, + fused SDPA {sdpa:.3f}x"
-    lines.append(f"  NumPy, fast path       {_ms(tr['numpy_seconds']['min'])}  "
-                 f"{tr['flops_per_second'] / 1e9:7.1f} GFLOP/s   (first loss "
-                 f"{tr['first_loss_numpy']:.6f})"
-                 + vs_torch(tr["ratio_vs_torch"], tr["ratio_vs_torch_sdpa"]))
+        return (f"   / PyTorch eager {tr[prefix + 'ratio_vs_torch']:.3f}x, + fused SDPA "
+                f"{tr[prefix + 'ratio_vs_torch_sdpa']:.3f}x")
+    lines.append(step_row("NumPy, fast path", "numpy",
+                          f"(first loss {tr['first_loss_numpy']:.6f})", vs_torch("")))
     if tr.get("reference_seconds") is not None:
-        ref = tr["reference_seconds"]["min"]
-        lines.append(f"  NumPy, reference       {_ms(ref)}  "
-                     f"{tr['step_flops'] / ref / 1e9:7.1f} GFLOP/s   (first loss "
-                     f"{tr['first_loss_reference']:.6f})"
-                     + vs_torch(tr["reference_ratio_vs_torch"], tr["reference_ratio_vs_torch_sdpa"])
-                     + f"   ({tr['reference_over_fast']:.2f}x the fast path)")
+        lines.append(step_row("NumPy, reference", "reference",
+                              f"(first loss {tr['first_loss_reference']:.6f})",
+                              vs_torch("reference_")
+                              + f"   ({tr['reference_over_fast']:.2f}x the fast path)"))
     if torch_s is not None:
-        lines.append(f"  PyTorch eager          {_ms(tr['torch_seconds']['min'])}  "
-                     f"{tr['torch_flops_per_second'] / 1e9:7.1f} GFLOP/s   (first loss "
-                     f"{tr['first_loss_torch']:.6f})")
-        lines.append(f"  PyTorch + fused SDPA   {_ms(tr['torch_sdpa_seconds']['min'])}  "
-                     f"{tr['step_flops'] / tr['torch_sdpa_seconds']['min'] / 1e9:7.1f} GFLOP/s   "
-                     "(F.scaled_dot_product_attention, is_causal: nanoGPT's attention)")
+        lines.append(step_row("PyTorch eager", "torch",
+                              f"(first loss {tr['first_loss_torch']:.6f})"))
+        lines.append(step_row("PyTorch + fused SDPA", "torch_sdpa",
+                              "(F.scaled_dot_product_attention, is_causal: nanoGPT's attention)"))
     else:
         lines.append("  PyTorch                not measured (--skip-torch, or torch not installed)")
-    lines.append(f"  step FLOPs {gf:.2f} GFLOP (matrix products, 2mkn each, backward = 2 x "
-                 "forward)")
+    lines.append(f"  step FLOPs {tr['step_flops'] / 1e9:.2f} GFLOP (matrix products, 2mkn each, "
+                 "backward = 2 x forward)")
     by = ", ".join(f"{n}: {f / 1e9:.1f}" for n, f in s["matmul"]["by_size"].items())
     lines.append(f"  NumPy float32 A @ B    {s['matmul_gflops_per_second']:9.1f} GFLOP/s (best of "
                  f"n x n: {by})  ->  step at {s['gemm_fraction']:.0%} of it")
@@ -246,11 +240,8 @@ def cmd_bench(args):
                                   on_stage=on_stage)
     if not args.quiet and sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
-    if args.scaling:
-        print("\n".join(scaling_lines(summary["scaling"])
-                        + [f"\n{summary['seconds']:.0f} s in all"]))
-    else:
-        print("\n".join(report_lines(summary)))
+    print("\n".join(scaling_lines(summary["scaling"]) + [f"\n{summary['seconds']:.0f} s in all"]
+                    if args.scaling else report_lines(summary)))
     if args.summary:
         fileio.write_summary(args.summary, summary)
     return 0
