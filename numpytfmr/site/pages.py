@@ -1,18 +1,7 @@
-"""The pages of the reader, as HTML strings.
+"""The pages of the reader, as HTML strings (docs/reader.md says what each page shows).
 
 Every page shares one frame (:meth:`Site.frame`): a header with the search box and the
-theme switch, a side bar, the page, and the search index as JSON. The pages:
-
-- ``index.html``: the notes' chapters in order; under each, its topics (modules) with the
-  sections they cover, the ops that implement them, the notebook that explores them and
-  the errata that concern them;
-- ``<module>.html``: one per topic module; every op with its equations (MathML), its
-  section, its shapes, its forward and backward source beside the math, each commented
-  line with its comment drawn as math in a column of its own, a copyable
-  ``check_gradients`` call, and links to its tests and notebook cells;
-- ``errata.html``, ``api.html``, ``contract.html`` (``docs/contract.md``);
-- ``<notebook>.html`` and ``test_*.html``: the notebooks and test files, read-only, so the
-  links from the ops land on the cell or the test.
+theme switch, a side bar, the page, and the search index as JSON.
 """
 import ast
 import base64
@@ -187,15 +176,18 @@ class Site:
             t = self.test_by_key.get((er.test_file, er.test_name))
             self.erratum_names[er.index] = t.names if t is not None else set()
         self._trees = {}
+        self.linker = self.urls.get
+        self.op_names = {e.anchor for t in model.topics for e in t.entries if e.kind == "op"}
+
+    def find(self, name, kind, where, url, syms=""):
+        """Add an item to the search index."""
+        self.search.append({"n": name, "k": kind, "d": where, "s": syms, "u": url})
 
     # -- urls -------------------------------------------------------------------------
 
     @staticmethod
     def topic_page(module):
         return f"{module}.html" if module not in _SPECIAL_PAGES else f"module-{module}.html"
-
-    def linker(self, name):
-        return self.urls.get(name)
 
     def test_url(self, t):
         page = self.test_pages.get(t.file)
@@ -406,11 +398,11 @@ class Site:
                         f"<code>{_e(self.signature(bwd))}</code></h4>{self.doc_html(bdoc)}</div>")
             code.append(self.source_html(bwd, "backward"))
         extras = self.extras(e)
-        self.search.append({"n": e.name, "k": e.kind, "d": f"{section} · {e.module}.py".strip(" ·"),
-                            "s": " ".join(sorted(syms)), "u": f"{self.topic_page(e.module)}#{e.anchor}"})
+        page = self.topic_page(e.module)
+        self.find(e.name, e.kind, f"{section} · {e.module}.py".strip(" ·"), f"{page}#{e.anchor}",
+                  " ".join(sorted(syms)))
         for n in e.names[1:]:
-            self.search.append({"n": n, "k": "backward", "d": f"{e.module}.py", "s": "",
-                                "u": f"{self.topic_page(e.module)}#{n}"})
+            self.find(n, "backward", f"{e.module}.py", f"{page}#{n}")
         return (f'<section class="entry" id="{_e(e.anchor)}" data-nav tabindex="-1">{head}'
                 f'<div class="pair"><div class="math-col">{"".join(math)}</div>'
                 f'<div class="code-col">{"".join(code)}</div></div>{extras}</section>')
@@ -446,7 +438,7 @@ class Site:
                          + "".join(item(t, f"[{e.name}]") for t in every) + "</ul>")
             blocks.append(f'<div class="extra tests">{body}</div>')
         cells = self.notebook_cells(e.names + ([e.name] if e.kind == "function" else []))
-        errata = [er for er in self.m.errata if self._erratum_names(er) & set(e.names)]
+        errata = [er for er in self.m.errata if self.erratum_names[er.index] & set(e.names)]
         if cells or errata:
             items = "".join(f'<li><a href="{_e(self.nb_pages[nb.stem])}#cell-{i}">{_e(nb.stem)}, cell {i}</a>'
                             f' <span class="muted">{_e(nb.title)}</span></li>' for nb, i in cells)
@@ -459,9 +451,6 @@ class Site:
                 body += f"<h4>errata</h4><ul>{er_items}</ul>"
             blocks.append(f'<div class="extra notebooks">{body}</div>')
         return f'<div class="extras">{"".join(blocks)}</div>' if blocks else ""
-
-    def _erratum_names(self, er):
-        return self.erratum_names.get(er.index, set())
 
     def tests_for(self, e):
         seen, out = set(), []
@@ -556,10 +545,8 @@ class Site:
                            for n, v in t.constants)
             consts = f'<section class="constants"><h2>constants</h2>{rows}</section>'
             for n, _ in t.constants:
-                self.search.append({"n": n, "k": "constant", "d": f"{t.module}.py", "s": "",
-                                    "u": f"{self.topic_page(t.module)}#{n}"})
-        self.search.append({"n": f"{t.module}.py", "k": "topic", "d": _plain(t.what), "s": "",
-                            "u": self.topic_page(t.module)})
+                self.find(n, "constant", f"{t.module}.py", f"{self.topic_page(t.module)}#{n}")
+        self.find(f"{t.module}.py", "topic", _plain(t.what), self.topic_page(t.module))
         body = (f'<h1>{_e(t.module)}.py</h1>{"".join(intro)}<div class="module-doc">{doc}</div>'
                 f"{entries}{consts}")
         return side, body
@@ -587,8 +574,7 @@ class Site:
                     for er in errata) + "</p>")
             chapters.append(f'<section class="chapter" id="note-{note}"><h2><span class="note-no">{note}</span> '
                             f'{_e(title)}</h2>{er_html}<ol class="topics">{"".join(rows)}</ol></section>')
-            self.search.append({"n": f"note {note}", "k": "note", "d": title, "s": "",
-                                "u": f"index.html#note-{note}"})
+            self.find(f"note {note}", "note", title, f"index.html#note-{note}")
         rest = [t for t in m.topics if t.module not in placed]
         if rest:
             rows = "".join(self.index_topic(t, None, []) for t in rest)
@@ -598,8 +584,8 @@ class Site:
         nbs = "".join(f'<li><a href="{self.nb_pages[nb.stem]}">{_e(nb.title)}</a> '
                       f'<span class="muted">{_e(nb.stem)}.ipynb</span></li>' for nb in m.notebooks)
         for nb in m.notebooks:
-            self.search.append({"n": nb.title, "k": "notebook", "d": f"{nb.stem}.ipynb",
-                                "s": " ".join(dict.fromkeys(str(r) for r in nb.refs)), "u": self.nb_pages[nb.stem]})
+            self.find(nb.title, "notebook", f"{nb.stem}.ipynb", self.nb_pages[nb.stem],
+                      " ".join(dict.fromkeys(str(r) for r in nb.refs)))
         n_ops = sum(1 for t in m.topics for e in t.entries if e.kind == "op")
         intro = (f"<h1>The notes, equation by equation</h1>"
                  f'<p class="lead">numpytfmr writes each equation of the lecture notes as a NumPy '
@@ -679,8 +665,8 @@ class Site:
                         f"<p>{self.errata_text(er.says)}</p></div>"
                         f'<div class="correct"><h4>correct</h4><p>{self.errata_text(er.correct)}</p></div></div>'
                         f'<p class="shown-by">shown by {test_link}{topic}</p>{src}</article>')
-            self.search.append({"n": f"erratum {er.index}: {er.where}", "k": "erratum",
-                                "d": _plain(er.says)[:80], "s": "", "u": f"errata.html#erratum-{er.index}"})
+            self.find(f"erratum {er.index}: {er.where}", "erratum", _plain(er.says)[:80],
+                      f"errata.html#erratum-{er.index}")
         side = '<h3>errata</h3><ol class="toc">' + "".join(
             f'<li><a href="#erratum-{er.index}">{er.index}. {_e(er.where[:34])}</a></li>' for er in self.m.errata) + "</ol>"
         body = ("<h1>Errata: where the notes are wrong</h1>"
@@ -766,8 +752,8 @@ class Site:
         if anchor:
             links.append(f'<a href="contract.html#{_e(anchor)}">in the contract</a>')
         if kind != "constant":
-            self.search.append({"n": name, "k": kind if name not in self._op_names() else "op",
-                                "d": mod.split(".", 1)[-1], "s": "", "u": f"api.html#api-{name}"})
+            self.find(name, kind if name not in self.op_names else "op", mod.split(".", 1)[-1],
+                      f"api.html#api-{name}")
         contract_html = ("<ul class=\"contract\">" + "".join(f"<li><code>{_e(l)}</code></li>" for l in lines)
                          + "</ul>") if lines else ""
         return (f'<div class="api-item" id="api-{_e(name)}" data-nav tabindex="-1">'
@@ -775,11 +761,6 @@ class Site:
                 + (f'<p>{self.doc_inline(" ".join(first.split()))}</p>' if first else "")
                 + contract_html
                 + (f'<p class="links">{" · ".join(links)}</p>' if links else "") + "</div>")
-
-    def _op_names(self):
-        if not hasattr(self, "_ops_cache"):
-            self._ops_cache = {e.anchor for t in self.m.topics for e in t.entries if e.kind == "op"}
-        return self._ops_cache
 
     def _contract_anchors(self):
         """public name -> the id of the contract.md section that first mentions it."""
@@ -813,11 +794,10 @@ class Site:
         heads = re.findall(r'<h2 id="([^"]+)">(.*?)<a class="anchor"', body)
         side = '<h3>sections</h3><ol class="toc">' + "".join(
             f'<li><a href="#{i}">{re.sub(r"<[^>]+>", "", t)}</a></li>' for i, t in heads) + "</ol>"
-        self.search.append({"n": "API contract", "k": "page", "d": "docs/contract.md", "s": "",
-                            "u": "contract.html"})
+        self.find("API contract", "page", "docs/contract.md", "contract.html")
         for i, t in heads:
-            self.search.append({"n": re.sub(r"<[^>]+>", "", html.unescape(t)), "k": "contract",
-                                "d": "docs/contract.md", "s": "", "u": f"contract.html#{i}"})
+            self.find(re.sub(r"<[^>]+>", "", html.unescape(t)), "contract", "docs/contract.md",
+                      f"contract.html#{i}")
         return side, f'<article class="markdown">{body}</article>'
 
     def notebook_html(self, nb):
