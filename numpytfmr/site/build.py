@@ -89,8 +89,8 @@ def render_site(source=None, execute=False):
     search = _dedupe(site.search)
     files = {path: site.frame(title, body, side=side, kind=kind, search=search)
              for path, (title, side, body, kind) in bodies.items()}
-    files["assets/site.css"] = CSS.lstrip()
-    files["assets/site.js"] = JS.lstrip()
+    files["assets/site.css"] = CSS
+    files["assets/site.js"] = JS
     return files
 
 

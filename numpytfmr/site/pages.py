@@ -154,10 +154,7 @@ class Site:
         self.topic_of = {t.module: t for t in model.topics}
         self.urls = {}                     # public or topic name -> url of its entry
         for t in model.topics:
-            for e in t.entries:
-                for n in e.names:
-                    self.urls.setdefault(n, f"{self.topic_page(t.module)}#{n}")
-            for n, _ in t.constants:
+            for n in [n for e in t.entries for n in e.names] + [n for n, _ in t.constants]:
                 self.urls.setdefault(n, f"{self.topic_page(t.module)}#{n}")
         for n, _, _ in model.public:
             self.urls.setdefault(n, f"api.html#api-{n}")
@@ -434,7 +431,7 @@ class Site:
                 items += f'<li class="more">and {len(tests) - 12} more</li>'
             body = f"<h4>tests</h4><ul>{items}</ul>" if tests else ""
             if every:
-                body += (f"<h4>tests of every registered op</h4><ul>"
+                body += ("<h4>tests of every registered op</h4><ul>"
                          + "".join(item(t, f"[{e.name}]") for t in every) + "</ul>")
             blocks.append(f'<div class="extra tests">{body}</div>')
         cells = self.notebook_cells(e.names + ([e.name] if e.kind == "function" else []))
@@ -444,20 +441,14 @@ class Site:
                             f' <span class="muted">{_e(nb.title)}</span></li>' for nb, i in cells)
             er_items = "".join(f'<li><a href="errata.html#erratum-{er.index}">erratum {er.index}: '
                                f"{_e(er.where)}</a></li>" for er in errata)
-            body = ""
-            if items:
-                body += f"<h4>in the notebooks</h4><ul>{items}</ul>"
-            if er_items:
-                body += f"<h4>errata</h4><ul>{er_items}</ul>"
+            body = ((f"<h4>in the notebooks</h4><ul>{items}</ul>" if items else "")
+                    + (f"<h4>errata</h4><ul>{er_items}</ul>" if er_items else ""))
             blocks.append(f'<div class="extra notebooks">{body}</div>')
         return f'<div class="extras">{"".join(blocks)}</div>' if blocks else ""
 
     def tests_for(self, e):
         seen, out = set(), []
-        keys = list(e.names)
-        if e.spec is not None:
-            keys.append(e.name)
-        for k in keys:
+        for k in e.names + ([e.name] if e.spec is not None else []):
             for t in self.tests_by_name.get(k, []):
                 if (t.file, t.name) not in seen and not t.every_op:
                     seen.add((t.file, t.name))
@@ -685,12 +676,7 @@ class Site:
 
     def test_source(self, t):
         text = self.m.test_sources.get(t.file, "")
-        if t.file not in self._trees:
-            try:
-                self._trees[t.file] = ast.parse(text)
-            except SyntaxError:
-                self._trees[t.file] = None
-        tree = self._trees[t.file]
+        tree = self._tree(t.file)
         if tree is None:
             return ""
         for node in ast.walk(tree):
@@ -834,20 +820,23 @@ class Site:
             return self.nb_pages[m.group(1)]
         return None
 
+    def _tree(self, file):
+        """A test file parsed (once), or None when it does not parse."""
+        if file not in self._trees:
+            try:
+                self._trees[file] = ast.parse(self.m.test_sources.get(file, ""))
+            except SyntaxError:
+                self._trees[file] = None
+        return self._trees[file]
+
     def test_file_html(self, name, text):
         defs = {}
-        try:
-            tree = ast.parse(text)
-            for node in tree.body:
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    defs[node.lineno] = node.name
-                elif isinstance(node, ast.ClassDef):
-                    defs[node.lineno] = node.name
-                    for sub in node.body:
-                        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                            defs[sub.lineno] = f"{node.name}.{sub.name}"
-        except SyntaxError:
-            pass
+        for node in getattr(self._tree(name), "body", []):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defs[node.lineno] = node.name
+            for sub in node.body if isinstance(node, ast.ClassDef) else []:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defs[sub.lineno] = f"{node.name}.{sub.name}"
         lines = highlight_lines(text, linker=self.linker)
         rows = []
         for no, line in enumerate(lines, 1):
