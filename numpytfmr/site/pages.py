@@ -75,10 +75,8 @@ def segments(line):
     return [p.strip() for p in parts if p.strip()]
 
 
-def pieces(segment):
-    """The pieces of an equation the page may wrap between: MathML is not broken across
-    lines by browsers, so each piece is a math element of its own (see ``atoms``)."""
-    return atoms(segment)
+# the pieces of an equation a page may wrap between (browsers do not break MathML)
+pieces = atoms
 
 
 def math_segments(line, *, display=False):
@@ -644,9 +642,7 @@ class Site:
         for er in self.m.errata:
             t = self.test_by_key.get((er.test_file, er.test_name))
             url = self.test_url(t) if t else None
-            src = ""
-            if t is not None:
-                src = self.test_source(t)
+            src = self.test_source(t) if t is not None else ""
             test_link = (f'<a href="{_e(url)}"><code>{_e(er.test)}</code></a>' if url else f"<code>{_e(er.test)}</code>")
             topic = (f' · topic: <a href="{self.topic_page(er.module)}">{_e(er.module)}.py</a>'
                      if er.module else "")
@@ -697,9 +693,7 @@ class Site:
         mods = sorted(groups, key=lambda m: (order.index(m) if m in order else len(order), m))
         sections = []
         for mod in mods:
-            items = []
-            for name, obj in groups[mod]:
-                items.append(self.api_item(name, obj, mod))
+            items = [self.api_item(name, obj, mod) for name, obj in groups[mod]]
             short = mod.split(".", 1)[-1]
             link = (f' <a class="to-topic" href="{self.topic_page(short)}">{_e(short)}.py: equations and source</a>'
                     if short in self.topic_of else "")
@@ -750,9 +744,7 @@ class Site:
 
     def _contract_anchors(self):
         """public name -> the id of the contract.md section that first mentions it."""
-        out = {}
-        heading = None
-        ids = {}
+        out, ids, heading = {}, {}, None
         for line in self.m.contract_md.splitlines():
             h = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
             if h:
