@@ -42,7 +42,7 @@ def package_fingerprint():
     return h.hexdigest()
 
 
-def notebook_outputs(path, *, package_hash=None, timeout=CELL_TIMEOUT):
+def notebook_outputs(path, *, package_hash=None):
     """The outputs of every cell of the notebook at ``path`` after running it (a list, one
     list of nbformat output dicts per cell; markdown cells get ``[]``)."""
     import nbformat
@@ -59,7 +59,7 @@ def notebook_outputs(path, *, package_hash=None, timeout=CELL_TIMEOUT):
             pass
     print(f"numpytfmr docs: running {path.name} for its outputs ...", file=sys.stderr, flush=True)
     nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     # the kernel imports the numpytfmr that builds the site, installed or not
     import numpytfmr

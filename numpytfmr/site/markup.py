@@ -95,7 +95,7 @@ def highlight_lines(source, *, linker=None):
     return out
 
 
-def highlight_block(code, *, python=True, linker=None, cls="code"):
+def highlight_block(code, *, python=True, linker=None):
     """A ``<pre>`` block of ``code``: highlighted Python, or escaped plain text."""
     if python:
         body = "\n".join(l.code + ("" if l.comment is None else ("" if l.full_comment else "  ")
@@ -103,7 +103,7 @@ def highlight_block(code, *, python=True, linker=None, cls="code"):
                          for l in highlight_lines(code, linker=linker))
     else:
         body = _e(code)
-    return f'<pre class="{cls}"><code>{body}</code></pre>'
+    return f'<pre class="code"><code>{body}</code></pre>'
 
 
 # ---------------------------------------------------------------------------------------

@@ -290,15 +290,13 @@ class Site:
                 parts.append(f'<div class="def"><span>{self.doc_inline(body)}</span></div>')
         return '<div class="defs">' + "".join(parts) + "</div>"
 
-    def equations(self, lines, syms=None):
+    def equations(self, lines):
         body = [l for l in lines if l.strip()]
         base = min(len(l) - len(l.lstrip()) for l in body)
         rows = []
         for l in body:
             indent = len(l) - len(l.lstrip()) - base
             sym = lhs_symbols(l)
-            if syms is not None:
-                syms.update(symbols(l))
             attr = f' data-sym="{_e(" ".join(sorted(sym)))}"' if sym else ""
             style = f' style="padding-left:{min(indent, 40) * 0.55:.2f}em"' if indent else ""
             rows.append(f'<div class="eq"{attr}{style}>{math_segments(l.strip(), display=True)}</div>')
