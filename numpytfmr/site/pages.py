@@ -359,9 +359,10 @@ class Site:
 
     def entry_html(self, e):
         fwd = e.functions[0]
-        doc = inspect.getdoc(fwd) or ""
+        docs = [inspect.getdoc(f) or "" for f in e.functions]
+        doc = docs[0]
         summary = doc.split("\n\n")[0].strip()
-        syms = set()
+        syms = {s for d in docs for eq in re.findall(r"^    .*$", d, re.M) for s in symbols(eq)}
         kind_label = {"op": "registered op", "pair": "forward / backward", "function": "function",
                       "class": "class"}[e.kind]
         section = e.section or ", ".join(list(dict.fromkeys(str(r) for r in e.refs))[:4])
@@ -371,24 +372,18 @@ class Site:
                 + "</header>")
         math = [f'<p class="summary">{self.doc_inline(" ".join(summary.split()))}</p>']
         rest = self.doc_html(doc, skip_summary=True)
-        for eq in re.findall(r"^    .*$", doc, re.M):
-            syms.update(symbols(eq))
-        sig = self.signature(fwd)
-        math.append(f'<p class="sig"><code>{_e(sig)}</code></p>')
+        math.append(f'<p class="sig"><code>{_e(self.signature(fwd))}</code></p>')
         contract = getattr(fwd, "__contract__", None)
         if contract is not None:
-            lines = contract.lines()
             math.append('<div class="contract"><h4>shapes and options</h4><ul>'
-                        + "".join(f"<li><code>{_e(l)}</code></li>" for l in lines) + "</ul></div>")
+                        + "".join(f"<li><code>{_e(l)}</code></li>" for l in contract.lines())
+                        + "</ul></div>")
         math.append(f'<div class="doc">{rest}</div>')
         code = [self.source_html(fwd, "forward" if len(e.functions) > 1 else "source")]
         if len(e.functions) > 1:
             bwd = e.functions[1]
-            bdoc = inspect.getdoc(bwd) or ""
-            for eq in re.findall(r"^    .*$", bdoc, re.M):
-                syms.update(symbols(eq))
             math.append(f'<div class="backward-doc" id="{_e(bwd.__name__)}"><h4>backward: '
-                        f"<code>{_e(self.signature(bwd))}</code></h4>{self.doc_html(bdoc)}</div>")
+                        f"<code>{_e(self.signature(bwd))}</code></h4>{self.doc_html(docs[1])}</div>")
             code.append(self.source_html(bwd, "backward"))
         extras = self.extras(e)
         page = self.topic_page(e.module)
