@@ -383,7 +383,8 @@ class Site:
         if len(e.functions) > 1:
             bwd = e.functions[1]
             math.append(f'<div class="backward-doc" id="{_e(bwd.__name__)}"><h4>backward: '
-                        f"<code>{_e(self.signature(bwd))}</code></h4>{self.doc_html(docs[1])}</div>")
+                        f"<code>{_e(self.signature(bwd))}</code></h4>"
+                        f"{self.doc_html(docs[1])}</div>")
             code.append(self.source_html(bwd, "backward"))
         extras = self.extras(e)
         page = self.topic_page(e.module)
