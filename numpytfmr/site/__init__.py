@@ -1,15 +1,8 @@
 """The reader: an offline HTML site with each equation of the notes beside its code.
 
-``numpytfmr docs -o site`` (or :func:`build_site`) writes it. The site needs no network,
-neither to build nor to view: the equations of the docstrings are drawn at build time as
-MathML by latex2mathml (:mod:`.plainmath` spells the docstrings' plain-text math in TeX),
-Markdown is rendered by markdown-it-py and code highlighted by Pygments (:mod:`.markup`),
-and the style sheet and script are written beside the pages (:mod:`.assets`). These
-libraries are the ``docs`` extra: ``pip install "numpytfmr[docs]"``.
-
-- :mod:`.collect` gathers what is shown: the topic modules and the registry's ops, the
-  data files docs/modules.toml and docs/errata.toml, the tests, the notebooks and the notes' references;
-- :mod:`.pages` renders the pages; :mod:`.build` writes them.
+``numpytfmr docs -o site`` (or :func:`build_site`) writes it; docs/reader.md describes it and
+the ``docs`` extra it needs. :mod:`.collect` gathers what is shown, :mod:`.pages` renders the
+pages and :mod:`.build` writes them.
 """
 import importlib
 

@@ -1,10 +1,8 @@
 """Build the reader into a folder: :func:`build_site`.
 
-The folder gets a marker file, ``.numpytfmr-site``, listing what was written. A folder that
-is empty, missing, or carries the marker is (re)built, and files of an earlier build that
-are gone now are removed; any other non-empty folder is refused unless ``force`` is given
-(then the site's files are written into it and nothing else is touched). Each file is
-written to a temporary name and renamed.
+The folder gets a marker file, ``.numpytfmr-site``, listing what was written: a folder that
+carries it is rebuilt (files gone since are removed); any other non-empty folder is refused
+unless ``force``. Each file is written to a temporary name and renamed.
 """
 import os
 import pathlib
@@ -75,12 +73,10 @@ def render_site(source=None, execute=False):
     for t in model.topics:
         side, body = site.topic_html(t)
         bodies[site.topic_page(t.module)] = (f"{t.module}.py", side, body, "topic")
-    side, body = site.errata_html()
-    bodies["errata.html"] = ("Errata", side, body, "errata")
-    side, body = site.api_html()
-    bodies["api.html"] = ("API reference", side, body, "api")
-    side, body = site.contract_html()
-    bodies["contract.html"] = ("API contract", side, body, "contract")
+    for kind, title, render in (("errata", "Errata", site.errata_html),
+                                ("api", "API reference", site.api_html),
+                                ("contract", "API contract", site.contract_html)):
+        bodies[f"{kind}.html"] = (title, *render(), kind)
     for nb in model.notebooks:
         side, body = site.notebook_html(nb)
         bodies[site.nb_pages[nb.stem]] = (nb.title, side, body, "notebook")
@@ -93,19 +89,16 @@ def render_site(source=None, execute=False):
     search = _dedupe(site.search)
     files = {path: site.frame(title, body, side=side, kind=kind, search=search)
              for path, (title, side, body, kind) in bodies.items()}
-    files["assets/site.css"] = CSS.lstrip()
-    files["assets/site.js"] = JS.lstrip()
+    files["assets/site.css"] = CSS
+    files["assets/site.js"] = JS
     return files
 
 
 def _dedupe(items):
-    seen, out = set(), []
+    first = {}
     for it in items:
-        key = (it["n"], it["u"])
-        if key not in seen:
-            seen.add(key)
-            out.append(it)
-    return out
+        first.setdefault((it["n"], it["u"]), it)
+    return list(first.values())
 
 
 def build_site(out_dir, *, force=False, source=None, execute=None):

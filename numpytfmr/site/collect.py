@@ -1,13 +1,6 @@
-"""What the reader shows, gathered from the code and the checkout.
-
-- the topic modules (``numpytfmr/*.py``) and their public functions, forward/backward pairs
-  joined, registered ops with their :class:`~numpytfmr.registry.OpSpec`;
-- ``docs/modules.toml`` (each module's topic and notes) and ``docs/errata.toml``;
-- the tests (``tests/*.py``, parsed, not imported): which test names which function;
-- the notebooks (``notebooks/*.ipynb``): their titles, cells, and the names each cell uses;
-- the notes' section references everywhere (``004 eq. 27``, ``003 §5.1.1``), parsed so the
-  index can list the chapters' topics in the notes' order.
-
+"""What the reader shows, gathered from the code and the checkout (docs/reader.md): the topic
+modules and their ops, docs/modules.toml and docs/errata.toml, the tests (parsed, not
+imported), the notebooks, and the notes' section references (``004 eq. 27``) everywhere.
 Nothing here writes a file; :mod:`numpytfmr.site.build` turns a :class:`Model` into pages.
 """
 import ast
@@ -107,10 +100,6 @@ class Entry:
     section: str = ""
 
     @property
-    def main(self):
-        return self.functions[0]
-
-    @property
     def names(self):
         return [f.__name__ for f in self.functions]
 
@@ -121,7 +110,6 @@ class Topic:
     module: str
     doc: str
     what: str
-    notes: str
     entries: list
     constants: list
     refs: list
@@ -179,8 +167,6 @@ class Model:
     notebooks: list
     errata: list
     contract_md: str
-    source: object             # the checkout's root (a Path) or None
-    owner: dict                # public name -> topic module that defines it
 
 
 NOT_TOPICS = {"__init__", "__main__"}
@@ -220,34 +206,19 @@ def _entries(module, specs_by_forward):
         else:
             used.add(name)
             entry = Entry(name, name, short, "class" if inspect.isclass(obj) else "function", [obj])
-        doc = inspect.getdoc(entry.main) or ""
+        doc = inspect.getdoc(obj) or ""
         summary = doc.split("\n\n")[0]
-        entry.section = entry.spec.section if entry.spec is not None else _section_text(summary)
+        entry.section = entry.spec.section if entry.spec is not None else \
+            ", ".join(dict.fromkeys(str(r) for r in parse_refs(summary)))
         entry.refs = parse_refs(entry.section) or parse_refs(summary) or parse_refs(doc)
         out.append(entry)
     return out
 
 
-def _section_text(summary):
-    refs = parse_refs(summary)
-    if not refs:
-        return ""
-    notes = []
-    for r in refs:
-        notes.append(str(r))
-    return ", ".join(dict.fromkeys(notes))
-
-
 def _constants(module):
-    names = getattr(module, "__all__", [])
-    out = []
-    for n in names:
-        obj = getattr(module, n, None)
-        if obj is None or inspect.isfunction(obj) or inspect.isclass(obj) or \
-                isinstance(obj, types.ModuleType):
-            continue
-        out.append((n, obj))
-    return out
+    objs = ((n, getattr(module, n, None)) for n in getattr(module, "__all__", []))
+    return [(n, o) for n, o in objs if o is not None and not inspect.isfunction(o)
+            and not inspect.isclass(o) and not isinstance(o, types.ModuleType)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -318,15 +289,11 @@ def index_tests(tests_dir):
                         module_level[t.id] = _names_in(node.value)
 
         def add(fn, prefix=""):
-            names = _names_in(fn)
-            deco = set()
-            for d in fn.decorator_list:
-                deco |= _names_in(d)
-            for n in list(deco):
-                names |= module_level.get(n, set())
-            every = bool({"OPS", "registry"} & deco) or bool(
-                {"registry"} & set().union(*(module_level.get(n, set()) for n in deco)) if deco else False)
-            tests.append(TestRef(path.name, prefix + fn.name, fn.lineno, names, every))
+            deco = set().union(*(_names_in(d) for d in fn.decorator_list))
+            lists = [module_level.get(n, set()) for n in deco]
+            every = bool({"OPS", "registry"} & deco) or any("registry" in u for u in lists)
+            tests.append(TestRef(path.name, prefix + fn.name, fn.lineno,
+                                 _names_in(fn).union(*lists), every))
 
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
@@ -402,7 +369,7 @@ def collect(source=None, execute=False):
         refs = parse_refs(notes) + parse_refs(doc)
         for e in entries:
             refs += e.refs
-        topics.append(Topic(name, doc, what, notes, entries, _constants(module), refs))
+        topics.append(Topic(name, doc, what, entries, _constants(module), refs))
     owner = {}
     for t in topics:
         for e in t.entries:
@@ -432,5 +399,4 @@ def collect(source=None, execute=False):
                 er.module = stem
             elif counts:
                 er.module = counts.most_common(1)[0][0]
-    return Model(topics, public, tests, test_sources, notebooks, errata, contract_md,
-                 root, owner)
+    return Model(topics, public, tests, test_sources, notebooks, errata, contract_md)

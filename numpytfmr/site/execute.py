@@ -1,10 +1,6 @@
-"""The notebooks' outputs for the reader: each notebook executed top to bottom by nbclient
-(the ``docs`` extra), its printed text and figures kept, cached between builds.
-
-The committed notebooks carry no outputs. :func:`notebook_outputs` runs one in a fresh
-kernel, in its own folder, and returns the outputs of each cell. A notebook is run again
-only when it or the package changed: the outputs are cached under
-``$XDG_CACHE_HOME/numpytfmr/notebooks`` (``~/.cache/...``), keyed by a hash of both.
+"""The notebooks' outputs for the reader: each notebook run top to bottom by nbclient in a
+fresh kernel, its outputs cached under ``$XDG_CACHE_HOME/numpytfmr/notebooks`` (``~/.cache``)
+keyed by a hash of the notebook and the package, so it runs again only when either changed.
 """
 import hashlib
 import json
@@ -24,16 +20,10 @@ def can_execute():
         import nbclient  # noqa: F401
         import nbformat  # noqa: F401
         from jupyter_client.kernelspec import KernelSpecManager
-        return "python3" in KernelSpecManager().find_kernel_specs() or _has_ipykernel()
-    except Exception:            # a broken Jupyter install is as good as none here
-        return False
-
-
-def _has_ipykernel():
-    try:
-        import ipykernel  # noqa: F401
+        if "python3" not in KernelSpecManager().find_kernel_specs():
+            import ipykernel  # noqa: F401
         return True
-    except ImportError:
+    except Exception:            # a broken Jupyter install is as good as none here
         return False
 
 
@@ -52,7 +42,7 @@ def package_fingerprint():
     return h.hexdigest()
 
 
-def notebook_outputs(path, *, package_hash=None, timeout=CELL_TIMEOUT):
+def notebook_outputs(path, *, package_hash=None):
     """The outputs of every cell of the notebook at ``path`` after running it (a list, one
     list of nbformat output dicts per cell; markdown cells get ``[]``)."""
     import nbformat
@@ -69,7 +59,7 @@ def notebook_outputs(path, *, package_hash=None, timeout=CELL_TIMEOUT):
             pass
     print(f"numpytfmr docs: running {path.name} for its outputs ...", file=sys.stderr, flush=True)
     nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     # the kernel imports the numpytfmr that builds the site, installed or not
     import numpytfmr

@@ -1,11 +1,8 @@
 """Markdown and Python for the reader's pages, by markdown-it-py and Pygments.
 
-:func:`markdown_to_html` renders ``docs/contract.md`` and the notebooks' markdown cells
-(CommonMark with tables; ``$...$`` and ``$$...$$`` TeX drawn as MathML by latex2mathml; raw
-HTML in the input is escaped). Headings get GitHub's anchor ids, so ``[x](#the-layer)``
-links work. :func:`highlight_lines` splits a Python source into lines, each with its
-highlighted code and, apart, its end-of-line comment: the reader sets that comment
-(``# mu_i  (004 eq. 27)``) as math in a column beside the line.
+:func:`markdown_to_html`: CommonMark with tables, TeX as MathML, raw HTML escaped, headings
+with GitHub's anchor ids. :func:`highlight_lines`: a Python source's lines, each with its
+end-of-line comment apart (the reader sets it as math beside the line).
 """
 import html
 import re
@@ -60,7 +57,7 @@ def _css_class(ttype):
 def highlight_lines(source, *, linker=None):
     """The lines of ``source`` as :class:`Line` objects. ``linker(name)`` may return the URL
     of a name (not an attribute, not a keyword argument), which then becomes a link."""
-    tokens = [t for t in PythonLexer(stripnl=False, ensurenl=False).get_tokens(source)]
+    tokens = list(PythonLexer(stripnl=False, ensurenl=False).get_tokens(source))
     raw = source.splitlines()
     pieces, comments = [[] for _ in raw], [None] * len(raw)
     row = 0
@@ -98,7 +95,7 @@ def highlight_lines(source, *, linker=None):
     return out
 
 
-def highlight_block(code, *, python=True, linker=None, cls="code"):
+def highlight_block(code, *, python=True, linker=None):
     """A ``<pre>`` block of ``code``: highlighted Python, or escaped plain text."""
     if python:
         body = "\n".join(l.code + ("" if l.comment is None else ("" if l.full_comment else "  ")
@@ -106,7 +103,7 @@ def highlight_block(code, *, python=True, linker=None, cls="code"):
                          for l in highlight_lines(code, linker=linker))
     else:
         body = _e(code)
-    return f'<pre class="{cls}"><code>{body}</code></pre>'
+    return f'<pre class="code"><code>{body}</code></pre>'
 
 
 # ---------------------------------------------------------------------------------------
@@ -177,12 +174,10 @@ def _parser():
 _MD = _parser()
 
 
-def markdown_to_html(text, *, link=None, code=None, heading_ids=None):
+def markdown_to_html(text, *, link=None, code=None):
     """HTML for a Markdown document. ``link(href)`` may rewrite a link's target (None drops
-    the link and keeps its text); ``code(text)`` may render a code span; ``heading_ids``
-    (a dict) carries the ids already used, so several documents on one page stay unique."""
-    env = {"link": link, "code": code, "ids": heading_ids if heading_ids is not None else {}}
-    return _MD.render(text, env)
+    the link and keeps its text); ``code(text)`` may render a code span."""
+    return _MD.render(text, {"link": link, "code": code, "ids": {}})
 
 
 def inline(text, *, link=None, code=None):

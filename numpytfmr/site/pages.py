@@ -1,18 +1,7 @@
-"""The pages of the reader, as HTML strings.
+"""The pages of the reader, as HTML strings (docs/reader.md says what each page shows).
 
 Every page shares one frame (:meth:`Site.frame`): a header with the search box and the
-theme switch, a side bar, the page, and the search index as JSON. The pages:
-
-- ``index.html``: the notes' chapters in order; under each, its topics (modules) with the
-  sections they cover, the ops that implement them, the notebook that explores them and
-  the errata that concern them;
-- ``<module>.html``: one per topic module; every op with its equations (MathML), its
-  section, its shapes, its forward and backward source beside the math, each commented
-  line with its comment drawn as math in a column of its own, a copyable
-  ``check_gradients`` call, and links to its tests and notebook cells;
-- ``errata.html``, ``api.html``, ``contract.html`` (``docs/contract.md``);
-- ``<notebook>.html`` and ``test_*.html``: the notebooks and test files, read-only, so the
-  links from the ops land on the cell or the test.
+theme switch, a side bar, the page, and the search index as JSON.
 """
 import ast
 import base64
@@ -86,10 +75,8 @@ def segments(line):
     return [p.strip() for p in parts if p.strip()]
 
 
-def pieces(segment):
-    """The pieces of an equation the page may wrap between: MathML is not broken across
-    lines by browsers, so each piece is a math element of its own (see ``atoms``)."""
-    return atoms(segment)
+# the pieces of an equation a page may wrap between (browsers do not break MathML)
+pieces = atoms
 
 
 def math_segments(line, *, display=False):
@@ -165,10 +152,7 @@ class Site:
         self.topic_of = {t.module: t for t in model.topics}
         self.urls = {}                     # public or topic name -> url of its entry
         for t in model.topics:
-            for e in t.entries:
-                for n in e.names:
-                    self.urls.setdefault(n, f"{self.topic_page(t.module)}#{n}")
-            for n, _ in t.constants:
+            for n in [n for e in t.entries for n in e.names] + [n for n, _ in t.constants]:
                 self.urls.setdefault(n, f"{self.topic_page(t.module)}#{n}")
         for n, _, _ in model.public:
             self.urls.setdefault(n, f"api.html#api-{n}")
@@ -187,15 +171,18 @@ class Site:
             t = self.test_by_key.get((er.test_file, er.test_name))
             self.erratum_names[er.index] = t.names if t is not None else set()
         self._trees = {}
+        self.linker = self.urls.get
+        self.op_names = {e.anchor for t in model.topics for e in t.entries if e.kind == "op"}
+
+    def find(self, name, kind, where, url, syms=""):
+        """Add an item to the search index."""
+        self.search.append({"n": name, "k": kind, "d": where, "s": syms, "u": url})
 
     # -- urls -------------------------------------------------------------------------
 
     @staticmethod
     def topic_page(module):
         return f"{module}.html" if module not in _SPECIAL_PAGES else f"module-{module}.html"
-
-    def linker(self, name):
-        return self.urls.get(name)
 
     def test_url(self, t):
         page = self.test_pages.get(t.file)
@@ -303,15 +290,13 @@ class Site:
                 parts.append(f'<div class="def"><span>{self.doc_inline(body)}</span></div>')
         return '<div class="defs">' + "".join(parts) + "</div>"
 
-    def equations(self, lines, syms=None):
+    def equations(self, lines):
         body = [l for l in lines if l.strip()]
         base = min(len(l) - len(l.lstrip()) for l in body)
         rows = []
         for l in body:
             indent = len(l) - len(l.lstrip()) - base
             sym = lhs_symbols(l)
-            if syms is not None:
-                syms.update(symbols(l))
             attr = f' data-sym="{_e(" ".join(sorted(sym)))}"' if sym else ""
             style = f' style="padding-left:{min(indent, 40) * 0.55:.2f}em"' if indent else ""
             rows.append(f'<div class="eq"{attr}{style}>{math_segments(l.strip(), display=True)}</div>')
@@ -374,9 +359,10 @@ class Site:
 
     def entry_html(self, e):
         fwd = e.functions[0]
-        doc = inspect.getdoc(fwd) or ""
+        docs = [inspect.getdoc(f) or "" for f in e.functions]
+        doc = docs[0]
         summary = doc.split("\n\n")[0].strip()
-        syms = set()
+        syms = {s for d in docs for eq in re.findall(r"^    .*$", d, re.M) for s in symbols(eq)}
         kind_label = {"op": "registered op", "pair": "forward / backward", "function": "function",
                       "class": "class"}[e.kind]
         section = e.section or ", ".join(list(dict.fromkeys(str(r) for r in e.refs))[:4])
@@ -386,31 +372,26 @@ class Site:
                 + "</header>")
         math = [f'<p class="summary">{self.doc_inline(" ".join(summary.split()))}</p>']
         rest = self.doc_html(doc, skip_summary=True)
-        for eq in re.findall(r"^    .*$", doc, re.M):
-            syms.update(symbols(eq))
-        sig = self.signature(fwd)
-        math.append(f'<p class="sig"><code>{_e(sig)}</code></p>')
+        math.append(f'<p class="sig"><code>{_e(self.signature(fwd))}</code></p>')
         contract = getattr(fwd, "__contract__", None)
         if contract is not None:
-            lines = contract.lines()
             math.append('<div class="contract"><h4>shapes and options</h4><ul>'
-                        + "".join(f"<li><code>{_e(l)}</code></li>" for l in lines) + "</ul></div>")
+                        + "".join(f"<li><code>{_e(l)}</code></li>" for l in contract.lines())
+                        + "</ul></div>")
         math.append(f'<div class="doc">{rest}</div>')
         code = [self.source_html(fwd, "forward" if len(e.functions) > 1 else "source")]
         if len(e.functions) > 1:
             bwd = e.functions[1]
-            bdoc = inspect.getdoc(bwd) or ""
-            for eq in re.findall(r"^    .*$", bdoc, re.M):
-                syms.update(symbols(eq))
             math.append(f'<div class="backward-doc" id="{_e(bwd.__name__)}"><h4>backward: '
-                        f"<code>{_e(self.signature(bwd))}</code></h4>{self.doc_html(bdoc)}</div>")
+                        f"<code>{_e(self.signature(bwd))}</code></h4>"
+                        f"{self.doc_html(docs[1])}</div>")
             code.append(self.source_html(bwd, "backward"))
         extras = self.extras(e)
-        self.search.append({"n": e.name, "k": e.kind, "d": f"{section} · {e.module}.py".strip(" ·"),
-                            "s": " ".join(sorted(syms)), "u": f"{self.topic_page(e.module)}#{e.anchor}"})
+        page = self.topic_page(e.module)
+        self.find(e.name, e.kind, f"{section} · {e.module}.py".strip(" ·"), f"{page}#{e.anchor}",
+                  " ".join(sorted(syms)))
         for n in e.names[1:]:
-            self.search.append({"n": n, "k": "backward", "d": f"{e.module}.py", "s": "",
-                                "u": f"{self.topic_page(e.module)}#{n}"})
+            self.find(n, "backward", f"{e.module}.py", f"{page}#{n}")
         return (f'<section class="entry" id="{_e(e.anchor)}" data-nav tabindex="-1">{head}'
                 f'<div class="pair"><div class="math-col">{"".join(math)}</div>'
                 f'<div class="code-col">{"".join(code)}</div></div>{extras}</section>')
@@ -442,33 +423,24 @@ class Site:
                 items += f'<li class="more">and {len(tests) - 12} more</li>'
             body = f"<h4>tests</h4><ul>{items}</ul>" if tests else ""
             if every:
-                body += (f"<h4>tests of every registered op</h4><ul>"
+                body += ("<h4>tests of every registered op</h4><ul>"
                          + "".join(item(t, f"[{e.name}]") for t in every) + "</ul>")
             blocks.append(f'<div class="extra tests">{body}</div>')
         cells = self.notebook_cells(e.names + ([e.name] if e.kind == "function" else []))
-        errata = [er for er in self.m.errata if self._erratum_names(er) & set(e.names)]
+        errata = [er for er in self.m.errata if self.erratum_names[er.index] & set(e.names)]
         if cells or errata:
             items = "".join(f'<li><a href="{_e(self.nb_pages[nb.stem])}#cell-{i}">{_e(nb.stem)}, cell {i}</a>'
                             f' <span class="muted">{_e(nb.title)}</span></li>' for nb, i in cells)
             er_items = "".join(f'<li><a href="errata.html#erratum-{er.index}">erratum {er.index}: '
                                f"{_e(er.where)}</a></li>" for er in errata)
-            body = ""
-            if items:
-                body += f"<h4>in the notebooks</h4><ul>{items}</ul>"
-            if er_items:
-                body += f"<h4>errata</h4><ul>{er_items}</ul>"
+            body = ((f"<h4>in the notebooks</h4><ul>{items}</ul>" if items else "")
+                    + (f"<h4>errata</h4><ul>{er_items}</ul>" if er_items else ""))
             blocks.append(f'<div class="extra notebooks">{body}</div>')
         return f'<div class="extras">{"".join(blocks)}</div>' if blocks else ""
 
-    def _erratum_names(self, er):
-        return self.erratum_names.get(er.index, set())
-
     def tests_for(self, e):
         seen, out = set(), []
-        keys = list(e.names)
-        if e.spec is not None:
-            keys.append(e.name)
-        for k in keys:
+        for k in e.names + ([e.name] if e.spec is not None else []):
             for t in self.tests_by_name.get(k, []):
                 if (t.file, t.name) not in seen and not t.every_op:
                     seen.add((t.file, t.name))
@@ -556,10 +528,8 @@ class Site:
                            for n, v in t.constants)
             consts = f'<section class="constants"><h2>constants</h2>{rows}</section>'
             for n, _ in t.constants:
-                self.search.append({"n": n, "k": "constant", "d": f"{t.module}.py", "s": "",
-                                    "u": f"{self.topic_page(t.module)}#{n}"})
-        self.search.append({"n": f"{t.module}.py", "k": "topic", "d": _plain(t.what), "s": "",
-                            "u": self.topic_page(t.module)})
+                self.find(n, "constant", f"{t.module}.py", f"{self.topic_page(t.module)}#{n}")
+        self.find(f"{t.module}.py", "topic", _plain(t.what), self.topic_page(t.module))
         body = (f'<h1>{_e(t.module)}.py</h1>{"".join(intro)}<div class="module-doc">{doc}</div>'
                 f"{entries}{consts}")
         return side, body
@@ -587,8 +557,7 @@ class Site:
                     for er in errata) + "</p>")
             chapters.append(f'<section class="chapter" id="note-{note}"><h2><span class="note-no">{note}</span> '
                             f'{_e(title)}</h2>{er_html}<ol class="topics">{"".join(rows)}</ol></section>')
-            self.search.append({"n": f"note {note}", "k": "note", "d": title, "s": "",
-                                "u": f"index.html#note-{note}"})
+            self.find(f"note {note}", "note", title, f"index.html#note-{note}")
         rest = [t for t in m.topics if t.module not in placed]
         if rest:
             rows = "".join(self.index_topic(t, None, []) for t in rest)
@@ -598,8 +567,8 @@ class Site:
         nbs = "".join(f'<li><a href="{self.nb_pages[nb.stem]}">{_e(nb.title)}</a> '
                       f'<span class="muted">{_e(nb.stem)}.ipynb</span></li>' for nb in m.notebooks)
         for nb in m.notebooks:
-            self.search.append({"n": nb.title, "k": "notebook", "d": f"{nb.stem}.ipynb",
-                                "s": " ".join(dict.fromkeys(str(r) for r in nb.refs)), "u": self.nb_pages[nb.stem]})
+            self.find(nb.title, "notebook", f"{nb.stem}.ipynb", self.nb_pages[nb.stem],
+                      " ".join(dict.fromkeys(str(r) for r in nb.refs)))
         n_ops = sum(1 for t in m.topics for e in t.entries if e.kind == "op")
         intro = (f"<h1>The notes, equation by equation</h1>"
                  f'<p class="lead">numpytfmr writes each equation of the lecture notes as a NumPy '
@@ -667,9 +636,7 @@ class Site:
         for er in self.m.errata:
             t = self.test_by_key.get((er.test_file, er.test_name))
             url = self.test_url(t) if t else None
-            src = ""
-            if t is not None:
-                src = self.test_source(t)
+            src = self.test_source(t) if t is not None else ""
             test_link = (f'<a href="{_e(url)}"><code>{_e(er.test)}</code></a>' if url else f"<code>{_e(er.test)}</code>")
             topic = (f' · topic: <a href="{self.topic_page(er.module)}">{_e(er.module)}.py</a>'
                      if er.module else "")
@@ -679,8 +646,8 @@ class Site:
                         f"<p>{self.errata_text(er.says)}</p></div>"
                         f'<div class="correct"><h4>correct</h4><p>{self.errata_text(er.correct)}</p></div></div>'
                         f'<p class="shown-by">shown by {test_link}{topic}</p>{src}</article>')
-            self.search.append({"n": f"erratum {er.index}: {er.where}", "k": "erratum",
-                                "d": _plain(er.says)[:80], "s": "", "u": f"errata.html#erratum-{er.index}"})
+            self.find(f"erratum {er.index}: {er.where}", "erratum", _plain(er.says)[:80],
+                      f"errata.html#erratum-{er.index}")
         side = '<h3>errata</h3><ol class="toc">' + "".join(
             f'<li><a href="#erratum-{er.index}">{er.index}. {_e(er.where[:34])}</a></li>' for er in self.m.errata) + "</ol>"
         body = ("<h1>Errata: where the notes are wrong</h1>"
@@ -699,12 +666,7 @@ class Site:
 
     def test_source(self, t):
         text = self.m.test_sources.get(t.file, "")
-        if t.file not in self._trees:
-            try:
-                self._trees[t.file] = ast.parse(text)
-            except SyntaxError:
-                self._trees[t.file] = None
-        tree = self._trees[t.file]
+        tree = self._tree(t.file)
         if tree is None:
             return ""
         for node in ast.walk(tree):
@@ -725,9 +687,7 @@ class Site:
         mods = sorted(groups, key=lambda m: (order.index(m) if m in order else len(order), m))
         sections = []
         for mod in mods:
-            items = []
-            for name, obj in groups[mod]:
-                items.append(self.api_item(name, obj, mod))
+            items = [self.api_item(name, obj, mod) for name, obj in groups[mod]]
             short = mod.split(".", 1)[-1]
             link = (f' <a class="to-topic" href="{self.topic_page(short)}">{_e(short)}.py: equations and source</a>'
                     if short in self.topic_of else "")
@@ -766,8 +726,8 @@ class Site:
         if anchor:
             links.append(f'<a href="contract.html#{_e(anchor)}">in the contract</a>')
         if kind != "constant":
-            self.search.append({"n": name, "k": kind if name not in self._op_names() else "op",
-                                "d": mod.split(".", 1)[-1], "s": "", "u": f"api.html#api-{name}"})
+            self.find(name, kind if name not in self.op_names else "op", mod.split(".", 1)[-1],
+                      f"api.html#api-{name}")
         contract_html = ("<ul class=\"contract\">" + "".join(f"<li><code>{_e(l)}</code></li>" for l in lines)
                          + "</ul>") if lines else ""
         return (f'<div class="api-item" id="api-{_e(name)}" data-nav tabindex="-1">'
@@ -776,16 +736,9 @@ class Site:
                 + contract_html
                 + (f'<p class="links">{" · ".join(links)}</p>' if links else "") + "</div>")
 
-    def _op_names(self):
-        if not hasattr(self, "_ops_cache"):
-            self._ops_cache = {e.anchor for t in self.m.topics for e in t.entries if e.kind == "op"}
-        return self._ops_cache
-
     def _contract_anchors(self):
         """public name -> the id of the contract.md section that first mentions it."""
-        out = {}
-        heading = None
-        ids = {}
+        out, ids, heading = {}, {}, None
         for line in self.m.contract_md.splitlines():
             h = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
             if h:
@@ -813,11 +766,10 @@ class Site:
         heads = re.findall(r'<h2 id="([^"]+)">(.*?)<a class="anchor"', body)
         side = '<h3>sections</h3><ol class="toc">' + "".join(
             f'<li><a href="#{i}">{re.sub(r"<[^>]+>", "", t)}</a></li>' for i, t in heads) + "</ol>"
-        self.search.append({"n": "API contract", "k": "page", "d": "docs/contract.md", "s": "",
-                            "u": "contract.html"})
+        self.find("API contract", "page", "docs/contract.md", "contract.html")
         for i, t in heads:
-            self.search.append({"n": re.sub(r"<[^>]+>", "", html.unescape(t)), "k": "contract",
-                                "d": "docs/contract.md", "s": "", "u": f"contract.html#{i}"})
+            self.find(re.sub(r"<[^>]+>", "", html.unescape(t)), "contract", "docs/contract.md",
+                      f"contract.html#{i}")
         return side, f'<article class="markdown">{body}</article>'
 
     def notebook_html(self, nb):
@@ -854,20 +806,23 @@ class Site:
             return self.nb_pages[m.group(1)]
         return None
 
+    def _tree(self, file):
+        """A test file parsed (once), or None when it does not parse."""
+        if file not in self._trees:
+            try:
+                self._trees[file] = ast.parse(self.m.test_sources.get(file, ""))
+            except SyntaxError:
+                self._trees[file] = None
+        return self._trees[file]
+
     def test_file_html(self, name, text):
         defs = {}
-        try:
-            tree = ast.parse(text)
-            for node in tree.body:
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    defs[node.lineno] = node.name
-                elif isinstance(node, ast.ClassDef):
-                    defs[node.lineno] = node.name
-                    for sub in node.body:
-                        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                            defs[sub.lineno] = f"{node.name}.{sub.name}"
-        except SyntaxError:
-            pass
+        for node in getattr(self._tree(name), "body", []):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defs[node.lineno] = node.name
+            for sub in node.body if isinstance(node, ast.ClassDef) else []:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defs[sub.lineno] = f"{node.name}.{sub.name}"
         lines = highlight_lines(text, linker=self.linker)
         rows = []
         for no, line in enumerate(lines, 1):

@@ -1,16 +1,8 @@
-"""The docstrings' plain-text math, drawn by latex2mathml.
+"""The docstrings' plain-text math (the convention is docs/math.md), drawn by latex2mathml.
 
-The docstrings and comments write equations as one types them in an editor (the
-convention is docs/math.md)::
-
-    mu_i    = (1/d) sum_j x_ij
-    sigma_i = sqrt((1/d) sum_j (x_ij - mu_i)^2 + eps)       (population variance)
-
-:func:`to_tex` spells such a line in TeX word by word: names become symbols (``mu`` ->
-``\\mu``, ``xhat`` -> ``\\hat{x}``, ``beta1`` -> ``\\beta_1``, ``softmax`` upright), the
-scripts get braces (``x_ij`` -> ``x_{ij}``, ``^(2i/d)`` -> ``^{2i/d}``), ``sqrt(...)`` a
-radical, ``*`` a dot, ``->`` an arrow; English words, quoted strings and the notes'
-references stay text. It does not parse the math: latex2mathml does, in :func:`to_mathml`.
+:func:`to_tex` spells a line such as ``sigma_i = sqrt((1/d) sum_j (x_ij - mu_i)^2 + eps)`` in
+TeX word by word (names become symbols, scripts get braces, English words and the notes'
+references stay text); it does not parse the math: latex2mathml does, in :func:`to_mathml`.
 """
 import html
 import re
@@ -148,9 +140,7 @@ def to_tex(text):
     for k, m in enumerate(tokens):
         kind, s = m.lastgroup, m.group()
         after = text[m.end():m.end() + 1]
-        if kind == "ref":
-            out.append(_text(s))
-        elif kind == "str":
+        if kind in ("ref", "str"):
             out.append(_text(s))
         elif kind == "code":
             out.append(_text(s.strip("`"), "texttt"))
@@ -211,10 +201,6 @@ def to_tex(text):
                 out.append("}")
             elif s == "~" and out and re.fullmatch(r"[A-Za-z]|\\[a-z]+", out[-1]):
                 out.append(f"\\tilde{{{out.pop()}}}")
-            elif s == "'":
-                out.append("'")
-            elif s == "|":
-                out.append("|")
             else:
                 out.append(dict(OPERATORS).get(s, s))
         if closers and closers[-1] == "minus" and kind in ("word", "num"):

@@ -1,14 +1,5 @@
 """``numpytfmr docs [-o DIR]``: build the reader, an offline HTML site with each equation of
-the notes beside the code that computes it.
-
-    numpytfmr docs -o site && python -m webbrowser site/index.html
-
-The site needs no network, neither to build nor to view (the math is MathML, drawn by the
-browser). It is built from the code (the topic modules, the registry of ops, the contracts)
-and from the checkout around it (docs/contract.md, docs/errata.toml, docs/modules.toml,
-notebooks/, tests/), found next to the package or in the current directory, or given with
-``--source``. The notebooks are executed (nbclient) so that their pages show outputs and
-figures. The builder lives in ``numpytfmr.site``; its libraries are the ``docs`` extra.
+the notes beside the code that computes it (docs/reader.md). The builder is ``numpytfmr.site``.
 """
 import os
 import sys
@@ -55,11 +46,3 @@ def cmd_docs(args):
     print(f"open {result.index} in a browser (python -m webbrowser {result.index})")
     return 0
 
-
-if __name__ == "__main__":                      # python -m numpytfmr.run.commands.docs [-o DIR]
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="numpytfmr", allow_abbrev=False)
-    add_command(parser.add_subparsers(dest="command", required=True))
-    parsed = parser.parse_args(["docs", *sys.argv[1:]])
-    sys.exit(parsed.func(parsed))
