@@ -26,7 +26,7 @@ from .judge import (TOLERANCES, Verdict, check_value, close_at, describe_shape_p
 
 __all__ = ["TOLERANCES", "Verdict", "check_value", "describe_shape_problem", "nonfinite_sentence",
            "diagnose_values", "forward_diagnoses", "matching_variants", "scaling_variants",
-           "option_variants", "close_at", "diagnose_bool"]
+           "option_variants", "close_at", "diagnose_bool", "numeric_options"]
 
 
 # --- diagnoses --------------------------------------------------------------------------------
@@ -137,6 +137,14 @@ def forward_diagnoses(got, expected, forward, args, kwargs, names):
     return sentences + solved_options(got, expected, forward, args, kwargs, terms)
 
 
+def numeric_options(kwargs):
+    """``[(name, value)]``: the options of a case a wrong output can be solved for (each nonzero
+    number but ``rng`` and ``axis``); the self-check's data holds the same ones, moved."""
+    return [(k, v) for k, v in kwargs.items()
+            if k not in ("rng", "axis") and not isinstance(v, (bool, np.bool_))
+            and isinstance(v, (int, float, np.integer, np.floating)) and v != 0]
+
+
 def solved_options(got, expected, forward, args, kwargs, terms=None, tol="float64"):
     """For each numeric option v of the case: the value v' with forward(option=v') = got,
     when there is one (the output is taken as affine in the option, and v' is verified),
@@ -146,10 +154,7 @@ def solved_options(got, expected, forward, args, kwargs, terms=None, tol="float6
     got = np.asarray(got, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
     out = []
-    for key, value in kwargs.items():
-        if key in ("rng", "axis") or isinstance(value, (bool, np.bool_)) or \
-                not isinstance(value, (int, float, np.integer, np.floating)) or value == 0:
-            continue
+    for key, value in numeric_options(kwargs):
         try:
             with np.errstate(all="ignore"):
                 moved = bind(forward, dict(kwargs, **{key: 2.0 * value}))(*args)[0]

@@ -32,6 +32,7 @@ import numpy as np
 from ..registry import bind
 from ..shared.fileio import atomic_write_bytes, atomic_write_text, write_json
 from .cases import DEFAULTS, input_names, load_config, make_graded_cases, resolve
+from .compare import numeric_options
 from .contracts import backward_doc, forward_doc, helper_doc
 from .judge import drop_probability
 from .notebook import make_notebook
@@ -231,10 +232,7 @@ def _near_misses(item, gc, names, seen, out, arrays, key, sentences):
             rows.append(v)
         near.append([sentences.setdefault(sentence, len(sentences)), row])
     moved, moved_rows = [], []
-    for name, value in kwargs.items():
-        if name in ("rng", "axis") or isinstance(value, (bool, np.bool_)) or \
-                not isinstance(value, (int, float, np.integer, np.floating)) or value == 0:
-            continue
+    for name, value in numeric_options(kwargs):
         try:
             with np.errstate(all="ignore"):
                 m = np.asarray(bind(item.spec.forward, dict(kwargs, **{name: 2.0 * value}))(*args)[0],
